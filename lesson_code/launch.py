@@ -1,0 +1,332 @@
+"""Start and tear down torch.distributed process groups: the launcher of every lesson (76-81).
+
+From Python or a notebook, run a package function on 4 fresh ranks and collect what each returns:
+
+    from lesson_code import launch, collectives
+    results = launch.spawn(collectives.check_against_builtin, world_size=4)
+
+From a shell, the same worker functions run under torchrun, each process being one rank:
+
+    torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives
+
+`spawn` never hangs and never leaves a rank behind: a rank that raises ends the run within
+seconds with its traceback, a rank that hangs ends it at `timeout_s`, and every rank process is
+stopped before `spawn` returns or raises. Only the standard library and torch are imported here.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.connection as mp_connection
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+BACKENDS = ("auto", "gloo", "nccl")
+DEFAULT_TIMEOUT_S = 120.0
+# Set in every rank before torch is imported there: c10d's hostname and socket warnings would
+# otherwise fill notebook outputs on machines without DNS; torchrun sets OMP_NUM_THREADS=1 itself.
+CHILD_ENVIRONMENT = {"TORCH_CPP_LOG_LEVEL": "ERROR", "OMP_NUM_THREADS": "1"}
+
+
+class SpawnError(RuntimeError):
+    """Base class of the errors `spawn` raises when a run of ranks does not complete."""
+
+
+class RankFailedError(SpawnError):
+    """A rank raised an exception; `rank` names it and `rank_traceback` is its traceback text."""
+
+    def __init__(self, rank: int, world_size: int, rank_traceback: str):
+        self.rank = rank
+        self.rank_traceback = rank_traceback
+        super().__init__(
+            f"rank {rank} of {world_size} raised; the other ranks were stopped.\n"
+            f"--- traceback of rank {rank} ---\n{rank_traceback.rstrip()}"
+        )
+
+
+class RankCrashedError(SpawnError):
+    """A rank process died without reporting (a signal such as SIGABRT, or os._exit)."""
+
+    def __init__(self, rank: int, world_size: int, exitcode: int | None):
+        self.rank = rank
+        self.exitcode = exitcode
+        if exitcode is not None and exitcode < 0:
+            how = f"was killed by {signal.Signals(-exitcode).name}"
+        else:
+            how = f"exited with code {exitcode}"
+        super().__init__(
+            f"rank {rank} of {world_size} {how} before returning a result; the other ranks were "
+            "stopped. gloo aborts a process (SIGABRT) when ranks pass tensors of different shapes "
+            "to one collective: check that every rank calls the same collectives with equal shapes."
+        )
+
+
+class RankTimeoutError(SpawnError):
+    """Some ranks were still running at the deadline; `ranks` lists them."""
+
+    def __init__(self, ranks: list[int], world_size: int, timeout_s: float):
+        self.ranks = ranks
+        super().__init__(
+            f"ranks {ranks} of {world_size} were still running after timeout_s={timeout_s:g} s and "
+            "were stopped. A rank that never joins a collective blocks the others: check that every "
+            "rank calls the same collectives in the same order, or pass a larger timeout_s."
+        )
+
+
+def resolve_backend(backend: str, world_size: int) -> str:
+    """Return "gloo" or "nccl" for `backend` ("auto", "gloo" or "nccl") and `world_size` ranks.
+
+    "auto" is NCCL when CUDA has at least one device per rank, else gloo (CPU).
+    Raises ValueError for a world size that is not a positive int, an unknown backend, or NCCL
+    without one GPU per rank.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(
+            f"world_size must be a positive int, got {world_size!r}: pass the number of ranks, "
+            "for example world_size=4"
+        )
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "auto":
+        return "nccl" if gpus >= world_size else "gloo"
+    if backend == "nccl" and gpus < world_size:
+        raise ValueError(
+            f"backend 'nccl' needs one CUDA device per rank: world_size={world_size} but this "
+            f"machine has {gpus}; use backend='gloo' (CPU) or backend='auto'"
+        )
+    return backend
+
+
+def rank_device(backend: str, rank: int) -> torch.device:
+    """The device a rank's tensors live on: its own GPU under NCCL, the CPU under gloo."""
+    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+
+
+def spawn(
+    fn: Callable[..., Any],
+    *args: Any,
+    world_size: int = 4,
+    backend: str = "auto",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    start_method: str | None = None,
+) -> list[Any]:
+    """Run `fn(rank, world_size, *args)` on `world_size` new processes; return results by rank.
+
+    Each rank runs inside an initialised default process group (one torch thread, quiet c10d
+    logs). `fn` must live in an importable module, not in a notebook. Results come back by value
+    (pickled in the rank), so returned tensors outlive the rank that made them.
+
+    The default start method is a fork server that has imported torch once, so a run starts in
+    a fraction of a second instead of re-importing torch in every rank; that one server process
+    is reused by later calls and exits with the caller. Rank processes never outlive the call.
+
+    Raises ValueError for bad arguments, RankFailedError when a rank raises (with its traceback),
+    RankCrashedError when a rank dies without reporting, RankTimeoutError after `timeout_s`.
+    """
+    backend = resolve_backend(backend, world_size)
+    if not callable(fn):
+        raise ValueError(f"fn must be a function defined in a module, got {fn!r}")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+    context = _start_context(start_method, fn)
+    store_dir = tempfile.mkdtemp(prefix="lesson_code_store_")
+    init_method = "file://" + os.path.join(store_dir, "store")
+    processes, readers = [], []
+    completed = False
+    try:
+        with _child_environment():
+            for rank in range(world_size):
+                reader, writer = context.Pipe(duplex=False)
+                process = context.Process(
+                    target=_rank_main,
+                    args=(fn, args, rank, world_size, backend, init_method, timeout_s, writer),
+                    name=f"rank{rank}",
+                    daemon=True,
+                )
+                process.start()
+                writer.close()  # the parent keeps only the reading end, so a dead rank reads as EOF
+                processes.append(process)
+                readers.append(reader)
+        results = _collect_results(processes, readers, world_size, timeout_s)
+        completed = True
+        return results
+    finally:
+        # After success the ranks are only tearing down their group: give them time to exit cleanly.
+        _stop_all(processes, grace_s=10.0 if completed else 0.0)
+        for reader in readers:
+            reader.close()
+        shutil.rmtree(store_dir, ignore_errors=True)
+
+
+def under_torchrun() -> bool:
+    """True when this process was started by torchrun (RANK and WORLD_SIZE are set)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, int]:
+    """Join the process group torchrun describes in the environment; return (rank, world_size).
+
+    Collective: call on every rank. Sets one torch thread per rank and, under NCCL, the rank's
+    GPU (LOCAL_RANK). Raises ValueError when the environment has no RANK/WORLD_SIZE.
+    """
+    if not under_torchrun():
+        raise ValueError(
+            "RANK and WORLD_SIZE are not set: start this under torchrun, e.g. "
+            "`torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives`, "
+            "or use launch.spawn from Python"
+        )
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    backend = resolve_backend(backend, world_size)
+    torch.set_num_threads(1)
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    dist.init_process_group(
+        backend, init_method="env://", rank=rank, world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    return rank, world_size
+
+
+def run(fn: Callable[..., Any], *args: Any, world_size: int = 4, backend: str = "auto",
+        timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Any]:
+    """Run `fn(rank, world_size, *args)` on every rank; return all ranks' results by rank.
+
+    Under torchrun this process is one rank: it joins the group from the environment, runs `fn`,
+    and gathers every rank's result (so each process returns the same list, and `world_size` is
+    torchrun's). Otherwise it calls `spawn`. A module's `main()` uses this to run unchanged both ways.
+    """
+    if not under_torchrun():
+        return spawn(fn, *args, world_size=world_size, backend=backend, timeout_s=timeout_s)
+    rank, world_size = init_from_env(backend, timeout_s)
+    try:
+        result = fn(rank, world_size, *args)
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, result)
+        return gathered
+    finally:
+        dist.destroy_process_group()
+
+
+def is_reporting_process() -> bool:
+    """True in the one process that should print a run's report: rank 0, or any non-torchrun caller."""
+    return not under_torchrun() or int(os.environ["RANK"]) == 0
+
+
+def _rank_main(fn, args, rank, world_size, backend, init_method, timeout_s, writer) -> None:
+    """Body of one rank process: join the group, run fn, send back ("ok", bytes) or ("error", text)."""
+    torch.set_num_threads(1)
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(
+            backend, init_method=init_method, rank=rank, world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        result = fn(rank, world_size, *args)
+        message = ("ok", pickle.dumps(result))  # by value: no shared memory with a dying process
+    except BaseException:  # noqa: BLE001 - every failure, KeyboardInterrupt included, is reported
+        writer.send(("error", traceback.format_exc()))
+        writer.close()
+        # Skip interpreter teardown: destroying a group whose peers are mid-collective can block.
+        os._exit(1)
+    writer.send(message)
+    writer.close()
+    dist.destroy_process_group()
+
+
+def _collect_results(processes, readers, world_size: int, timeout_s: float) -> list[Any]:
+    """Wait, bounded by timeout_s, for every rank's message; raise on the first failure."""
+    deadline = time.monotonic() + timeout_s
+    results: dict[int, Any] = {}
+    rank_of = {id(reader): rank for rank, reader in enumerate(readers)}
+    rank_of.update({process.sentinel: rank for rank, process in enumerate(processes)})
+    while len(results) < world_size:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            still_running = sorted(set(range(world_size)) - set(results))
+            raise RankTimeoutError(still_running, world_size, timeout_s)
+        waitables = [r for i, r in enumerate(readers) if i not in results]
+        waitables += [p.sentinel for i, p in enumerate(processes) if i not in results]
+        for ready in mp_connection.wait(waitables, timeout=remaining):
+            rank = rank_of[ready if isinstance(ready, int) else id(ready)]
+            if rank in results:
+                continue
+            kind, payload = _read_message(readers[rank], processes[rank], rank, world_size)
+            if kind == "pending":
+                continue
+            if kind == "error":
+                raise RankFailedError(rank, world_size, payload)
+            results[rank] = pickle.loads(payload)
+    return [results[rank] for rank in range(world_size)]
+
+
+def _read_message(reader, process, rank: int, world_size: int) -> tuple[str, Any]:
+    """Read a rank's message; a rank that exited without one is reported as crashed."""
+    try:
+        if reader.poll(0.5 if not process.is_alive() else 0):
+            return reader.recv()
+    except (EOFError, OSError):
+        pass
+    if process.is_alive():
+        return "pending", None
+    process.join(1.0)
+    raise RankCrashedError(rank, world_size, process.exitcode)
+
+
+def _stop_all(processes, grace_s: float) -> None:
+    """Stop every rank process: wait briefly for clean exits, then SIGTERM, then SIGKILL."""
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(1.0)
+        if process.is_alive():
+            process.kill()
+            process.join(5.0)
+    for process in processes:
+        process.close()
+
+
+def _start_context(start_method: str | None, fn: Callable[..., Any]):
+    """Multiprocessing context for the ranks; the fork server preloads torch and fn's module."""
+    methods = mp.get_all_start_methods()
+    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(
+            f"start_method {method!r} is not supported: use 'forkserver' or 'spawn' (plain fork "
+            "from a process that already ran threaded torch ops makes ranks hang)"
+        )
+    context = mp.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload(["torch", "torch.distributed", fn.__module__])
+    return context
+
+
+@contextmanager
+def _child_environment() -> Iterator[None]:
+    """Set CHILD_ENVIRONMENT while ranks (and the fork server) start, then restore the caller's."""
+    saved = {key: os.environ.get(key) for key in CHILD_ENVIRONMENT}
+    os.environ.update(CHILD_ENVIRONMENT)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
