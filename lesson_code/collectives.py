@@ -22,100 +22,12 @@ float32 at N <= 5, a few ulps); integer sums are exact.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import torch
-import torch.distributed as dist
 
 from lesson_code.ledger import CommLedger, TrafficCounter
+from lesson_code.p2p import DEFAULT_WAIT_S, Peers
 
 OPS = ("sum", "avg")
-DEFAULT_WAIT_S = 120.0
-# A ring step splits a chunk into pieces of at least PIECE_BYTES (at most MAX_PIECES of them).
-PIECE_BYTES = 1024 * 1024
-MAX_PIECES = 4
-
-
-def _piece_count(chunk: torch.Tensor) -> int:
-    """How many pieces a ring step cuts `chunk` into: 1 for small chunks, up to MAX_PIECES."""
-    nbytes = chunk.numel() * chunk.element_size()
-    return max(1, min(MAX_PIECES, nbytes // PIECE_BYTES, chunk.shape[0] if chunk.dim() else 1))
-
-
-class _Peers:
-    """This rank's place in a group: its rank, the world size and how to reach others."""
-
-    def __init__(self, group, timeout_s: float, counter: TrafficCounter):
-        if not dist.is_initialized():
-            raise RuntimeError(
-                "no process group: run this inside launch.spawn(...) or under torchrun "
-                "(collectives are called on every rank of an initialised group)"
-            )
-        self.group = group
-        self.rank = dist.get_rank(group)
-        self.world_size = dist.get_world_size(group)
-        self.timeout = timedelta(seconds=timeout_s)
-        self.counter = counter
-
-    def global_rank(self, group_rank: int) -> int:
-        if self.group is None:
-            return group_rank
-        return dist.get_global_rank(self.group, group_rank)
-
-    def exchange(self, send: torch.Tensor | None, to: int,
-                 recv: torch.Tensor | None, source: int) -> None:
-        """Send `send` to group rank `to` while receiving `recv` from `source`; wait for both.
-
-        Empty tensors are skipped on both sides (both sides derive the same sizes, so they agree).
-        """
-        works = [self._post_recv(recv, source), self._post_send(send, to)]
-        for work in works:
-            if work is not None:
-                work.wait(self.timeout)
-
-    def ring_step(self, send: torch.Tensor, recv: torch.Tensor,
-                  add_to_received: torch.Tensor | None = None) -> None:
-        """One ring step: send `send` right, receive `recv` from the left, optionally add a chunk.
-
-        Large chunks travel as a few pieces posted at once, so that adding piece j of the
-        received chunk overlaps with pieces j+1, ... still arriving (measured here: a 64 MiB
-        all-reduce on 4 ranks went from 1.3x to about 0.85x of gloo's built-in time).
-        """
-        # Sender and receiver split the same chunk, so they agree on the pieces.
-        sends = torch.tensor_split(send, _piece_count(send))
-        recvs = torch.tensor_split(recv, _piece_count(recv))
-        adds = torch.tensor_split(add_to_received, len(recvs)) if add_to_received is not None else None
-        # Receives first: a large isend may write inline, and the left neighbour waits on us.
-        receiving = [self._post_recv(piece, self.left) for piece in recvs]
-        sending = [self._post_send(piece, self.right) for piece in sends]
-        for index, work in enumerate(receiving):
-            if work is not None:
-                work.wait(self.timeout)
-            if adds is not None:
-                recvs[index].add_(adds[index])
-        for work in sending:
-            if work is not None:
-                work.wait(self.timeout)
-
-    def _post_send(self, tensor: torch.Tensor | None, to: int):
-        if tensor is None or tensor.numel() == 0:
-            return None
-        self.counter.sent(tensor.numel() * tensor.element_size())
-        return dist.isend(tensor, self.global_rank(to), group=self.group)
-
-    def _post_recv(self, tensor: torch.Tensor | None, source: int):
-        if tensor is None or tensor.numel() == 0:
-            return None
-        self.counter.received(tensor.numel() * tensor.element_size())
-        return dist.irecv(tensor, self.global_rank(source), group=self.group)
-
-    @property
-    def right(self) -> int:
-        return (self.rank + 1) % self.world_size
-
-    @property
-    def left(self) -> int:
-        return (self.rank - 1) % self.world_size
 
 
 def _check_op(op: str, tensor: torch.Tensor) -> None:
@@ -128,38 +40,47 @@ def _check_op(op: str, tensor: torch.Tensor) -> None:
         )
 
 
-def _ring_reduce_scatter_into(peers: _Peers, chunks: tuple[torch.Tensor, ...]) -> torch.Tensor:
+def ring_chunk_indices(phase: str, rank: int, step: int, world_size: int) -> tuple[int, int]:
+    """(chunk rank sends right, chunk it receives from the left) at `step` of a ring `phase`.
+
+    reduce_scatter: send chunk (r - s - 1) mod N, receive chunk (r - s - 2) mod N, so after N - 1
+    steps the chunk a rank received last is its own, r. all_gather: send chunk (r - s) mod N,
+    receive (r - s - 1) mod N, so every chunk travels N - 1 hops from its owner. Pure arithmetic:
+    the lesson's figures draw the schedule from this same function.
+    """
+    if phase == "reduce_scatter":
+        return (rank - step - 1) % world_size, (rank - step - 2) % world_size
+    if phase == "all_gather":
+        return (rank - step) % world_size, (rank - step - 1) % world_size
+    raise ValueError(f"unknown phase {phase!r}: use 'reduce_scatter' or 'all_gather'")
+
+
+def _ring_reduce_scatter_into(peers: Peers, chunks: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """Core of the ring reduce-scatter: return the sum over ranks of chunk `peers.rank`.
 
-    At step s rank r sends the partial sum of chunk (r - s - 1) mod N to the right and receives
-    chunk (r - s - 2) mod N from the left, adding its own copy; after N - 1 steps the chunk it
-    received last is its own, holding all N contributions. Two buffers are reused for all steps.
+    Each step sends the partial sum received in the previous step (at first, the rank's own
+    chunk) and adds this rank's copy of the chunk it receives. Two buffers serve all steps.
     """
     rank, world_size = peers.rank, peers.world_size
     if world_size == 1:
         return chunks[0].clone()
     longest = max(chunk.shape[0] for chunk in chunks)
     buffers = [chunks[0].new_empty((longest, *chunks[0].shape[1:])) for _ in range(2)]
-    outgoing = chunks[(rank - 1) % world_size]
+    outgoing = chunks[ring_chunk_indices("reduce_scatter", rank, 0, world_size)[0]]
     for step in range(world_size - 1):
-        incoming_index = (rank - step - 2) % world_size
+        _, incoming_index = ring_chunk_indices("reduce_scatter", rank, step, world_size)
         incoming = buffers[step % 2][: chunks[incoming_index].shape[0]]
         peers.ring_step(outgoing, incoming, add_to_received=chunks[incoming_index])
         outgoing = incoming
     return outgoing
 
 
-def _ring_all_gather_into(peers: _Peers, chunks: tuple[torch.Tensor, ...]) -> None:
-    """Core of the ring all-gather: chunk `peers.rank` is filled; fill every other chunk in place.
-
-    At step s rank r forwards chunk (r - s) mod N to the right and receives chunk (r - s - 1) mod N
-    from the left, so each chunk travels N - 1 hops round the ring.
-    """
-    rank, world_size = peers.rank, peers.world_size
-    for step in range(world_size - 1):
-        outgoing = chunks[(rank - step) % world_size]
-        incoming = chunks[(rank - step - 1) % world_size]
-        peers.ring_step(outgoing, incoming)
+def _ring_all_gather_into(peers: Peers, chunks: tuple[torch.Tensor, ...]) -> None:
+    """Core of the ring all-gather: chunk `peers.rank` is filled; fill every other chunk in place."""
+    for step in range(peers.world_size - 1):
+        send_index, recv_index = ring_chunk_indices("all_gather", peers.rank, step,
+                                                    peers.world_size)
+        peers.ring_step(chunks[send_index], chunks[recv_index])
 
 
 def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
@@ -174,7 +95,7 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     """
     _check_op(op, tensor)
     counter = TrafficCounter("all_reduce", ledger)
-    peers = _Peers(group, timeout_s, counter)
+    peers = Peers(group, timeout_s, counter)
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
     chunks = torch.tensor_split(work.view(-1), peers.world_size)
     own = _ring_reduce_scatter_into(peers, chunks)
@@ -200,7 +121,7 @@ def ring_reduce_scatter(tensor: torch.Tensor, op: str = "sum", *, group=None,
     """
     _check_op(op, tensor)
     counter = TrafficCounter("reduce_scatter", ledger)
-    peers = _Peers(group, timeout_s, counter)
+    peers = Peers(group, timeout_s, counter)
     chunks = torch.tensor_split(tensor.contiguous(), peers.world_size)
     own = _ring_reduce_scatter_into(peers, chunks)
     if op == "avg":
@@ -223,7 +144,7 @@ def ring_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, grou
     Raises ValueError when `sizes` has the wrong length or disagrees with this rank's shard.
     """
     counter = TrafficCounter("all_gather", ledger)
-    peers = _Peers(group, timeout_s, counter)
+    peers = Peers(group, timeout_s, counter)
     if shard.dim() == 0:
         raise ValueError("shard must have at least one dimension; use shard.reshape(1)")
     if sizes is None:
@@ -246,7 +167,7 @@ def _exchange_sizes(length: int, group, ledger: CommLedger | None,
                     timeout_s: float) -> list[int]:
     """Every rank's shard length, gathered with the same ring (one int64 per rank)."""
     counter = TrafficCounter("all_gather_sizes", ledger)
-    peers = _Peers(group, timeout_s, counter)
+    peers = Peers(group, timeout_s, counter)
     lengths = torch.zeros(peers.world_size, dtype=torch.int64)
     lengths[peers.rank] = length
     _ring_all_gather_into(peers, torch.tensor_split(lengths, peers.world_size))
@@ -265,7 +186,7 @@ def broadcast(tensor: torch.Tensor, src: int = 0, *, group=None,
     Raises ValueError when `src` is not a rank of the group.
     """
     counter = TrafficCounter("broadcast", ledger)
-    peers = _Peers(group, timeout_s, counter)
+    peers = Peers(group, timeout_s, counter)
     world_size = peers.world_size
     if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < world_size:
         raise ValueError(f"src={src!r} is not a rank of this group: use 0 <= src < {world_size}")
@@ -300,7 +221,7 @@ def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     """
     _check_op(op, tensor)
     counter = TrafficCounter("naive_all_reduce", ledger)
-    peers = _Peers(group, timeout_s, counter)
+    peers = Peers(group, timeout_s, counter)
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
     if peers.rank == 0:
         incoming = work.new_empty(work.shape)
@@ -318,3 +239,37 @@ def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
         tensor.copy_(work)
     counter.commit()
     return tensor
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check every primitive against torch.distributed on N ranks and print one line per dtype."""
+    import argparse
+
+    from lesson_code import collective_checks, launch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world-size", type=int, default=4, help="ranks to spawn (ignored "
+                        "under torchrun, which decides)")
+    parser.add_argument("--length", type=int, default=1001, help="elements per tensor")
+    args = parser.parse_args(argv)
+    results = launch.run(collective_checks.compare_all_dtypes, args.length,
+                         world_size=args.world_size)
+    if not launch.is_reporting_process():
+        return 0
+    failures = []
+    print(f"lesson 76: ring primitives against torch.distributed, {len(results)} ranks, "
+          f"{args.length} elements")
+    for dtype in results[0]:
+        worst = {op: max(rank_result[dtype][op]["max_abs_diff"] for rank_result in results)
+                 for op in results[0][dtype]}
+        ok = all(rank_result[dtype][op]["within"] for rank_result in results for op in worst)
+        failures += [] if ok else [dtype]
+        print(f"  {dtype:9s} " + "  ".join(f"{op}={diff:.2g}" for op, diff in worst.items())
+              + ("" if ok else "  OUTSIDE THE BOUND"))
+    print("all results equal the built-ins within the float summation bound" if not failures
+          else f"mismatch for {failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

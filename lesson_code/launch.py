@@ -21,7 +21,6 @@ import multiprocessing.connection as mp_connection
 import os
 import pickle
 import shutil
-import signal
 import tempfile
 import time
 import traceback
@@ -32,56 +31,26 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
+from lesson_code.rank_errors import (  # noqa: F401 - re-exported: launch.RankFailedError etc.
+    RankCrashedError,
+    RankFailedError,
+    RankTimeoutError,
+    SpawnError,
+)
+
 BACKENDS = ("auto", "gloo", "nccl")
 DEFAULT_TIMEOUT_S = 120.0
+CAUSE_GRACE_S = 1.0  # after a rank's error, how long to watch for a crash that caused it
 # Set in every rank before torch is imported there: c10d's hostname and socket warnings would
 # otherwise fill notebook outputs on machines without DNS; torchrun sets OMP_NUM_THREADS=1 itself.
-CHILD_ENVIRONMENT = {"TORCH_CPP_LOG_LEVEL": "ERROR", "OMP_NUM_THREADS": "1"}
-
-
-class SpawnError(RuntimeError):
-    """Base class of the errors `spawn` raises when a run of ranks does not complete."""
-
-
-class RankFailedError(SpawnError):
-    """A rank raised an exception; `rank` names it and `rank_traceback` is its traceback text."""
-
-    def __init__(self, rank: int, world_size: int, rank_traceback: str):
-        self.rank = rank
-        self.rank_traceback = rank_traceback
-        super().__init__(
-            f"rank {rank} of {world_size} raised; the other ranks were stopped.\n"
-            f"--- traceback of rank {rank} ---\n{rank_traceback.rstrip()}"
-        )
-
-
-class RankCrashedError(SpawnError):
-    """A rank process died without reporting (a signal such as SIGABRT, or os._exit)."""
-
-    def __init__(self, rank: int, world_size: int, exitcode: int | None):
-        self.rank = rank
-        self.exitcode = exitcode
-        if exitcode is not None and exitcode < 0:
-            how = f"was killed by {signal.Signals(-exitcode).name}"
-        else:
-            how = f"exited with code {exitcode}"
-        super().__init__(
-            f"rank {rank} of {world_size} {how} before returning a result; the other ranks were "
-            "stopped. gloo aborts a process (SIGABRT) when ranks pass tensors of different shapes "
-            "to one collective: check that every rank calls the same collectives with equal shapes."
-        )
-
-
-class RankTimeoutError(SpawnError):
-    """Some ranks were still running at the deadline; `ranks` lists them."""
-
-    def __init__(self, ranks: list[int], world_size: int, timeout_s: float):
-        self.ranks = ranks
-        super().__init__(
-            f"ranks {ranks} of {world_size} were still running after timeout_s={timeout_s:g} s and "
-            "were stopped. A rank that never joins a collective blocks the others: check that every "
-            "rank calls the same collectives in the same order, or pass a larger timeout_s."
-        )
+# When the caller is `python -m lesson_code.<lesson>`, multiprocessing re-runs that module in each
+# rank as __mp_main__ and runpy warns that it is already imported (it is: the rank function's
+# module imports it); the second run only defines functions, so that one warning is silenced.
+CHILD_ENVIRONMENT = {
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+    "OMP_NUM_THREADS": "1",
+    "PYTHONWARNINGS": "ignore::RuntimeWarning:runpy",
+}
 
 
 def resolve_backend(backend: str, world_size: int) -> str:
@@ -247,28 +216,41 @@ def _rank_main(fn, args, rank, world_size, backend, init_method, timeout_s, writ
 
 
 def _collect_results(processes, readers, world_size: int, timeout_s: float) -> list[Any]:
-    """Wait, bounded by timeout_s, for every rank's message; raise on the first failure."""
+    """Wait, bounded by timeout_s, for every rank's message; raise on the first failure.
+
+    When one rank dies, its peers soon fail too ("connection closed") and may report first. So
+    after the first error the others get CAUSE_GRACE_S more to show a crash, which is the likelier
+    cause; otherwise the first error reported is raised.
+    """
     deadline = time.monotonic() + timeout_s
     results: dict[int, Any] = {}
+    failed: set[int] = set()
+    first_error: RankFailedError | None = None
     rank_of = {id(reader): rank for rank, reader in enumerate(readers)}
     rank_of.update({process.sentinel: rank for rank, process in enumerate(processes)})
-    while len(results) < world_size:
+    while len(results) + len(failed) < world_size:
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if first_error is not None:
+            remaining = min(remaining, first_error.raised_at + CAUSE_GRACE_S - time.monotonic())
+            if remaining <= 0:
+                raise first_error
+        elif remaining <= 0:
             still_running = sorted(set(range(world_size)) - set(results))
             raise RankTimeoutError(still_running, world_size, timeout_s)
-        waitables = [r for i, r in enumerate(readers) if i not in results]
-        waitables += [p.sentinel for i, p in enumerate(processes) if i not in results]
+        waiting = [rank for rank in range(world_size) if rank not in results and rank not in failed]
+        waitables = [readers[rank] for rank in waiting] + [processes[rank].sentinel for rank in waiting]
         for ready in mp_connection.wait(waitables, timeout=remaining):
             rank = rank_of[ready if isinstance(ready, int) else id(ready)]
-            if rank in results:
+            if rank in results or rank in failed:
                 continue
             kind, payload = _read_message(readers[rank], processes[rank], rank, world_size)
-            if kind == "pending":
-                continue
             if kind == "error":
-                raise RankFailedError(rank, world_size, payload)
-            results[rank] = pickle.loads(payload)
+                failed.add(rank)
+                first_error = first_error or RankFailedError(rank, world_size, payload)
+            elif kind == "ok":
+                results[rank] = pickle.loads(payload)
+    if first_error is not None:
+        raise first_error
     return [results[rank] for rank in range(world_size)]
 
 

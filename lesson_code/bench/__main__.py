@@ -1,0 +1,30 @@
+"""Command line of the benchmarks: `python -m lesson_code.bench {collectives,all}`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lesson_code.bench import collectives as collectives_bench
+
+BENCHMARKS = {"collectives": collectives_bench.run}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.bench",
+                                     description="Run a benchmark and print its table.")
+    parser.add_argument("name", choices=[*BENCHMARKS, "all"])
+    parser.add_argument("--world-size", type=int, default=4)
+    parser.add_argument("--out-dir", type=Path, default=Path("bench-results"))
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer sizes and trials (a smoke run, not a measurement)")
+    args = parser.parse_args(argv)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    names = list(BENCHMARKS) if args.name == "all" else [args.name]
+    for name in names:
+        BENCHMARKS[name](world_size=args.world_size, out_dir=args.out_dir, quick=args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

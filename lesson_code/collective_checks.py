@@ -1,0 +1,211 @@
+"""Rank functions that check and measure lesson 76's primitives (run under launch.spawn or torchrun).
+
+The notebook, the tests and the benchmark call these through the launcher; they live in the package
+because a spawned rank cannot import a notebook. Each returns plain Python values, so results cross
+process boundaries by value.
+
+    from lesson_code import launch, collective_checks as checks
+    launch.spawn(checks.compare_with_builtin, 1001, "float32", world_size=4)
+    launch.spawn(checks.measure_ledgers, 2**18, world_size=4)
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from lesson_code import collectives
+from lesson_code.ledger import CommLedger
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64,
+          "bfloat16": torch.bfloat16, "int64": torch.int64}
+
+
+def make_input(rank: int, length: int, dtype_name: str, seed: int = 0) -> torch.Tensor:
+    """Rank `rank`'s deterministic test tensor of `length` elements (floats ~N(0, 10), ints in +-100)."""
+    if dtype_name not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype_name!r}: use one of {', '.join(DTYPES)}")
+    generator = torch.Generator().manual_seed(seed * 7919 + rank)
+    if dtype_name == "int64":
+        return torch.randint(-100, 100, (length,), generator=generator)
+    return (10 * torch.randn(length, generator=generator, dtype=torch.float64)).to(DTYPES[dtype_name])
+
+
+def summation_bound(tensor: torch.Tensor, world_size: int) -> torch.Tensor:
+    """Elementwise bound on |ring sum - built-in sum| for `tensor` this rank holds.
+
+    Collective: call on every rank. Two summation orders of N terms each differ from the exact sum
+    by at most (N - 1) u sum|x_i| (Higham, Accuracy and Stability of Numerical Algorithms, 4.2),
+    with u = eps / 2 the unit roundoff, so from each other by at most (N - 1) eps sum|x_i|.
+    Zero for integer tensors, whose sums are exact.
+    """
+    if not tensor.is_floating_point():
+        return torch.zeros(tensor.shape, dtype=torch.float64)
+    absolute = tensor.abs().to(torch.float64)
+    dist.all_reduce(absolute)
+    return (world_size - 1) * torch.finfo(tensor.dtype).eps * absolute
+
+
+def compare_with_builtin(rank: int, world_size: int, length: int, dtype_name: str,
+                         seed: int = 0) -> dict[str, dict[str, float]]:
+    """Run every ring primitive and its torch.distributed counterpart on the same inputs.
+
+    Collective: call on every rank. Returns, per primitive, the largest |ours - built-in| and the
+    largest allowed by `summation_bound` (both 0 for integers, and for the data-moving primitives).
+    """
+    x = make_input(rank, length, dtype_name, seed)
+    bound = summation_bound(x, world_size)
+    builtin_sum = x.clone()
+    dist.all_reduce(builtin_sum)
+    results = {}
+
+    ring_sum = collectives.ring_all_reduce(x.clone())
+    results["all_reduce"] = _difference(ring_sum, builtin_sum, bound)
+    own = torch.tensor_split(builtin_sum, world_size)[rank]
+    results["reduce_scatter"] = _difference(collectives.ring_reduce_scatter(x), own,
+                                            torch.tensor_split(bound, world_size)[rank])
+    naive_sum = collectives.naive_all_reduce(x.clone())
+    results["naive_all_reduce"] = _difference(naive_sum, builtin_sum, bound)
+
+    shard = torch.tensor_split(x, world_size)[rank]
+    results["all_gather"] = _difference(collectives.ring_all_gather(shard),
+                                        _builtin_all_gather(shard, world_size), None)
+    src = world_size - 1
+    results["broadcast"] = _difference(collectives.broadcast(x.clone(), src=src),
+                                       _builtin_broadcast(x.clone(), src), None)
+    return results
+
+
+def compare_all_dtypes(rank: int, world_size: int, length: int,
+                       seed: int = 0) -> dict[str, dict[str, dict[str, float]]]:
+    """`compare_with_builtin` for every dtype in DTYPES: {dtype: {primitive: difference}}.
+
+    Collective: call on every rank.
+    """
+    return {name: compare_with_builtin(rank, world_size, length, name, seed) for name in DTYPES}
+
+
+def _builtin_all_gather(shard: torch.Tensor, world_size: int) -> torch.Tensor:
+    """torch.distributed's all_gather for shards of unequal length: pad, gather, trim."""
+    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(world_size)]
+    dist.all_gather(lengths, torch.tensor([shard.shape[0]]))
+    longest = max(int(n) for n in lengths)
+    padded = torch.zeros(longest, dtype=shard.dtype)
+    padded[: shard.shape[0]] = shard
+    gathered = [torch.empty_like(padded) for _ in range(world_size)]
+    dist.all_gather(gathered, padded)
+    return torch.cat([g[: int(n)] for g, n in zip(gathered, lengths)])
+
+
+def _builtin_broadcast(tensor: torch.Tensor, src: int) -> torch.Tensor:
+    dist.broadcast(tensor, src)
+    return tensor
+
+
+def _difference(ours: torch.Tensor, reference: torch.Tensor,
+                bound: torch.Tensor | None) -> dict[str, float]:
+    if ours.shape != reference.shape:
+        raise AssertionError(f"shape {tuple(ours.shape)} differs from the built-in's "
+                             f"{tuple(reference.shape)}")
+    if ours.numel() == 0:
+        return {"max_abs_diff": 0.0, "allowed": 0.0, "within": True}
+    diff = (ours.to(torch.float64) - reference.to(torch.float64)).abs()
+    allowed = bound if bound is not None else torch.zeros_like(diff)
+    return {"max_abs_diff": diff.max().item(), "allowed": allowed.max().item(),
+            "within": bool((diff <= allowed).all())}
+
+
+def measure_ledgers(rank: int, world_size: int, numel: int,
+                    dtype_name: str = "float32") -> dict[str, dict[str, int]]:
+    """Call each primitive once on a `numel`-element tensor; return this rank's ledger totals.
+
+    Collective: call on every rank. Keys: all_reduce, reduce_scatter, all_gather (shards of the
+    same tensor, sizes known), broadcast (from rank 0), naive_all_reduce.
+    """
+    ledger = CommLedger()
+    x = make_input(rank, numel, dtype_name)
+    collectives.ring_all_reduce(x.clone(), ledger=ledger)
+    shard = collectives.ring_reduce_scatter(x, ledger=ledger)
+    sizes = [chunk.shape[0] for chunk in torch.tensor_split(x, world_size)]
+    collectives.ring_all_gather(shard, sizes, ledger=ledger)
+    collectives.broadcast(x.clone(), src=0, ledger=ledger)
+    collectives.naive_all_reduce(x.clone(), ledger=ledger)
+    return ledger.totals()
+
+
+def _ring_ops(world_size: int) -> dict:
+    """Each benchmarked operation as (function of a prepared tensor, how to prepare it)."""
+    def shard_of(x):
+        return torch.tensor_split(x, world_size)[dist.get_rank()].clone()
+
+    def gather_builtin(shard):
+        output = shard.new_empty(shard.shape[0] * world_size)
+        dist.all_gather_single(output, shard)
+
+    def scatter_builtin(x):
+        dist.reduce_scatter_single(x.new_empty(x.shape[0] // world_size), x)
+
+    return {
+        "ring all_reduce": (collectives.ring_all_reduce, None),
+        "gloo all_reduce": (dist.all_reduce, None),
+        "naive all_reduce": (collectives.naive_all_reduce, None),
+        "ring reduce_scatter": (collectives.ring_reduce_scatter, None),
+        "gloo reduce_scatter": (scatter_builtin, None),
+        "ring all_gather": (lambda shard: collectives.ring_all_gather(
+            shard, [shard.shape[0]] * world_size), shard_of),
+        "gloo all_gather": (gather_builtin, shard_of),
+        "tree broadcast": (collectives.broadcast, None),
+        "gloo broadcast": (lambda x: dist.broadcast(x, 0), None),
+    }
+
+
+def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 5,
+                    min_trial_s: float = 0.05, ops: list[str] | None = None) -> list[dict]:
+    """Time ring and built-in collectives on float32 tensors of `sizes` bytes (full tensor).
+
+    Collective: call on every rank. A trial runs an operation `repeats` times back to back
+    (repeats chosen so a trial lasts about `min_trial_s`, equal on all ranks); its time is the
+    slowest rank's mean. Trials of all operations are interleaved, so a burst of noise on the
+    machine hits them alike, and the reported time is the median trial.
+    Returns rows {op, nbytes, seconds, repeats}. Sizes must be multiples of 4 * world_size.
+    """
+    table = _ring_ops(world_size)
+    chosen = ops or list(table)
+    rows = []
+    for nbytes in sizes:
+        if nbytes % (4 * world_size):
+            raise ValueError(f"size {nbytes} B is not a multiple of 4 * world_size = "
+                             f"{4 * world_size}: pick sizes that split evenly")
+        x = make_input(0, nbytes // 4, "float32")
+        prepared = {op: (table[op][1](x) if table[op][1] else x.clone()) for op in chosen}
+        repeats = {op: _repeats_for(table[op][0], prepared[op], min_trial_s) for op in chosen}
+        samples: dict[str, list[float]] = {op: [] for op in chosen}
+        for _ in range(trials):
+            for op in chosen:
+                samples[op].append(_timed(table[op][0], prepared[op], repeats[op]))
+        slowest = torch.tensor([samples[op] for op in chosen], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # per trial, the slowest rank counts
+        for op, times in zip(chosen, slowest.tolist()):
+            rows.append({"op": op, "nbytes": nbytes, "seconds": statistics.median(times),
+                         "repeats": repeats[op]})
+    return rows
+
+
+def _repeats_for(fn, tensor: torch.Tensor, min_trial_s: float) -> int:
+    """Calls per trial so one trial lasts about min_trial_s; the same number on every rank."""
+    fn(tensor)  # warm-up: first calls pay for connection set-up and allocation
+    once = torch.tensor([_timed(fn, tensor, 1)], dtype=torch.float64)
+    dist.all_reduce(once, op=dist.ReduceOp.MAX)
+    return max(1, min(100, round(min_trial_s / max(once.item(), 1e-9))))
+
+
+def _timed(fn, tensor: torch.Tensor, repeats: int) -> float:
+    """Mean seconds per call over `repeats` calls, all ranks starting together."""
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn(tensor)
+    return (time.perf_counter() - start) / repeats

@@ -1,0 +1,127 @@
+"""The alpha-beta cost model of collectives, and nccl-tests bandwidth figures (lesson 76).
+
+A message of n bytes costs alpha + n * beta: alpha is the fixed latency of one message (software,
+wake-ups, the network's round trip), beta the time per byte (1 / bandwidth). A collective is a
+sequence of such messages, so its time is (messages on the critical path) * alpha + (bytes on the
+critical path) * beta. Pure arithmetic, no torch:
+
+    python -c "from lesson_code import cost_model as c; print(c.predict('all_reduce', 2**26, 4, 1e-4, 1e-9))"
+
+Formulas (N ranks, n bytes in the tensor):
+
+| algorithm          | messages in sequence | bytes per rank in sequence |
+|--------------------|----------------------|----------------------------|
+| ring all-reduce    | 2(N-1)               | 2(N-1)/N * n               |
+| ring reduce-scatter| N-1                  | (N-1)/N * n                |
+| ring all-gather    | N-1                  | (N-1)/N * n                |
+| tree broadcast     | ceil(log2 N)         | ceil(log2 N) * n           |
+| naive all-reduce   | 2(N-1) (all at rank 0)| 2(N-1) * n                |
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ALGORITHMS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "naive_all_reduce")
+
+# nccl-tests (PERFORMANCE.md): bus bandwidth = algorithm bandwidth x this factor, so that busbw
+# can be compared with the link's peak whatever N is.
+_BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
+
+
+def _check(algorithm: str, world_size: int) -> None:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+
+
+def message_count(algorithm: str, world_size: int) -> int:
+    """Messages on the critical path of `algorithm` over `world_size` ranks (the alpha term)."""
+    _check(algorithm, world_size)
+    steps = world_size - 1
+    return {
+        "all_reduce": 2 * steps,
+        "reduce_scatter": steps,
+        "all_gather": steps,
+        "broadcast": math.ceil(math.log2(world_size)) if world_size > 1 else 0,
+        "naive_all_reduce": 2 * steps,
+    }[algorithm]
+
+
+def bytes_per_rank(algorithm: str, nbytes: float, world_size: int) -> float:
+    """Bytes on the critical path per rank (the beta term) for a tensor of `nbytes` bytes.
+
+    For the ring primitives this is also exactly what each rank sends when N divides the tensor;
+    for the naive all-reduce it is what rank 0 receives and then sends.
+    """
+    _check(algorithm, world_size)
+    n = world_size
+    return {
+        "all_reduce": 2 * (n - 1) / n * nbytes,
+        "reduce_scatter": (n - 1) / n * nbytes,
+        "all_gather": (n - 1) / n * nbytes,
+        "broadcast": message_count("broadcast", n) * nbytes,
+        "naive_all_reduce": 2 * (n - 1) * nbytes,
+    }[algorithm]
+
+
+def predict(algorithm: str, nbytes: float, world_size: int, alpha: float, beta: float) -> float:
+    """Predicted seconds: message_count * alpha + bytes_per_rank * beta."""
+    return (message_count(algorithm, world_size) * alpha
+            + bytes_per_rank(algorithm, nbytes, world_size) * beta)
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """A fitted cost model: alpha in seconds per message, beta in seconds per byte."""
+
+    alpha: float
+    beta: float
+
+    @property
+    def bandwidth(self) -> float:
+        """1 / beta, in bytes per second."""
+        return math.inf if self.beta == 0 else 1.0 / self.beta
+
+
+def fit_alpha_beta(algorithm: str, world_size: int, sizes: list[float],
+                   seconds: list[float]) -> AlphaBeta:
+    """Least-squares fit of alpha and beta to measured times of `algorithm` at several sizes.
+
+    The model is linear in (alpha, beta): t = m * alpha + b(n) * beta, with m messages and b(n)
+    bytes on the critical path. Raises ValueError with fewer than two distinct sizes.
+    """
+    if len(sizes) != len(seconds) or len(set(sizes)) < 2:
+        raise ValueError(f"need at least two distinct sizes with one time each, got {sizes}")
+    m = message_count(algorithm, world_size)
+    xs = [bytes_per_rank(algorithm, n, world_size) for n in sizes]
+    # Normal equations of t_i = m * alpha + x_i * beta.
+    k = len(xs)
+    sx, sy = sum(xs), sum(seconds)
+    sxx = sum(x * x for x in xs)
+    sxy = sum(x * y for x, y in zip(xs, seconds))
+    beta = (k * sxy - sx * sy) / (k * sxx - sx * sx)
+    intercept = (sy - beta * sx) / k
+    alpha = intercept / m if m else 0.0
+    return AlphaBeta(alpha=alpha, beta=beta)
+
+
+def bandwidths(algorithm: str, nbytes: float, seconds: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in bytes per second, as nccl-tests defines them.
+
+    algbw = nbytes / seconds; busbw = algbw x (2(N-1)/N for all-reduce, (N-1)/N for
+    reduce-scatter and all-gather, 1 for broadcast), where nbytes is the full tensor's size.
+    """
+    if algorithm not in _BUS_FACTOR:
+        raise ValueError(f"no bus factor for {algorithm!r}: use one of {', '.join(_BUS_FACTOR)}")
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds!r}")
+    algbw = nbytes / seconds
+    return algbw, algbw * _BUS_FACTOR[algorithm](world_size)

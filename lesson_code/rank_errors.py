@@ -1,0 +1,57 @@
+"""The errors `lesson_code.launch.spawn` raises when a run of ranks does not complete.
+
+Each names the rank (or ranks) at fault and says what to check; `RankFailedError` carries the
+rank's own traceback text, so a notebook shows where the rank failed, not only that it did.
+Standard library only; `lesson_code.launch` re-exports them.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+
+class SpawnError(RuntimeError):
+    """Base class of the errors `spawn` raises when a run of ranks does not complete."""
+
+
+class RankFailedError(SpawnError):
+    """A rank raised an exception; `rank` names it and `rank_traceback` is its traceback text."""
+
+    def __init__(self, rank: int, world_size: int, rank_traceback: str):
+        self.rank = rank
+        self.rank_traceback = rank_traceback
+        self.raised_at = time.monotonic()
+        super().__init__(
+            f"rank {rank} of {world_size} raised; the other ranks were stopped.\n"
+            f"--- traceback of rank {rank} ---\n{rank_traceback.rstrip()}"
+        )
+
+
+class RankCrashedError(SpawnError):
+    """A rank process died without reporting (a signal such as SIGABRT, or os._exit)."""
+
+    def __init__(self, rank: int, world_size: int, exitcode: int | None):
+        self.rank = rank
+        self.exitcode = exitcode
+        if exitcode is not None and exitcode < 0:
+            how = f"was killed by {signal.Signals(-exitcode).name}"
+        else:
+            how = f"exited with code {exitcode}"
+        super().__init__(
+            f"rank {rank} of {world_size} {how} before returning a result; the other ranks were "
+            "stopped. gloo aborts a process (SIGABRT) when ranks pass tensors of different shapes "
+            "to one collective: check that every rank calls the same collectives with equal shapes."
+        )
+
+
+class RankTimeoutError(SpawnError):
+    """Some ranks were still running at the deadline; `ranks` lists them."""
+
+    def __init__(self, ranks: list[int], world_size: int, timeout_s: float):
+        self.ranks = ranks
+        super().__init__(
+            f"ranks {ranks} of {world_size} were still running after timeout_s={timeout_s:g} s and "
+            "were stopped. A rank that never joins a collective blocks the others: check that every "
+            "rank calls the same collectives in the same order, or pass a larger timeout_s."
+        )

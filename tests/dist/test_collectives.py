@@ -1,0 +1,177 @@
+"""Ring primitives on real gloo ranks: equal to torch.distributed, with ledgers that add up."""
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from lesson_code import collective_checks, collectives, launch
+from lesson_code.ledger import CommLedger
+
+
+def lengths_for(world_size):
+    """0, 1, fewer elements than ranks, not divisible by the world size, and a larger one."""
+    return sorted({0, 1, max(world_size - 1, 0), 2 * world_size + 1, 1000})
+
+
+def check_every_length(rank, world_size):
+    return {(length, dtype): collective_checks.compare_with_builtin(rank, world_size, length,
+                                                                    dtype, seed=length)
+            for length in lengths_for(world_size) for dtype in collective_checks.DTYPES}
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+def test_primitives_equal_the_builtins(world_size):
+    results = launch.spawn(check_every_length, world_size=world_size)
+    failures = [(rank, key, op, diff) for rank, result in enumerate(results)
+                for key, ops in result.items() for op, diff in ops.items() if not diff["within"]]
+    assert not failures, failures[:5]
+    for rank, result in enumerate(results):
+        for (length, dtype), ops in result.items():
+            if dtype == "int64":  # integer sums are exact, whatever the order
+                assert all(diff["max_abs_diff"] == 0 for diff in ops.values())
+            assert ops["all_gather"]["max_abs_diff"] == 0  # moving data never changes it
+            assert ops["broadcast"]["max_abs_diff"] == 0
+
+
+def ledgers_for(rank, world_size, numel, dtype):
+    return collective_checks.measure_ledgers(rank, world_size, numel, dtype)
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 5])
+def test_ledger_counts_match_the_formulas_when_n_divides(world_size):
+    numel = 60 * 1024  # divisible by 2, 4 and 5
+    nbytes = numel * 4
+    ledgers = launch.spawn(ledgers_for, numel, "float32", world_size=world_size)
+    n = world_size
+    for rank, ledger in enumerate(ledgers):
+        all_reduce = ledger["all_reduce"]
+        assert all_reduce["bytes_sent"] == all_reduce["bytes_received"] == 2 * (n - 1) * nbytes // n
+        assert ledger["reduce_scatter"]["bytes_sent"] == (n - 1) * nbytes // n
+        assert ledger["all_gather"]["bytes_sent"] == (n - 1) * nbytes // n
+        # The lesson's central identity: reduce-scatter + all-gather moves one all-reduce's bytes.
+        assert (ledger["reduce_scatter"]["bytes_sent"] + ledger["all_gather"]["bytes_sent"]
+                == all_reduce["bytes_sent"])
+        expected_naive = (n - 1) * nbytes if rank == 0 else nbytes
+        assert ledger["naive_all_reduce"]["bytes_sent"] == expected_naive
+        assert ledger["naive_all_reduce"]["bytes_received"] == expected_naive
+    broadcast_messages = sum(ledger["broadcast"]["messages_sent"] for ledger in ledgers)
+    assert broadcast_messages == n - 1
+    assert sum(ledger["broadcast"]["bytes_received"] for ledger in ledgers) == (n - 1) * nbytes
+
+
+@pytest.mark.parametrize("numel, dtype", [(1001, "float32"), (3, "bfloat16"), (7, "int64")])
+def test_ledger_totals_hold_for_uneven_chunks(numel, dtype):
+    world_size = 4
+    element = torch.empty(0, dtype=collective_checks.DTYPES[dtype]).element_size()
+    nbytes = numel * element
+    ledgers = launch.spawn(ledgers_for, numel, dtype, world_size=world_size)
+    # Each rank sends every chunk but one in each phase, so the sum over ranks is exact.
+    assert sum(l["all_reduce"]["bytes_sent"] for l in ledgers) == 2 * (world_size - 1) * nbytes
+    assert sum(l["all_reduce"]["bytes_received"] for l in ledgers) == 2 * (world_size - 1) * nbytes
+    assert sum(l["reduce_scatter"]["bytes_sent"] + l["all_gather"]["bytes_sent"]
+               for l in ledgers) == 2 * (world_size - 1) * nbytes
+
+
+def shapes_and_layouts(rank, world_size):
+    matrix = torch.arange(30, dtype=torch.float64).reshape(10, 3) * (rank + 1)
+    expected_sum = torch.arange(30, dtype=torch.float64).reshape(10, 3) * sum(
+        range(1, world_size + 1))
+    transposed = matrix.clone().t()  # not contiguous: reduced in a contiguous copy and written back
+    collectives.ring_all_reduce(transposed)
+    rows = collectives.ring_reduce_scatter(matrix, op="avg")
+    gathered = collectives.ring_all_gather(rows)
+    return {
+        "transposed_ok": torch.equal(transposed.t(), expected_sum),
+        "rows_shape": tuple(rows.shape),
+        "gathered_ok": torch.allclose(gathered, expected_sum / world_size),
+    }
+
+
+def test_two_dimensional_and_non_contiguous_tensors():
+    results = launch.spawn(shapes_and_layouts, world_size=3)
+    assert all(r["transposed_ok"] and r["gathered_ok"] for r in results)
+    assert [r["rows_shape"] for r in results] == [(4, 3), (3, 3), (3, 3)]  # tensor_split rows
+
+
+def bad_arguments(rank, world_size):
+    errors = {}
+    attempts = {
+        "op": lambda: collectives.ring_all_reduce(torch.ones(4), op="max"),
+        "avg_int": lambda: collectives.ring_reduce_scatter(torch.ones(4, dtype=torch.int64),
+                                                           op="avg"),
+        "src": lambda: collectives.broadcast(torch.ones(4), src=world_size),
+        "sizes": lambda: collectives.ring_all_gather(torch.ones(3), [3] * (world_size + 1)),
+        "scalar": lambda: collectives.ring_all_gather(torch.tensor(1.0)),
+    }
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+        except ValueError as error:
+            errors[name] = str(error)
+    return errors
+
+
+def test_bad_arguments_get_errors_that_name_the_value():
+    errors = launch.spawn(bad_arguments, world_size=2)[0]
+    assert "unknown op 'max'" in errors["op"]
+    assert "op='avg' on a torch.int64 tensor" in errors["avg_int"]
+    assert "src=2 is not a rank" in errors["src"]
+    assert "sizes=[3, 3, 3]" in errors["sizes"]
+    assert "reshape(1)" in errors["scalar"]
+
+
+def test_calling_a_primitive_without_a_process_group_explains_how():
+    assert not dist.is_initialized()
+    with pytest.raises(RuntimeError, match="launch.spawn"):
+        collectives.ring_all_reduce(torch.ones(3))
+
+
+def rank_one_skips_the_collective(rank, world_size):
+    if rank == 1:
+        time.sleep(30)  # never joins; rank 0's bounded waits must give up first
+        return "skipped"
+    collectives.ring_all_reduce(torch.ones(8), timeout_s=2)
+    return "finished"
+
+
+def test_every_wait_is_bounded():
+    start = time.monotonic()
+    with pytest.raises(launch.RankFailedError) as caught:
+        launch.spawn(rank_one_skips_the_collective, world_size=2, timeout_s=60)
+    assert time.monotonic() - start < 20
+    assert caught.value.rank == 0
+    assert "ring_all_reduce" in caught.value.rank_traceback
+
+
+def ring_ledger_is_per_call(rank, world_size):
+    ledger = CommLedger()
+    for _ in range(3):
+        collectives.ring_all_reduce(torch.ones(8), ledger=ledger)
+    return ledger.totals()["all_reduce"]
+
+
+def test_a_ledger_sums_repeated_calls():
+    totals = launch.spawn(ring_ledger_is_per_call, world_size=4)[0]
+    assert totals["calls"] == 3
+    assert totals["bytes_sent"] == 3 * 2 * 3 * 8  # 3 calls x 2(N-1) chunks x 2 floats x 4 bytes
+    assert totals["messages_sent"] == 3 * 2 * 3
+
+
+def naive_versus_ring_traffic(rank, world_size, numel):
+    ledger = CommLedger()
+    collectives.ring_all_reduce(torch.ones(numel), ledger=ledger)
+    collectives.naive_all_reduce(torch.ones(numel), ledger=ledger)
+    return ledger.totals()
+
+
+def test_the_naive_all_reduce_loads_rank_zero_n_over_two_times_more():
+    numel, n = 4096, 4
+    ledgers = launch.spawn(naive_versus_ring_traffic, numel, world_size=n)
+    busiest_naive = max(l["naive_all_reduce"]["bytes_sent"] + l["naive_all_reduce"]["bytes_received"]
+                        for l in ledgers)
+    busiest_ring = max(l["all_reduce"]["bytes_sent"] + l["all_reduce"]["bytes_received"]
+                       for l in ledgers)
+    # Rank 0 of the naive scheme moves 2(N-1) x size; a ring rank 4(N-1)/N x size: N/2 times less.
+    assert busiest_naive * 2 == busiest_ring * n

@@ -1,0 +1,70 @@
+"""The alpha-beta model: message and byte counts, prediction, fitting and nccl-tests bandwidths."""
+
+import math
+
+import pytest
+
+from lesson_code import cost_model
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 64])
+def test_reduce_scatter_plus_all_gather_is_one_all_reduce(n):
+    size = 1 << 20
+    assert (cost_model.bytes_per_rank("reduce_scatter", size, n)
+            + cost_model.bytes_per_rank("all_gather", size, n)
+            == cost_model.bytes_per_rank("all_reduce", size, n))
+    assert (cost_model.message_count("reduce_scatter", n) + cost_model.message_count("all_gather", n)
+            == cost_model.message_count("all_reduce", n))
+
+
+def test_ring_bytes_approach_twice_the_tensor():
+    assert cost_model.bytes_per_rank("all_reduce", 1000, 4) == 1500
+    assert cost_model.bytes_per_rank("all_reduce", 1000, 1000) == pytest.approx(1998)
+    assert cost_model.bytes_per_rank("naive_all_reduce", 1000, 4) == 6000
+
+
+def test_broadcast_tree_rounds():
+    assert [cost_model.message_count("broadcast", n) for n in (1, 2, 3, 4, 5, 8, 9)] == \
+        [0, 1, 2, 2, 3, 3, 4]
+
+
+def test_fit_recovers_the_parameters_it_was_given():
+    alpha, beta, n = 2e-4, 1e-9, 4
+    sizes = [2 ** k for k in range(10, 27, 2)]
+    times = [cost_model.predict("all_reduce", s, n, alpha, beta) for s in sizes]
+    fitted = cost_model.fit_alpha_beta("all_reduce", n, sizes, times)
+    assert fitted.alpha == pytest.approx(alpha, rel=1e-6)
+    assert fitted.beta == pytest.approx(beta, rel=1e-6)
+    assert fitted.bandwidth == pytest.approx(1e9, rel=1e-6)
+
+
+def test_fit_needs_two_sizes():
+    with pytest.raises(ValueError, match="two distinct sizes"):
+        cost_model.fit_alpha_beta("all_reduce", 4, [1024, 1024], [1.0, 1.0])
+
+
+def test_bus_bandwidth_follows_nccl_tests():
+    algbw, busbw = cost_model.bandwidths("all_reduce", 8e9, 2.0, 8)
+    assert algbw == 4e9 and busbw == pytest.approx(4e9 * 14 / 8)
+    assert cost_model.bandwidths("all_gather", 8e9, 2.0, 4)[1] == pytest.approx(3e9)
+    assert cost_model.bandwidths("broadcast", 8e9, 2.0, 4)[1] == 4e9
+
+
+@pytest.mark.parametrize("call", [
+    lambda: cost_model.message_count("all_to_all", 4),
+    lambda: cost_model.bytes_per_rank("all_reduce", 10, 0),
+    lambda: cost_model.bandwidths("naive_all_reduce", 10, 1.0, 4),
+    lambda: cost_model.bandwidths("all_reduce", 10, 0.0, 4),
+])
+def test_bad_input_is_rejected(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_latency_dominates_small_messages():
+    alpha, beta = 1e-4, 1e-9
+    small = cost_model.predict("all_reduce", 1024, 4, alpha, beta)
+    assert 6 * alpha / small > 0.99
+    large = cost_model.predict("all_reduce", 1 << 30, 4, alpha, beta)
+    assert 6 * alpha / large < 0.01
+    assert not math.isinf(small)
