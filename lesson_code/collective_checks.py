@@ -11,6 +11,7 @@ process boundaries by value.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -22,6 +23,30 @@ from lesson_code.ledger import CommLedger
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,
           "bfloat16": torch.bfloat16, "int64": torch.int64}
+
+
+def describe_rank(rank: int, world_size: int) -> dict:
+    """Who this rank is: its rank, the world size, its process id, backend and torch threads."""
+    return {"rank": rank, "world_size": world_size, "pid": os.getpid(),
+            "backend": dist.get_backend(), "threads": torch.get_num_threads()}
+
+
+def reduce_scatter_length(rank: int, world_size: int, length: int) -> int:
+    """Length of the chunk `ring_reduce_scatter` gives this rank for a `length`-element tensor.
+
+    Collective: call on every rank.
+    """
+    return collectives.ring_reduce_scatter(torch.ones(length)).shape[0]
+
+
+def broadcast_ledger(rank: int, world_size: int, src: int, numel: int) -> dict[str, int]:
+    """This rank's traffic for one tree broadcast of `numel` float32 values from `src`.
+
+    Collective: call on every rank.
+    """
+    ledger = CommLedger()
+    collectives.broadcast(torch.zeros(numel), src=src, ledger=ledger)
+    return ledger.totals()["broadcast"]
 
 
 def make_input(rank: int, length: int, dtype_name: str, seed: int = 0) -> torch.Tensor:

@@ -1,0 +1,159 @@
+"""Figures of lesson 76: the ring schedule, measured bandwidth, the alpha-beta fit, ring vs naive.
+
+The ring figure is drawn from `collectives.ring_chunk_indices`, the same function the ring uses,
+so the picture cannot drift from the code. The other figures take rows measured by
+`collective_checks.time_primitives` or ledger totals from `collective_checks.measure_ledgers`.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from lesson_code import cost_model
+from lesson_code.collectives import ring_chunk_indices
+from lesson_code.plots import check_language, use_course_style
+
+LABELS = {
+    "en": {
+        "reduce_scatter": "reduce-scatter, step {step}", "all_gather": "all-gather, step {step}",
+        "rank": "rank", "chunk": "chunk", "size": "tensor size (bytes)",
+        "busbw": "bus bandwidth (MB/s)", "time": "time (ms)", "ranks": "ranks N",
+        "busiest": "bytes through the busiest rank (× tensor size)",
+        "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds; "
+                      "outlined = sent this step",
+        "fit": "{op}: α = {alpha:.0f} µs, 1/β = {bw:.0f} MB/s",
+        "naive": "naive (via rank 0)", "ring": "ring",
+    },
+    "fa": {
+        "reduce_scatter": "reduce-scatter، گام {step}", "all_gather": "all-gather، گام {step}",
+        "rank": "rank", "chunk": "تکه", "size": "اندازهٔ تانسور (بایت)",
+        "busbw": "پهنای باند گذرگاه (MB/s)", "time": "زمان (ms)", "ranks": "تعداد rank‌ها N",
+        "busiest": "بایت‌های عبوری از پرکارترین rank (× اندازهٔ تانسور)",
+        "ring_title": "حلقه با {n} rank: رقم‌ها = rank‌هایی که داده‌شان در تکه است؛ "
+                      "قاب پررنگ = ارسال در همین گام",
+        "fit": "{op}: α = {alpha:.0f} µs، 1/β = {bw:.0f} MB/s",
+        "naive": "ساده (از راه rank 0)", "ring": "حلقه",
+    },
+}
+
+
+def ring_states(world_size: int) -> list[tuple[str, int, list[list[frozenset]], set]]:
+    """Simulate which ranks' data each (rank, chunk) holds after every ring step.
+
+    Returns (phase, step, state, sent) per step, where state[r][c] is the set of ranks whose
+    contribution rank r's chunk c contains and `sent` the (rank, chunk) pairs sent in that step.
+    """
+    state = [[frozenset({rank}) for _ in range(world_size)] for rank in range(world_size)]
+    frames = []
+    for phase in ("reduce_scatter", "all_gather"):
+        for step in range(world_size - 1):
+            sent, new_state = set(), [row[:] for row in state]
+            for rank in range(world_size):
+                send_index, recv_index = ring_chunk_indices(phase, rank, step, world_size)
+                sent.add((rank, send_index))
+                left = (rank - 1) % world_size
+                incoming = state[left][recv_index]
+                new_state[rank][recv_index] = (incoming | state[rank][recv_index]
+                                               if phase == "reduce_scatter" else incoming)
+            state = new_state
+            frames.append((phase, step, state, sent))
+    return frames
+
+
+def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
+    """Grid per ring step (rows: ranks, columns: chunks), coloured by contributions held."""
+    labels = LABELS[check_language(lang)]
+    use_course_style()
+    frames = ring_states(world_size)
+    steps = world_size - 1
+    fig, axes = plt.subplots(2, steps, figsize=(3.0 * steps, 6.2), squeeze=False)
+    colours = plt.get_cmap("Blues")
+    for index, (phase, step, state, sent) in enumerate(frames):
+        ax = axes[index // steps][index % steps]
+        for rank in range(world_size):
+            for chunk in range(world_size):
+                held = state[rank][chunk]
+                ax.add_patch(Rectangle((chunk, rank), 1, 1, facecolor=colours(
+                    0.15 + 0.7 * len(held) / world_size), edgecolor="white"))
+                ax.text(chunk + 0.5, rank + 0.5, "".join(str(r) for r in sorted(held)),
+                        ha="center", va="center", fontsize=9)
+        for rank, chunk in sent:
+            ax.add_patch(Rectangle((chunk + 0.05, rank + 0.05), 0.9, 0.9, fill=False,
+                                   edgecolor="darkred", linewidth=2))
+        ax.set_xlim(0, world_size)
+        ax.set_ylim(world_size, 0)
+        ax.set_xticks([c + 0.5 for c in range(world_size)], range(world_size))
+        ax.set_yticks([r + 0.5 for r in range(world_size)], range(world_size))
+        ax.set_xlabel(labels["chunk"])
+        ax.set_ylabel(labels["rank"])
+        ax.set_title(labels[phase].format(step=step + 1), fontsize=10)
+        ax.set_aspect("equal")
+    fig.suptitle(labels["ring_title"].format(n=world_size), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def bandwidth_figure(rows: list[dict], world_size: int, lang: str = "en",
+                     ops: tuple[str, ...] = ("ring all_reduce", "gloo all_reduce",
+                                             "naive all_reduce")) -> Figure:
+    """Bus bandwidth (nccl-tests) against tensor size for each measured operation."""
+    labels = LABELS[check_language(lang)]
+    use_course_style()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for op in ops:
+        points = sorted((row["nbytes"], row["seconds"]) for row in rows if row["op"] == op)
+        if not points:
+            continue
+        algorithm = op.split()[-1]
+        busbw = [cost_model.bandwidths(algorithm, n, t, world_size)[1] / 1e6 for n, t in points]
+        ax.plot([n for n, _ in points], busbw, marker="o", label=op)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(labels["size"])
+    ax.set_ylabel(labels["busbw"])
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
+                      world_size: int, lang: str = "en") -> Figure:
+    """Measured times (points) beside the fitted alpha-beta model (lines), log-log."""
+    labels = LABELS[check_language(lang)]
+    use_course_style()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for op, fit in fits.items():
+        points = sorted((row["nbytes"], row["seconds"]) for row in rows if row["op"] == op)
+        algorithm = op.replace(" ", "_") if op.startswith("naive") else op.split()[-1]
+        sizes = [n for n, _ in points]
+        line, = ax.plot(sizes, [1e3 * t for _, t in points], "o")
+        ax.plot(sizes, [1e3 * cost_model.predict(algorithm, n, world_size, fit.alpha, fit.beta)
+                        for n in sizes], "-", color=line.get_color(),
+                label=labels["fit"].format(op=op, alpha=fit.alpha * 1e6, bw=fit.bandwidth / 1e6))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(labels["size"])
+    ax.set_ylabel(labels["time"])
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") -> Figure:
+    """Bytes through the busiest rank, in tensor sizes, for ring and naive all-reduce against N.
+
+    `traffic[N]` maps "ring" and "naive" to (bytes sent + received by the busiest rank) / size.
+    """
+    labels = LABELS[check_language(lang)]
+    use_course_style()
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    sizes = sorted(traffic)
+    for key in ("naive", "ring"):
+        ax.plot(sizes, [traffic[n][key] for n in sizes], marker="o", label=labels[key])
+    ax.set_xticks(sizes)
+    ax.set_xlabel(labels["ranks"])
+    ax.set_ylabel(labels["busiest"])
+    ax.legend()
+    fig.tight_layout()
+    return fig
