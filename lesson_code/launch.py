@@ -21,6 +21,7 @@ import multiprocessing.connection as mp_connection
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -105,8 +106,7 @@ def spawn(
     RankCrashedError when a rank dies without reporting, RankTimeoutError after `timeout_s`.
     """
     backend = resolve_backend(backend, world_size)
-    if not callable(fn):
-        raise ValueError(f"fn must be a function defined in a module, got {fn!r}")
+    _check_importable(fn)
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
     context = _start_context(start_method, fn)
@@ -137,6 +137,21 @@ def spawn(
         for reader in readers:
             reader.close()
         shutil.rmtree(store_dir, ignore_errors=True)
+
+
+def _check_importable(fn: Callable[..., Any]) -> None:
+    """Raise ValueError unless the ranks can import `fn` (not a lambda, not from a notebook)."""
+    if not callable(fn):
+        raise ValueError(f"fn must be a function defined in a module, got {fn!r}")
+    main = sys.modules.get("__main__")
+    interactive = fn.__module__ == "__main__" and not getattr(main, "__file__", None)
+    if interactive or "<lambda>" in getattr(fn, "__qualname__", "") \
+            or "<locals>" in getattr(fn, "__qualname__", ""):
+        raise ValueError(
+            f"{getattr(fn, '__qualname__', fn)!r} cannot be imported by the rank processes (a "
+            "lambda, a nested function, or a function defined in a notebook): define it at the "
+            "top level of a module, e.g. in lesson_code, and pass that function"
+        )
 
 
 def under_torchrun() -> bool:

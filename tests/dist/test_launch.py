@@ -158,3 +158,14 @@ def test_a_lesson_module_runs_unchanged_under_torchrun():
     assert "2 ranks" in completed.stdout
     assert "all results equal the built-ins" in completed.stdout
     assert completed.stdout.count("all results equal the built-ins") == 1  # rank 0 reports
+
+
+def test_functions_the_ranks_cannot_import_are_refused_up_front():
+    with pytest.raises(ValueError, match="cannot be imported by the rank processes"):
+        launch.spawn(lambda rank, world_size: rank, world_size=2)
+
+    def nested(rank, world_size):
+        return rank
+
+    with pytest.raises(ValueError, match="top level of a module"):
+        launch.spawn(nested, world_size=2)
