@@ -27,14 +27,14 @@ LABELS = {
         "naive": "naive (via rank 0)", "ring": "ring",
     },
     "fa": {
-        "reduce_scatter": "reduce-scatter، گام {step}", "all_gather": "all-gather، گام {step}",
-        "rank": "rank", "chunk": "تکه", "size": "اندازهٔ تانسور (بایت)",
-        "busbw": "پهنای باند گذرگاه (MB/s)", "time": "زمان (ms)", "ranks": "تعداد rank‌ها N",
-        "busiest": "بایت‌های عبوری از پرکارترین rank (× اندازهٔ تانسور)",
-        "ring_title": "حلقه با {n} rank: رقم‌ها = rank‌هایی که داده‌شان در تکه است؛ "
+        "reduce_scatter": "کاهش و پخش، گام {step}", "all_gather": "گردآوری همگانی، گام {step}",
+        "rank": "رتبه", "chunk": "تکه", "size": "اندازهٔ تنسور (بایت)",
+        "busbw": "پهنای باند گذرگاه (MB/s)", "time": "زمان (ms)", "ranks": "تعداد رتبه‌ها N",
+        "busiest": "بایت‌های عبوری از پرکارترین رتبه (× اندازهٔ تنسور)",
+        "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه هست؛ "
                       "قاب پررنگ = ارسال در همین گام",
         "fit": "{op}: α = {alpha:.0f} µs، 1/β = {bw:.0f} MB/s",
-        "naive": "ساده (از راه rank 0)", "ring": "حلقه",
+        "naive": "ساده (از راه رتبهٔ ۰)", "ring": "حلقه",
     },
 }
 
