@@ -1,0 +1,81 @@
+"""Fixtures for the book tests: build the whole Jupyter Book once per session, as CI does.
+
+The build is `jupyter-book build <repo root> -W -n --keep-going` into a fresh temporary folder,
+so it runs every lesson notebook (execute_notebooks: force) and any warning, including a failing
+cell, fails it. Tests that read the HTML take the `book_html` fixture; select them all with
+`pytest -m book`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository root, which is the book root
+BUILD_TIMEOUT_S = 3600  # every lesson runs real process groups; 81 alone takes minutes on 2 cores
+LOG_TAIL_LINES = 60
+PROBLEM = re.compile(r"(WARNING|ERROR|CRITICAL):|Error\b")  # Sphinx warnings, tracebacks
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "book: tests of the Jupyter Book (build, browser rendering, fa/en sync)"
+    )
+
+
+def _jupyter_book() -> str:
+    """The jupyter-book executable of the running environment, else the one on PATH."""
+    beside_python = Path(sys.executable).with_name("jupyter-book")
+    found = str(beside_python) if beside_python.exists() else shutil.which("jupyter-book")
+    if found is None:
+        pytest.fail('jupyter-book is not installed: pip install -e ".[book,test]"')
+    return found
+
+
+def _failure_report(log: str) -> str:
+    """Every warning and error line of a build log, then its last lines, without colours."""
+    lines = ANSI.sub("", log).splitlines()
+    problems = [ln for ln in lines if PROBLEM.search(ln)]
+    return "\n".join(
+        ["warnings and errors:", *problems, "", f"last {LOG_TAIL_LINES} lines:"]
+        + lines[-LOG_TAIL_LINES:]
+    )
+
+
+@pytest.fixture(scope="session")
+def book_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build the book from a clean output folder and return its HTML folder.
+
+    Fails (for every test that uses it, with the log's warnings and tail) when jupyter-book exits
+    non-zero. The full log is kept beside the output as build.log.
+    """
+    out = tmp_path_factory.mktemp("book")
+    cmd = [_jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going", "--path-output", str(out)]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+    except subprocess.TimeoutExpired as exc:
+        # TimeoutExpired carries bytes even with text=True.
+        log = b"".join(part or b"" for part in (exc.stdout, exc.stderr)).decode(errors="replace")
+        pytest.fail(f"book build ran past {BUILD_TIMEOUT_S} s\n{_failure_report(log)}", pytrace=False)
+    log = proc.stdout + proc.stderr
+    (out / "build.log").write_text(log, encoding="utf-8")
+    if proc.returncode != 0:
+        pytest.fail(
+            f"book build failed (exit {proc.returncode}, log {out / 'build.log'}):\n"
+            + _failure_report(log),
+            pytrace=False,
+        )
+    print(f"book built in {time.monotonic() - start:.0f} s into {out}")
+    return out / "_build" / "html"

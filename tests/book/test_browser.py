@@ -1,0 +1,185 @@
+"""The built lesson pages in headless Chromium, with every request to another host blocked.
+
+What only a browser can tell: the Persian article is laid out right-to-left while code stays
+left-to-right, its Persian text is drawn with the shipped Vazirmatn (asked of Chromium itself
+through the DevTools protocol, CSS.getPlatformFontsForNode), and MathJax renders from the local
+copy. A screenshot of the Persian lesson is saved in _build/screenshots/ for a human to look at.
+
+Skipped when Chromium or Playwright is missing on a developer machine; fails instead when the
+environment variable CI is set.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+pytestmark = pytest.mark.book
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium-headless-shell")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+PERSIAN_LESSON = "notebooks/fa/76-collectives.html"
+ENGLISH_LESSON = "notebooks/en/76-collectives.html"
+MATHJAX_TIMEOUT_MS = 30_000
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI is set, so the browser checks must run")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        _unavailable(f"{CHROMIUM} is missing (Debian: apt-get install chromium-headless-shell)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable('playwright is not installed (pip install -e ".[test]")')
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def site(book_html: Path) -> Iterator[str]:
+    """Serve the built book on a free localhost port; yields its base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(book_html))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib name)
+        pass
+
+
+@dataclass
+class Visit:
+    """One page load: the page, and every request it tried that was blocked or failed."""
+
+    page: object
+    blocked: list[str] = field(default_factory=list)  # requests to other hosts (aborted)
+    failed: list[str] = field(default_factory=list)  # local requests that did not succeed
+    fetched: list[str] = field(default_factory=list)  # local URLs served successfully
+
+
+def visit(browser, url: str) -> Visit:
+    """Open `url` offline: requests to hosts other than localhost are recorded and aborted."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    result = Visit(page)
+
+    def route(r) -> None:
+        if urlparse(r.request.url).hostname in LOCAL_HOSTS:
+            r.continue_()
+        else:
+            result.blocked.append(r.request.url)
+            r.abort()
+
+    def on_response(response) -> None:
+        if urlparse(response.url).hostname not in LOCAL_HOSTS:
+            return
+        if response.status >= 400:
+            result.failed.append(f"{response.status} {response.url}")
+        else:
+            result.fetched.append(response.url)
+
+    page.route("**/*", route)
+    page.on("response", on_response)
+    page.goto(url, wait_until="networkidle")
+    # MathJax typesets after load; its startup promise resolves when the page is done.
+    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                           timeout=MATHJAX_TIMEOUT_MS)
+    page.evaluate("() => MathJax.startup.promise")
+    page.evaluate("() => document.fonts.ready.then(() => true)")
+    page.wait_for_load_state("networkidle")
+    return result
+
+
+def computed(page, selector: str, prop: str) -> str:
+    """The computed CSS `prop` of the first element matching `selector` (raises if none)."""
+    return page.eval_on_selector(selector, f"el => getComputedStyle(el).{prop}")
+
+
+def fonts_rendering(page, selector: str) -> list[dict]:
+    """Chromium's own answer: which platform fonts drew the text directly inside `selector`."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    root = cdp.send("DOM.getDocument")["root"]["nodeId"]
+    node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
+    assert node, f"no element matches {selector!r}"
+    return cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+
+
+def assert_offline_and_complete(v: Visit) -> None:
+    if v.blocked:
+        pytest.fail("the page tried to reach other hosts:\n" + "\n".join(v.blocked))
+    if v.failed:
+        pytest.fail("local files the page needs are missing:\n" + "\n".join(v.failed))
+
+
+def assert_mathjax_rendered(v: Visit) -> None:
+    assert v.page.locator("mjx-container").count() > 0, "MathJax rendered no formula"
+    assert v.page.locator("mjx-merror").count() == 0, "MathJax reported a TeX error"
+    assert any("/_static/mathjax/es5/output/chtml/fonts/woff-v2/" in u for u in v.fetched), (
+        "MathJax did not load its fonts from _static/mathjax"
+    )
+
+
+def test_persian_lesson_is_rtl_in_vazirmatn_and_offline(browser, site: str) -> None:
+    v = visit(browser, f"{site}/{PERSIAN_LESSON}")
+    try:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        v.page.screenshot(path=str(SCREENSHOTS / "fa-76-collectives.png"), full_page=True)
+        assert_offline_and_complete(v)
+
+        assert computed(v.page, "article.bd-article", "direction") == "rtl"
+        assert computed(v.page, ".cell_input pre", "direction") == "ltr"
+        assert computed(v.page, "div.math", "direction") == "ltr"
+
+        # Mark the first paragraph that is mostly Persian, then ask Chromium what drew it.
+        found = v.page.evaluate("""() => {
+            const isPersian = p => (p.textContent.match(/[\\u0600-\\u06FF]/g) || []).length > 10;
+            const p = [...document.querySelectorAll("article.bd-article p")].find(isPersian);
+            if (p) p.setAttribute("data-test-persian", "");
+            return Boolean(p);
+        }""")
+        assert found, "the Persian lesson has no Persian paragraph"
+        fonts = fonts_rendering(v.page, "[data-test-persian]")
+        main = max(fonts, key=lambda f: f["glyphCount"])
+        assert "Vazirmatn" in main["familyName"] and main["isCustomFont"], (
+            f"Persian text is drawn with {fonts}, expected the shipped web font Vazirmatn"
+        )
+        assert_mathjax_rendered(v)
+    finally:
+        v.page.context.close()
+
+
+def test_english_lesson_is_ltr_and_offline(browser, site: str) -> None:
+    v = visit(browser, f"{site}/{ENGLISH_LESSON}")
+    try:
+        assert_offline_and_complete(v)
+        assert computed(v.page, "article.bd-article", "direction") == "ltr"
+        assert_mathjax_rendered(v)
+    finally:
+        v.page.context.close()

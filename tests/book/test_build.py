@@ -1,0 +1,162 @@
+"""The built book: every page exists, Persian pages are marked right-to-left, nothing is remote.
+
+Readers of the Persian edition often have slow or filtered internet, so no page may load a
+script, stylesheet, font or image from another host (DESIGN.md section 6). These tests read the
+HTML and CSS that `book_html` (conftest.py) built; tests/book/test_browser.py checks the same
+things in a real browser.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.book
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository root, which is the book root
+
+PERSIAN_PREFIXES = ("book/fa/", "notebooks/fa/")
+# <link rel=...> values that name a related page rather than something the browser loads.
+NAVIGATION_RELS = {"next", "prev", "index", "search", "canonical", "alternate", "author",
+                   "license", "help", "bookmark"}
+REMOTE = re.compile(r"^\s*(https?:)?//", re.IGNORECASE)
+CSS_URL = re.compile(r"""url\(\s*['"]?([^'")]+)['"]?\s*\)|@import\s+['"]([^'"]+)['"]""")
+SHIPPED_FILES = [
+    "_static/rtl.css",
+    "_static/fonts/vazirmatn/Vazirmatn-Regular.woff2",
+    "_static/fonts/vazirmatn/Vazirmatn-Bold.woff2",
+    "_static/fonts/vazirmatn/OFL.txt",
+    "_static/mathjax/LICENSE",
+    "_static/mathjax/es5/tex-chtml.js",
+    "_static/mathjax/es5/output/chtml/fonts/woff-v2/MathJax_Main-Regular.woff",
+    "_static/mathjax/es5/output/chtml/fonts/woff-v2/MathJax_Math-Italic.woff",
+    "_static/mathjax/es5/output/chtml/fonts/woff-v2/MathJax_Zero.woff",
+]
+
+
+def toc_pages() -> list[str]:
+    """Every page named in _toc.yml (root, then each part's chapters and their sections)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    pages = [toc["root"]]
+
+    def walk(entries: list[dict]) -> None:
+        for entry in entries:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections", []))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters", []))
+    walk(toc.get("chapters", []))
+    return pages
+
+
+class _Assets(HTMLParser):
+    """Collects what a page makes the browser fetch, and the attributes of its <body>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetched: list[str] = []  # "tag attr=value" for every resource the page loads
+        self.css: list[str] = []  # inline <style> blocks and style="" attributes
+        self.body: dict[str, str] = {}
+        self._in_style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "body":
+            self.body = a
+        if "style" in a:
+            self.css.append(a["style"])
+        if tag == "style":
+            self._in_style = True
+        if tag == "link" and not set(a.get("rel", "").lower().split()) & NAVIGATION_RELS:
+            self.fetched.append(f"link href={a.get('href', '')}")
+        for attr in ("src", "srcset", "data", "poster"):
+            if attr in a and tag in {"script", "img", "source", "iframe", "embed", "object",
+                                     "video", "audio", "track", "input"}:
+                self.fetched.append(f"{tag} {attr}={a[attr]}")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_style:
+            self.css.append(data)
+
+
+def parse(html_file: Path) -> _Assets:
+    parser = _Assets()
+    parser.feed(html_file.read_text(encoding="utf-8"))
+    return parser
+
+
+def css_urls(css: str) -> list[str]:
+    """The url(...) and @import targets of a stylesheet, without inline data: URIs."""
+    found = [a or b for a, b in CSS_URL.findall(css)]
+    return [u for u in found if not u.strip().lower().startswith("data:")]
+
+
+def test_every_toc_page_was_built(book_html: Path) -> None:
+    missing = [p for p in toc_pages() if not (book_html / f"{p}.html").is_file()]
+    assert not missing, f"pages listed in _toc.yml but not built: {missing}"
+
+
+def test_no_page_loads_a_remote_asset(book_html: Path) -> None:
+    remote = []
+    for page in sorted(book_html.rglob("*.html")):
+        assets = parse(page)
+        name = page.relative_to(book_html)
+        for ref in assets.fetched:
+            value = ref.split("=", 1)[1]
+            if any(REMOTE.match(part) for part in value.split(",")):
+                remote.append(f"{name}: <{ref}>")
+        for css in assets.css:
+            remote += [f"{name}: inline CSS url({u})" for u in css_urls(css) if REMOTE.match(u)]
+    for sheet in sorted(book_html.rglob("*.css")):
+        name = sheet.relative_to(book_html)
+        text = sheet.read_text(encoding="utf-8", errors="replace")
+        remote += [f"{name}: url({u})" for u in css_urls(text) if REMOTE.match(u)]
+    assert not remote, "assets fetched from other hosts:\n" + "\n".join(remote)
+
+
+@pytest.mark.parametrize("page", toc_pages())
+def test_persian_pages_and_only_they_are_right_to_left(book_html: Path, page: str) -> None:
+    assets = parse(book_html / f"{page}.html")
+    classes = assets.body.get("class", "").split()
+    assert any("rtl.css" in ref for ref in assets.fetched), f"{page} does not load rtl.css"
+    if page.startswith(PERSIAN_PREFIXES):
+        assert "lang-fa" in classes and assets.body.get("lang") == "fa", (
+            f"{page} is Persian but its <body> is {assets.body}; see book/_templates/layout.html"
+        )
+    else:
+        assert "lang-fa" not in classes and "lang" not in assets.body, (
+            f"{page} is not Persian but its <body> is {assets.body}"
+        )
+
+
+def test_fonts_and_mathjax_are_shipped(book_html: Path) -> None:
+    missing = [f for f in SHIPPED_FILES if not (book_html / f).is_file()]
+    assert not missing, f"files missing from the built book: {missing}"
+    # Every font rtl.css names must be in the output, next to it.
+    rtl = book_html / "_static" / "rtl.css"
+    unresolved = [u for u in css_urls(rtl.read_text(encoding="utf-8"))
+                  if not (rtl.parent / u).is_file()]
+    assert not unresolved, f"rtl.css points to files that are not in _static: {unresolved}"
+
+
+def test_mathjax_is_the_shipped_copy(book_html: Path) -> None:
+    # Sphinx adds MathJax only to pages with math (and to pages whose toctree contains math).
+    loaded = [
+        f"{page.relative_to(book_html)}: <{ref}>"
+        for page in sorted(book_html.rglob("*.html"))
+        for ref in parse(page).fetched
+        if "mathjax" in ref.lower()
+    ]
+    assert loaded, "no page loads MathJax: is mathjax_path set in _config.yml?"
+    wrong = [ref for ref in loaded if "_static/mathjax/es5/tex-chtml.js" not in ref]
+    assert not wrong, "pages that load another MathJax:\n" + "\n".join(wrong)
