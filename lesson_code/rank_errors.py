@@ -29,19 +29,24 @@ class RankFailedError(SpawnError):
 
 
 class RankCrashedError(SpawnError):
-    """A rank process died without reporting (a signal such as SIGABRT, or os._exit)."""
+    """A rank process died without reporting (a signal such as SIGABRT, or a failed start)."""
 
     def __init__(self, rank: int, world_size: int, exitcode: int | None):
         self.rank = rank
         self.exitcode = exitcode
         if exitcode is not None and exitcode < 0:
             how = f"was killed by {signal.Signals(-exitcode).name}"
+            hint = ("gloo aborts a process (SIGABRT) when ranks pass tensors of different shapes "
+                    "to one collective: check that every rank calls the same collectives with "
+                    "equal shapes" if exitcode == -signal.SIGABRT else
+                    "check the rank's memory use and anything that may kill it")
         else:
             how = f"exited with code {exitcode}"
+            hint = ("it did not start the rank function: its stderr above says why. A script "
+                    "that spawns ranks must do so under `if __name__ == '__main__':`")
         super().__init__(
             f"rank {rank} of {world_size} {how} before returning a result; the other ranks were "
-            "stopped. gloo aborts a process (SIGABRT) when ranks pass tensors of different shapes "
-            "to one collective: check that every rank calls the same collectives with equal shapes."
+            f"stopped. {hint[0].upper() + hint[1:]}."
         )
 
 

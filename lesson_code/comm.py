@@ -1,0 +1,152 @@
+"""One switch between lesson 76's ring collectives and torch.distributed's built-ins (lessons 77-81).
+
+DDP and ZeRO talk to the other ranks through a `Communicator`: `Communicator("ring")` uses the
+point-to-point rings of `lesson_code.collectives` and counts every byte in a ledger;
+`Communicator("builtin")` calls gloo's or NCCL's own collectives (faster on real hardware, but what
+they put on the wire is not counted). Both give the same results, within float summation order.
+
+    comm = Communicator("ring", ledger=CommLedger())
+    handle = comm.all_reduce_async(bucket, op="avg")   # returns at once
+    ...                                                # keep computing
+    handle.wait()                                      # bounded by timeout_s
+
+Collectives: every method is called on every rank, in the same order. Asynchronous ring
+all-reduces run, in the order they were started, on one background thread per communicator.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from lesson_code import collectives
+from lesson_code.ledger import CommLedger
+from lesson_code.p2p import DEFAULT_WAIT_S
+
+KINDS = ("ring", "builtin")
+
+
+class PendingReduce:
+    """Handle of an asynchronous all-reduce; `wait()` blocks (bounded) until the tensor is reduced."""
+
+    def __init__(self, wait: Callable[[float], None]):
+        self._wait = wait
+        self.done = False
+
+    def wait(self, timeout_s: float = DEFAULT_WAIT_S) -> None:
+        """Block until the reduction finished; raise TimeoutError after `timeout_s`."""
+        if not self.done:
+            self._wait(timeout_s)
+            self.done = True
+
+
+class Communicator:
+    """all_reduce, reduce_scatter, all_gather and broadcast from rings or from torch.distributed.
+
+    `events` lists (op, nbytes, start, end) in time.perf_counter() seconds for every ring call when
+    `record_events` is True (lesson 77 draws its overlap timeline from them).
+    Raises ValueError for an unknown kind.
+    """
+
+    def __init__(self, kind: str = "ring", ledger: CommLedger | None = None, *, group=None,
+                 timeout_s: float = DEFAULT_WAIT_S, record_events: bool = False):
+        if kind not in KINDS:
+            raise ValueError(f"unknown communicator kind {kind!r}: use one of {', '.join(KINDS)}")
+        self.kind, self.ledger, self.group, self.timeout_s = kind, ledger, group, timeout_s
+        self.record_events = record_events
+        self.events: list[tuple[str, int, float, float]] = []
+        self._thread: ThreadPoolExecutor | None = None
+
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size(self.group)
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank(self.group)
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Reduce `tensor` in place over all ranks ("sum" or "avg"); return it."""
+        if self.kind == "ring":
+            return self._timed("all_reduce", tensor, lambda: collectives.ring_all_reduce(
+                tensor, op, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
+        dist.all_reduce(tensor, group=self.group)
+        return tensor.div_(self.world_size) if op == "avg" else tensor
+
+    def all_reduce_async(self, tensor: torch.Tensor, op: str = "sum") -> PendingReduce:
+        """Start reducing `tensor` in place and return at once; call `.wait()` before reading it."""
+        if self.kind == "ring":
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ring")
+            future = self._thread.submit(self.all_reduce, tensor, op)
+            return PendingReduce(lambda timeout_s: future.result(timeout=timeout_s))
+        work = dist.all_reduce(tensor, group=self.group, async_op=True)
+
+        def finish(timeout_s: float) -> None:
+            work.wait(timedelta(seconds=timeout_s))
+            if op == "avg":
+                tensor.div_(self.world_size)
+        return PendingReduce(finish)
+
+    def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """This rank's chunk `torch.tensor_split(reduced, N)[rank]` of the reduction of `tensor`."""
+        if self.kind == "ring":
+            return self._timed("reduce_scatter", tensor, lambda: collectives.ring_reduce_scatter(
+                tensor, op, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
+        n = self.world_size
+        if tensor.shape[0] % n == 0:
+            output = tensor.new_empty((tensor.shape[0] // n, *tensor.shape[1:]))
+            dist.reduce_scatter_single(output, tensor.contiguous(), group=self.group)
+        else:  # chunks of unequal length: the built-in needs equal ones, so reduce everything
+            reduced = tensor.clone()
+            dist.all_reduce(reduced, group=self.group)
+            output = torch.tensor_split(reduced, n)[self.rank].clone()
+        return output.div_(n) if op == "avg" else output
+
+    def all_gather(self, shard: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+        """Concatenation along dim 0 of every rank's shard; `sizes[r]` is rank r's length."""
+        if self.kind == "ring":
+            return self._timed("all_gather", shard, lambda: collectives.ring_all_gather(
+                shard, sizes, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
+        return builtin_all_gather(shard, sizes, self.group)
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """Copy rank `src`'s `tensor` into `tensor` on every rank; return it."""
+        if self.kind == "ring":
+            return self._timed("broadcast", tensor, lambda: collectives.broadcast(
+                tensor, src, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
+        dist.broadcast(tensor, dist.get_global_rank(self.group, src) if self.group else src,
+                       group=self.group)
+        return tensor
+
+    def close(self) -> None:
+        """Stop the background thread (pending reductions finish first)."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
+
+    def _timed(self, op: str, tensor: torch.Tensor, call: Callable[[], torch.Tensor]):
+        start = time.perf_counter()
+        result = call()
+        if self.record_events:
+            self.events.append((op, tensor.numel() * tensor.element_size(), start,
+                                time.perf_counter()))
+        return result
+
+
+def builtin_all_gather(shard: torch.Tensor, sizes: list[int], group=None) -> torch.Tensor:
+    """torch.distributed's all-gather for shards of unequal length: pad to the longest, gather, trim.
+
+    Collective: call on every rank.
+    """
+    longest = max(sizes)
+    padded = shard.new_zeros((longest, *shard.shape[1:]))
+    padded[: shard.shape[0]] = shard
+    gathered = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(gathered, padded, group=group)
+    return torch.cat([piece[:size] for piece, size in zip(gathered, sizes)])

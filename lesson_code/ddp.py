@@ -1,0 +1,253 @@
+"""Data parallelism from scratch (lesson 77): same parameters everywhere, averaged gradients.
+
+Every rank holds a full copy of the model and a different slice of the batch. Two wrappers sit side
+by side, as in picotron: `NaiveDDP` all-reduces each parameter's gradient after backward;
+`BucketedDDP` packs gradients into buckets and starts each bucket's all-reduce during backward, as
+soon as its last gradient is ready, so that communication hides behind the rest of backward.
+Both start from `broadcast_parameters` and honour `no_sync()` for gradient accumulation.
+
+    model = BucketedDDP(MiniGPT(), bucket_cap_mb=1.0)   # inside a rank: lesson_code.launch.spawn
+    loss = model(x, y)[1]; loss.backward()              # gradients arrive averaged
+    optimizer.step()
+
+Run the lesson's checks: `python -m lesson_code.ddp_checks` (4 ranks) or under torchrun.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from lesson_code.comm import Communicator, PendingReduce
+from lesson_code.ledger import CommLedger
+
+
+def broadcast_parameters(module: nn.Module, src: int = 0, comm: Communicator | None = None) -> None:
+    """Copy rank `src`'s parameters and buffers into `module` on every rank.
+
+    Collective: call on every rank. Tensors are packed into one flat buffer per dtype, so the
+    broadcast costs one message per tree edge rather than one per tensor.
+    Raises ValueError (on every rank) when ranks hold parameters of different names or shapes.
+    """
+    comm = comm or Communicator("ring")
+    _check_same_layout(module)
+    tensors = [p.data for p in module.parameters()] + list(module.buffers())
+    for dtype in sorted({t.dtype for t in tensors}, key=str):
+        group = [t for t in tensors if t.dtype == dtype]
+        flat = _flatten_dense_tensors(group)
+        comm.broadcast(flat, src)
+        for tensor, value in zip(group, _unflatten_dense_tensors(flat, group)):
+            tensor.copy_(value)
+
+
+def _check_same_layout(module: nn.Module) -> None:
+    """Raise ValueError unless every rank has the same parameter names, shapes and dtypes."""
+    layout = [(name, tuple(p.shape), str(p.dtype)) for name, p in module.named_parameters()]
+    layouts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(layouts, layout)
+    for rank, other in enumerate(layouts):
+        if other != layouts[0]:
+            first = next((a, b) for a, b in zip(layouts[0] + [None], other + [None]) if a != b)
+            raise ValueError(
+                f"rank {rank} holds different parameters from rank 0: {first[1]} vs {first[0]}. "
+                "Build the same model on every rank (same class and config) before wrapping it."
+            )
+
+
+class _DataParallel(nn.Module):
+    """What both wrappers share: validation, the initial broadcast, forward, no_sync."""
+
+    def __init__(self, module: nn.Module, comm: Communicator | str = "ring",
+                 ledger: CommLedger | None = None):
+        super().__init__()
+        self.module = module
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError(
+                f"{type(module).__name__} has no trainable parameters: data parallelism averages "
+                "gradients, so wrap a module with at least one parameter that requires grad"
+            )
+        self.comm = comm if isinstance(comm, Communicator) else Communicator(comm, ledger)
+        self._no_sync = False
+        self._sync_this_backward = True
+        self._backward_started = False
+        self.first_gradient_at = 0.0
+        # Of the last synchronised backward: seconds of communication in all, and seconds the
+        # training loop waited for it after backward (the part not hidden behind computation).
+        self.stats = {"comm_s": 0.0, "wait_s": 0.0}
+        broadcast_parameters(module, comm=self.comm)
+        for param in self.params:
+            param.register_post_accumulate_grad_hook(self._on_gradient_ready)
+
+    def forward(self, *args, **kwargs):
+        # Like torch DDP, the decision to synchronise is taken at forward time: a backward whose
+        # forward ran inside no_sync() does not synchronise, whatever the flag is by then.
+        self._sync_this_backward = not self._no_sync
+        return self.module(*args, **kwargs)
+
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Skip gradient synchronisation for forward/backward passes run inside this block.
+
+        Gradients accumulate locally; the first backward outside the block averages the sum.
+        """
+        previous, self._no_sync = self._no_sync, True
+        try:
+            yield
+        finally:
+            self._no_sync = previous
+
+    def _on_gradient_ready(self, param: torch.Tensor) -> None:
+        if not self._sync_this_backward:
+            return
+        if not self._backward_started:
+            self._backward_started = True
+            self.first_gradient_at = time.perf_counter()
+            self.stats = {"comm_s": 0.0, "wait_s": 0.0}
+            # Runs once autograd has finished this backward pass (torch DDP uses the same hook).
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+        self._gradient_ready(param)
+
+    def _gradient_ready(self, param: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def _finish_backward(self) -> None:
+        self._backward_started = False
+        self._synchronise()
+
+    def _synchronise(self) -> None:
+        raise NotImplementedError
+
+
+class NaiveDDP(_DataParallel):
+    """After backward, all-reduce (average) each parameter's gradient, one call per parameter."""
+
+    def _gradient_ready(self, param: torch.Tensor) -> None:
+        pass  # nothing to do until the whole backward pass is over
+
+    def _synchronise(self) -> None:
+        start = time.perf_counter()
+        for param in self.params:
+            if param.grad is None:
+                raise RuntimeError(_no_gradient_message(self.module, [param]))
+            self.comm.all_reduce(param.grad, op="avg")
+        self.stats["comm_s"] = self.stats["wait_s"] = time.perf_counter() - start
+
+
+class _Bucket:
+    """A flat gradient buffer for consecutive parameters, reduced by one all-reduce."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        self.params = params
+        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype,
+                                device=params[0].device)
+        self.views = torch.split(self.flat, [p.numel() for p in params])
+        self.missing: set[int] = set()
+        self.pending: PendingReduce | None = None
+        self.ready_at = 0.0
+
+    def reset(self) -> None:
+        self.missing = {id(p) for p in self.params}
+        self.pending = None
+
+
+class BucketedDDP(_DataParallel):
+    """Gradients packed into buckets; each bucket's all-reduce starts as soon as it is full.
+
+    Buckets take parameters in reverse registration order (roughly the order backward produces
+    gradients), up to `bucket_cap_mb` megabytes each, one dtype per bucket. Buckets are started in
+    bucket order on every rank, so that all ranks issue the same collectives in the same order.
+    Raises ValueError for a bucket size of zero or less.
+    """
+
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
+                 comm: Communicator | str = "ring", ledger: CommLedger | None = None):
+        if not bucket_cap_mb > 0:
+            raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}: "
+                             "try 25 (torch DDP's default) or 1 for small models")
+        super().__init__(module, comm, ledger)
+        self.bucket_cap_bytes = int(bucket_cap_mb * 2 ** 20)
+        self.buckets = _make_buckets(list(reversed(self.params)), self.bucket_cap_bytes)
+        self._slot_of = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
+        self._next_to_start = 0
+        # Of the last synchronised backward, per bucket: bytes, and when it was ready, started
+        # and finished reducing (perf_counter seconds; start/end need comm.record_events).
+        self.timeline: list[dict] = []
+        for bucket in self.buckets:
+            bucket.reset()
+
+    def _gradient_ready(self, param: torch.Tensor) -> None:
+        bucket, index = self._slot_of[id(param)]
+        bucket.views[index].copy_(param.grad.view(-1))
+        bucket.missing.discard(id(param))
+        while self._next_to_start < len(self.buckets) and not self.buckets[self._next_to_start].missing:
+            ready = self.buckets[self._next_to_start]
+            ready.ready_at = time.perf_counter()
+            ready.pending = self.comm.all_reduce_async(ready.flat, op="avg")
+            self._next_to_start += 1
+
+    def _synchronise(self) -> None:
+        unfinished = [p for b in self.buckets for p in b.params if id(p) in b.missing]
+        if unfinished:
+            for bucket in self.buckets:
+                if bucket.pending is not None:
+                    bucket.pending.wait(self.comm.timeout_s)  # leave no reduction in flight
+            self._reset_buckets()
+            raise RuntimeError(_no_gradient_message(self.module, unfinished))
+        start = time.perf_counter()
+        for bucket in self.buckets:
+            bucket.pending.wait(self.comm.timeout_s)
+        self.stats["wait_s"] = time.perf_counter() - start
+        for bucket in self.buckets:
+            for param, view in zip(bucket.params, bucket.views):
+                param.grad.copy_(view.view_as(param))
+        self._record_timeline()
+        self._reset_buckets()
+
+    def _record_timeline(self) -> None:
+        """Pair each bucket with its reduction's measured start and end (ring communicator)."""
+        events = self.comm.events[-len(self.buckets):] if self.comm.record_events else []
+        if len(events) == len(self.buckets):
+            self.comm.events.clear()
+        else:
+            events = [(None, 0, float("nan"), float("nan"))] * len(self.buckets)
+        self.timeline = [
+            {"bucket": index, "bytes": bucket.flat.numel() * bucket.flat.element_size(),
+             "ready": bucket.ready_at, "start": start, "end": end}
+            for index, (bucket, (_, _, start, end)) in enumerate(zip(self.buckets, events))
+        ]
+        self.stats["comm_s"] = sum(row["end"] - row["start"] for row in self.timeline)
+
+    def _reset_buckets(self) -> None:
+        self._next_to_start = 0
+        for bucket in self.buckets:
+            bucket.reset()
+
+
+def _make_buckets(params: list[torch.Tensor], cap_bytes: int) -> list[_Bucket]:
+    """Group consecutive parameters of one dtype into buckets of at most cap_bytes (at least one)."""
+    buckets, current, size = [], [], 0
+    for param in params:
+        nbytes = param.numel() * param.element_size()
+        if current and (size + nbytes > cap_bytes or param.dtype != current[0].dtype):
+            buckets.append(_Bucket(current))
+            current, size = [], 0
+        current.append(param)
+        size += nbytes
+    if current:
+        buckets.append(_Bucket(current))
+    return buckets
+
+
+def _no_gradient_message(module: nn.Module, params: list[torch.Tensor]) -> str:
+    names = {id(p): name for name, p in module.named_parameters()}
+    listed = ", ".join(names.get(id(p), "?") for p in params[:5])
+    return (f"parameters received no gradient in this backward pass: {listed}. Every trainable "
+            "parameter must take part in the loss (torch DDP would need find_unused_parameters=True); "
+            "freeze unused ones with requires_grad_(False) before wrapping the model")
