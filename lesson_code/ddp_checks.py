@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code.comm import Communicator
-from lesson_code.ddp import BucketedDDP, NaiveDDP
+from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
 from lesson_code.ledger import CommLedger
 from lesson_code.models import GPTConfig, build_model
 
@@ -58,7 +58,7 @@ def make_batch(run: DDPRun, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(1_000_003 * run.seed + step)
     if run.model == "mlp":
         x = torch.randn(run.batch_size, 32, generator=generator)
-        return x, (x[:, :10].argmax(dim=1) + step) % 10
+        return x, x[:, :10].argmax(dim=1)  # a learnable rule: the largest of 10 features
     config = run.gpt
     idx = torch.randint(0, config.vocab_size, (run.batch_size, config.context), generator=generator)
     return idx, (3 * idx + 1) % config.vocab_size
@@ -195,3 +195,120 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
                 for key, value in row.items()} for row in model.timeline]
     return {"forward": (0.0, t1 - t0), "backward": (t1 - t0, t2 - t0 - model.stats["wait_s"]),
             "wait": (t2 - t0 - model.stats["wait_s"], t2 - t0), "buckets": buckets}
+
+
+def broadcast_demo(rank: int, world_size: int, seed: int = 0) -> dict:
+    """Parameter norm of a MiniGPT built from seed + rank, before and after `broadcast_parameters`.
+
+    Collective: call on every rank.
+    """
+    model = build_model("gpt", seed + rank)
+    before = flat_parameters(model).norm().item()
+    broadcast_parameters(model)
+    return {"rank": rank, "norm before": before, "norm after": flat_parameters(model).norm().item()}
+
+
+def no_sync_timing_demo(rank: int, world_size: int) -> dict[str, bool]:
+    """Do gradients agree across ranks when no_sync() covers only the forward, or only backward?
+
+    Collective: call on every rank. Every rank has different data; a synchronised backward makes
+    their gradients identical.
+    """
+    model = BucketedDDP(build_model("mlp", 0), bucket_cap_mb=0.01)
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(rank))
+    target = torch.zeros(4, dtype=torch.long)
+    outcomes = {}
+    for case in ("forward inside no_sync", "backward inside no_sync"):
+        model.zero_grad()
+        if case == "forward inside no_sync":
+            with model.no_sync():
+                loss = model(x, target)[1]
+            loss.backward()
+        else:
+            loss = model(x, target)[1]
+            with model.no_sync():
+                loss.backward()
+        grad = model.module.layers[0].weight.grad.clone()
+        gathered = [torch.empty_like(grad) for _ in range(world_size)]
+        dist.all_gather(gathered, grad)
+        outcomes[case] = all(torch.equal(g, gathered[0]) for g in gathered)
+    return outcomes
+
+
+def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
+    """Calls, messages and bytes this rank sends for one training step (ring communicator).
+
+    Collective: call on every rank. The initial broadcast is not counted.
+    """
+    ledger = CommLedger()
+    model = wrap(replace(run, comm="ring"), build_model(run.model, run.seed, run.gpt), ledger)
+    ledger.clear()
+    train_step(run, model, _optimizer(run, model.parameters()), 0, rank, world_size)
+    totals = ledger.totals()["all_reduce"]
+    return {"all-reduce calls": totals["calls"], "messages sent": totals["messages_sent"],
+            "bytes sent": totals["bytes_sent"]}
+
+
+def key_bias_gradients(seed: int = 0) -> dict[str, float]:
+    """Largest |gradient| of MiniGPT's attention query, key and value biases on one batch.
+
+    One process, no group. The key biases' true gradient is zero: adding the same number to all
+    scores of a query leaves its softmax unchanged.
+    """
+    model = build_model("gpt", seed)
+    x, y = make_batch(DDPRun(model="gpt", seed=seed), 0)
+    model(x, y)[1].backward()
+    grads = torch.stack([block.attn.qkv.bias.grad for block in model.blocks])  # (layers, 3C)
+    query, key, value = grads.chunk(3, dim=1)
+    return {"query bias": query.abs().max().item(), "key bias": key.abs().max().item(),
+            "value bias": value.abs().max().item()}
+
+
+def compare_all_on_rank(rank: int, world_size: int, runs: list[DDPRun]) -> list[dict]:
+    """For each run: do the ranks agree, and how far are they from one process on the full batch?
+
+    Collective: call on every rank; each process also trains the single-process reference.
+    """
+    rows = []
+    for run in runs:
+        reference = train_single_process(replace(run, accumulation=1))
+        result = train_ranks(rank, world_size, run)
+        params = [torch.empty_like(result["params"]) for _ in range(world_size)]
+        dist.all_gather(params, result["params"])
+        rows.append({
+            "model": run.model, "optimizer": run.optimizer, "wrapper": run.wrapper,
+            "accumulation": run.accumulation,
+            "ranks_identical": all(torch.equal(p, params[0]) for p in params),
+            "max_param_diff": (result["params"] - reference["params"]).abs().max().item(),
+            "max_loss_diff": max(abs(a - b) for a, b in zip(result["losses"], reference["losses"])),
+            "first_loss": result["losses"][0], "last_loss": result["losses"][-1],
+        })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train MLP and MiniGPT with each wrapper on N ranks and print the differences from one process."""
+    import argparse
+
+    from lesson_code import launch
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--world-size", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args(argv)
+    runs = [DDPRun(model=m, optimizer=o, wrapper=w, steps=args.steps)
+            for m in ("mlp", "gpt") for o in ("sgd", "adam") for w in WRAPPERS]
+    rows = launch.run(compare_all_on_rank, runs, world_size=args.world_size)[0]
+    if launch.is_reporting_process():
+        print(f"lesson 77: data-parallel training on {args.world_size} ranks vs one process, "
+              f"{args.steps} steps")
+        for row in rows:
+            print(f"  {row['model']:3s} {row['optimizer']:4s} {row['wrapper']:8s} ranks identical: "
+                  f"{row['ranks_identical']}  max |param diff| {row['max_param_diff']:.1e}  "
+                  f"max |loss diff| {row['max_loss_diff']:.1e}  loss {row['first_loss']:.3f} -> "
+                  f"{row['last_loss']:.3f}")
+    return 0 if all(row["ranks_identical"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

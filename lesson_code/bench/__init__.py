@@ -1,6 +1,7 @@
 """Benchmarks that print figures (never tests that assert a time): `make bench`.
 
     python -m lesson_code.bench collectives      # lesson 76: ring primitives vs gloo built-ins
+    python -m lesson_code.bench ddp              # lesson 77: naive, bucketed and torch DDP
     python -m lesson_code.bench all              # every benchmark
 
 Each benchmark prints a table and writes it as CSV under bench-results/ (or --out-dir).

@@ -16,10 +16,9 @@ from dataclasses import replace
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from lesson_code import launch
+from lesson_code import ddp_checks, launch
 from lesson_code.comm import Communicator
 from lesson_code.ddp import BucketedDDP, NaiveDDP, _make_buckets, broadcast_parameters
 from lesson_code.ddp_checks import DDPRun, make_batch, train_ranks, train_single_process
@@ -81,14 +80,22 @@ def test_wrappers_equal_one_process_and_torch_ddp(model, optimizer, references):
 
 
 def test_key_bias_gradient_is_rounding_noise():
-    run = DDPRun(model="gpt")
-    model = build_model("gpt", 0)
-    x, y = make_batch(run, 0)
-    model(x, y)[1].backward()
-    for block in model.blocks:
-        n = block.attn.qkv.bias.numel() // 3
-        assert block.attn.qkv.bias.grad[n:2 * n].abs().max() < 1e-6
-        assert block.attn.qkv.bias.grad[:n].abs().max() > 1e-4  # query biases do learn
+    gradients = ddp_checks.key_bias_gradients()
+    assert gradients["key bias"] < 1e-6
+    assert gradients["query bias"] > 1e-4 and gradients["value bias"] > 1e-4  # these do learn
+
+
+def test_broadcast_demo_and_ledger_per_step():
+    norms = launch.spawn(ddp_checks.broadcast_demo, world_size=3)
+    assert len({row["norm before"] for row in norms}) == 3
+    assert {row["norm after"] for row in norms} == {norms[0]["norm before"]}
+    run = DDPRun(model="gpt", bucket_cap_mb=0.05)
+    naive = launch.spawn(ddp_checks.ledger_per_step, replace(run, wrapper="naive"), world_size=4)
+    bucketed = launch.spawn(ddp_checks.ledger_per_step, run, world_size=4)
+    parameters = len(list(build_model("gpt", 0).parameters()))
+    assert naive[0]["all-reduce calls"] == parameters
+    assert bucketed[0]["all-reduce calls"] < parameters
+    assert sum(r["bytes sent"] for r in naive) == sum(r["bytes sent"] for r in bucketed)
 
 
 @pytest.mark.parametrize("wrapper", ["bucketed", "torch"])
@@ -154,36 +161,12 @@ def test_a_parameter_without_gradient_is_reported_by_name():
     assert "received no gradient" in message and "unused.weight" in message
 
 
-def no_sync_flag_timing(rank, world_size):
-    """Grad equality across ranks when no_sync wraps only the forward, or only the backward."""
-    torch.manual_seed(0)
-    model = BucketedDDP(MLP(), bucket_cap_mb=0.01)
-    x = torch.randn(4, 32) * (rank + 1)  # different data on every rank
-    target = torch.zeros(4, dtype=torch.long)
-    outcomes = {}
-    for case in ("forward_inside", "backward_inside"):
-        model.zero_grad()
-        if case == "forward_inside":
-            with model.no_sync():
-                loss = model(x, target)[1]
-            loss.backward()
-        else:
-            loss = model(x, target)[1]
-            with model.no_sync():
-                loss.backward()
-        grad = model.module.layers[0].weight.grad.clone()
-        gathered = [torch.empty_like(grad) for _ in range(world_size)]
-        dist.all_gather(gathered, grad)
-        outcomes[case] = all(torch.equal(g, gathered[0]) for g in gathered)
-    return outcomes
-
-
 def test_the_sync_decision_is_taken_at_forward_time():
-    outcomes = launch.spawn(no_sync_flag_timing, world_size=2)[0]
+    outcomes = launch.spawn(ddp_checks.no_sync_timing_demo, world_size=2)[0]
     # Forward inside no_sync: the backward after it does not synchronise (ranks now disagree).
-    assert outcomes["forward_inside"] is False
+    assert outcomes["forward inside no_sync"] is False
     # Forward outside: the backward synchronises even though the flag is set by then.
-    assert outcomes["backward_inside"] is True
+    assert outcomes["backward inside no_sync"] is True
 
 
 def ledger_of_one_step(rank, world_size):

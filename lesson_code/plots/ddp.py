@@ -1,0 +1,74 @@
+"""Figures of lesson 77: the overlap timeline of a bucketed step, and time per phase per wrapper.
+
+Both are drawn from measurements: `ddp_checks.overlap_timeline` (events of one real step on every
+rank) and `ddp_checks.time_steps` (median seconds per phase).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from lesson_code.plots import check_language, use_course_style
+
+LABELS = {
+    "en": {"forward": "forward", "backward": "backward", "wait": "waiting for buckets",
+           "comm": "bucket all-reduce (ring thread)", "ready": "bucket ready",
+           "optimizer": "optimizer", "time": "time since the step began (ms)", "rank": "rank",
+           "ms": "milliseconds per step", "wrapper": "wrapper"},
+    "fa": {"forward": "گذر رفت", "backward": "گذر برگشت", "wait": "انتظار برای باکت‌ها",
+           "comm": "کاهش همگانی باکت (رشتهٔ حلقه)", "ready": "باکت آماده",
+           "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)", "rank": "رتبه",
+           "ms": "میلی‌ثانیه در هر گام", "wrapper": "پوشاننده"},
+}
+COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "comm": "#ff9f4a",
+           "optimizer": "#2ca02c"}
+
+
+def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
+    """One lane pair per rank: compute (forward, backward, wait) above, bucket reductions below."""
+    labels = LABELS[check_language(lang)]
+    use_course_style()
+    fig, ax = plt.subplots(figsize=(8, 1.0 + 0.9 * len(timelines)))
+    for rank, timeline in enumerate(timelines):
+        y = rank * 2.5
+        for phase in ("forward", "backward", "wait"):
+            start, end = timeline[phase]
+            ax.barh(y + 1, 1e3 * (end - start), left=1e3 * start, height=0.8,
+                    color=COLOURS[phase], label=labels[phase] if rank == 0 else None)
+        for bucket in timeline["buckets"]:
+            ax.barh(y, 1e3 * (bucket["end"] - bucket["start"]), left=1e3 * bucket["start"],
+                    height=0.8, color=COLOURS["comm"], edgecolor="white",
+                    label=labels["comm"] if rank == 0 and bucket["bucket"] == 0 else None)
+            ax.plot(1e3 * bucket["ready"], y + 0.5, "k|", markersize=10,
+                    label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
+    ax.set_yticks([rank * 2.5 + 0.5 for rank in range(len(timelines))],
+                  [f"{labels['rank']} {rank}" for rank in range(len(timelines))])
+    ax.invert_yaxis()
+    ax.set_xlabel(labels["time"])
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def phase_breakdown_figure(phases: dict[str, dict[str, float]], lang: str = "en") -> Figure:
+    """Stacked bar per wrapper: forward, backward, wait (exposed communication), optimizer.
+
+    `phases[name]` maps phase names to seconds (as returned by ddp_checks.time_steps); for torch
+    DDP the wait is not separable and is part of backward.
+    """
+    labels = LABELS[check_language(lang)]
+    use_course_style()
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    names = list(phases)
+    bottoms = [0.0] * len(names)
+    for phase in ("forward", "backward", "wait", "optimizer"):
+        heights = [1e3 * phases[name][phase] if phases[name][phase] == phases[name][phase] else 0.0
+                   for name in names]
+        ax.bar(names, heights, bottom=bottoms, color=COLOURS[phase], label=labels[phase])
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    ax.set_ylabel(labels["ms"])
+    ax.set_xlabel(labels["wrapper"])
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
