@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from lesson_code import data
 from lesson_code.comm import Communicator
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
 from lesson_code.ledger import CommLedger
@@ -50,18 +51,8 @@ class DDPRun:
 
 
 def make_batch(run: DDPRun, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global batch of `step`: MLP features and classes, or GPT token sequences and targets.
-
-    GPT targets follow a fixed rule of the inputs (next token = 3 * token + 1 mod vocab), so the
-    loss can fall; all ranks and the single process draw the same batch from (seed, step).
-    """
-    generator = torch.Generator().manual_seed(1_000_003 * run.seed + step)
-    if run.model == "mlp":
-        x = torch.randn(run.batch_size, 32, generator=generator)
-        return x, x[:, :10].argmax(dim=1)  # a learnable rule: the largest of 10 features
-    config = run.gpt
-    idx = torch.randint(0, config.vocab_size, (run.batch_size, config.context), generator=generator)
-    return idx, (3 * idx + 1) % config.vocab_size
+    """The global batch of `step` for this run (see lesson_code.data.make_batch)."""
+    return data.make_batch(run.model, run.batch_size, step, run.seed, run.gpt)
 
 
 def _optimizer(run: DDPRun, params) -> torch.optim.Optimizer:
@@ -107,7 +98,7 @@ def train_step(run: DDPRun, model: nn.Module, optimizer, step: int, rank: int,
 
     Returns this rank's loss on its slice (the mean over its micro-batches).
     """
-    x, y = (torch.tensor_split(t, world_size)[rank] for t in make_batch(run, step))
+    x, y = data.local_slice(make_batch(run, step), rank, world_size)
     optimizer.zero_grad()
     total = 0.0
     micro = list(zip(torch.tensor_split(x, run.accumulation), torch.tensor_split(y, run.accumulation)))
@@ -149,7 +140,7 @@ def time_steps(rank: int, world_size: int, run: DDPRun, warmup: int = 2) -> dict
     optimizer = _optimizer(run, model.parameters())
     phases = {name: [] for name in ("forward", "backward", "wait", "optimizer", "step", "comm")}
     for step in range(warmup + run.steps):
-        x, y = (torch.tensor_split(t, world_size)[rank] for t in make_batch(run, step))
+        x, y = data.local_slice(make_batch(run, step), rank, world_size)
         dist.barrier()
         t0 = time.perf_counter()
         optimizer.zero_grad()
@@ -182,7 +173,7 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
     model = wrap(run, build_model(run.model, run.seed, run.gpt), record_events=True)
     optimizer = _optimizer(run, model.parameters())
     for step in range(2):
-        x, y = (torch.tensor_split(t, world_size)[rank] for t in make_batch(run, step))
+        x, y = data.local_slice(make_batch(run, step), rank, world_size)
         dist.barrier()
         t0 = time.perf_counter()
         optimizer.zero_grad()

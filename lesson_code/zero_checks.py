@@ -1,0 +1,137 @@
+"""Rank functions of lesson 78: train with ZeRO-1 and its rivals, measure memory and traffic.
+
+The notebook, the tests and the benchmark run these through `launch.spawn` (or torchrun). A
+`ZeroRun` (frozen dataclass) says what to train; `train_single_process` is the reference.
+
+    python -m lesson_code.zero_checks     # the seed's demo: an MLP, 20 steps on 4 ranks
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel
+
+from lesson_code import data
+from lesson_code.comm import Communicator
+from lesson_code.ddp import BucketedDDP, broadcast_parameters
+from lesson_code.ledger import CommLedger
+from lesson_code.models import GPTConfig, build_model
+from lesson_code.zero import MasterAdam, NaiveZeroOptimizer, ZeroOptimizer, flatten_params
+
+OPTIMIZERS = ("zero", "naive_zero", "torch_zero", "ddp")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class ZeroRun:
+    """One run: model, optimizer variant, precision and Adam's hyper-parameters."""
+
+    model: str = "mlp"            # "mlp" (6922 parameters: not divisible by 3 or 4) or "gpt"
+    optimizer: str = "zero"       # "zero", "naive_zero", "torch_zero" (ZeroRedundancyOptimizer)
+    #                               or "ddp" (our bucketed DDP + unsharded MasterAdam)
+    steps: int = 10
+    batch_size: int = 16
+    lr: float = 1e-2
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = None
+    stage: int = 1
+    dtype: str = "float32"        # model parameters: "float32" or "bfloat16" (master is fp32)
+    comm: str = "ring"
+    seed: int = 0
+    gpt: GPTConfig = field(default_factory=GPTConfig)
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}: use one of {OPTIMIZERS}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}: use one of {tuple(DTYPES)}")
+
+
+def _model(run: ZeroRun, seed_offset: int = 0):
+    return build_model(run.model, run.seed + seed_offset, run.gpt).to(DTYPES[run.dtype])
+
+
+def _loss(run: ZeroRun, model, step: int, rank: int = 0, world_size: int = 1):
+    x, y = data.local_slice(data.make_batch(run.model, run.batch_size, step, run.seed, run.gpt),
+                            rank, world_size)
+    return model(x, y)[1]
+
+
+def train_single_process(run: ZeroRun) -> dict:
+    """The reference on one process and the full batch: torch.optim.Adam (float32 model, with
+    clip_grad_norm_ when asked) or MasterAdam, an fp32 master copy, for a bfloat16 model."""
+    model = _model(run)
+    if run.dtype == "float32":
+        optimizer = torch.optim.Adam(model.parameters(), lr=run.lr, weight_decay=run.weight_decay)
+    else:
+        optimizer = MasterAdam(model, lr=run.lr, weight_decay=run.weight_decay,
+                               max_grad_norm=run.max_grad_norm)
+    losses = []
+    for step in range(run.steps):
+        optimizer.zero_grad()
+        loss = _loss(run, model, step)
+        loss.backward()
+        if run.max_grad_norm is not None and run.dtype == "float32":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), run.max_grad_norm)
+        optimizer.step()
+        losses.append(loss.item())
+    return {"params": flatten_params(model).to(torch.float64), "losses": losses}
+
+
+def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None):
+    """(model to call, optimizer) for `run.optimizer`; parameters equal rank 0's afterwards."""
+    comm = Communicator(run.comm, ledger)
+    kwargs = {"lr": run.lr, "weight_decay": run.weight_decay}
+    if run.optimizer == "torch_zero":
+        wrapped = DistributedDataParallel(model)
+        return wrapped, ZeroRedundancyOptimizer(wrapped.parameters(),
+                                                optimizer_class=torch.optim.Adam, **kwargs)
+    if run.optimizer == "ddp":
+        wrapped = BucketedDDP(model, bucket_cap_mb=25.0, comm=comm)
+        return wrapped, MasterAdam(model, max_grad_norm=run.max_grad_norm, **kwargs)
+    broadcast_parameters(model, comm=comm)
+    variant = NaiveZeroOptimizer if run.optimizer == "naive_zero" else ZeroOptimizer
+    return model, variant(model, world_size, rank, max_grad_norm=run.max_grad_norm,
+                          stage=run.stage, comm=comm, **kwargs)
+
+
+def parameter_digest(model) -> str:
+    """Short sha256 of the parameters' bytes: equal digests mean bitwise-equal parameters."""
+    flat = flatten_params(model).to(torch.float32).contiguous()
+    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
+
+
+def train_on_rank(rank: int, world_size: int, run: ZeroRun) -> dict:
+    """Train `run` on this rank's slice; return parameters, losses, memory and traffic.
+
+    Collective: call on every rank. Models start from seed + rank: only the initial broadcast
+    makes them equal. Returns the final parameters (float64), the global mean loss per step, a
+    parameter digest per step, this rank's measured optimizer and gradient bytes after the last
+    step, and its ledger totals of one step.
+    """
+    ledger = CommLedger()
+    model, optimizer = build_optimizer(run, _model(run, seed_offset=rank), rank, world_size, ledger)
+    inner = getattr(model, "module", model)
+    losses, digests = [], []
+    for step in range(run.steps):
+        ledger.clear()
+        optimizer.zero_grad()
+        loss = _loss(run, model, step, rank, world_size)
+        loss.backward()
+        optimizer.step()
+        total = loss.detach().to(torch.float64).reshape(1)
+        dist.all_reduce(total)  # a measurement: the mean loss over the global batch
+        losses.append(total.item() / world_size)
+        digests.append(parameter_digest(inner))
+    measured = getattr(optimizer, "optimizer_state_bytes", lambda: None)()
+    gradient = getattr(optimizer, "gradient_bytes", lambda: None)()
+    return {"params": flatten_params(inner).to(torch.float64), "losses": losses,
+            "digests": digests, "optimizer_bytes": measured, "gradient_bytes": gradient,
+            "shard_numel": getattr(optimizer, "shard_numel", None),
+            "padding": getattr(optimizer, "padding", None), "ledger": ledger.totals()}
