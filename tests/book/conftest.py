@@ -1,9 +1,12 @@
 """Fixtures for the book tests: build the whole Jupyter Book once per session, as CI does.
 
-The build is `jupyter-book build <repo root> -W -n --keep-going` into a fresh temporary folder,
-so it runs every lesson notebook (execute_notebooks: force) and any warning, including a failing
-cell, fails it. Tests that read the HTML take the `book_html` fixture; select them all with
-`pytest -m book`.
+The build is `jupyter-book build <repo root> -W -n --keep-going` into a fresh temporary folder;
+any warning fails it. `make book` executes every notebook (execute_notebooks: force); here the
+build renders the outputs stored in the notebooks instead (execute_notebooks: off), because
+tests/notebooks has just executed every notebook under nbval and running each lesson twice would
+double the suite's time. tests/notebooks/test_stored_outputs.py checks that the stored outputs come
+from a complete top-to-bottom run. Set BOOK_EXECUTE=force to execute during this build as well.
+Tests that read the HTML take the `book_html` fixture; select them all with `pytest -m book`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository root, which is the book root
 BUILD_TIMEOUT_S = 3600  # every lesson runs real process groups; 81 alone takes minutes on 2 cores
@@ -50,6 +54,15 @@ def _failure_report(log: str) -> str:
     )
 
 
+def _config_with_execution(folder: Path, mode: str) -> Path:
+    """A copy of _config.yml whose execute_notebooks is `mode` ("off", "force", ...)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    config["execute"]["execute_notebooks"] = mode
+    path = folder / "_config.yml"
+    path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    return path
+
+
 @pytest.fixture(scope="session")
 def book_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build the book from a clean output folder and return its HTML folder.
@@ -58,7 +71,9 @@ def book_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     non-zero. The full log is kept beside the output as build.log.
     """
     out = tmp_path_factory.mktemp("book")
-    cmd = [_jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going", "--path-output", str(out)]
+    config = _config_with_execution(out, os.environ.get("BOOK_EXECUTE", "off"))
+    cmd = [_jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going", "--path-output",
+           str(out), "--config", str(config)]
     start = time.monotonic()
     try:
         proc = subprocess.run(
