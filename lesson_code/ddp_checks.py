@@ -188,6 +188,22 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
             "wait": (t2 - t0 - model.stats["wait_s"], t2 - t0), "buckets": buckets}
 
 
+def attention_key_bias_mask(model: nn.Module) -> torch.Tensor:
+    """True for the elements of the flat parameter vector that are MiniGPT attention key biases.
+
+    Their true gradient is zero (the softmax ignores a shift shared by all scores of a query), so
+    Adam walks them on rounding noise; comparisons across summation orders treat them apart.
+    """
+    mask = []
+    for name, param in model.named_parameters():
+        element = torch.zeros(param.numel(), dtype=torch.bool)
+        if name.endswith("attn.qkv.bias"):
+            third = param.numel() // 3
+            element[third: 2 * third] = True
+        mask.append(element)
+    return torch.cat(mask)
+
+
 def broadcast_demo(rank: int, world_size: int, seed: int = 0) -> dict:
     """Parameter norm of a MiniGPT built from seed + rank, before and after `broadcast_parameters`.
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
-from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code import data
@@ -36,7 +35,7 @@ class ZeroRun:
     optimizer: str = "zero"       # "zero", "naive_zero", "torch_zero" (ZeroRedundancyOptimizer)
     #                               or "ddp" (our bucketed DDP + unsharded MasterAdam)
     steps: int = 10
-    batch_size: int = 16
+    batch_size: int = 24          # divisible by 1, 2, 3 and 4: equal slices on every rank
     lr: float = 1e-2
     weight_decay: float = 0.0
     max_grad_norm: float | None = None
@@ -60,6 +59,8 @@ def _model(run: ZeroRun, seed_offset: int = 0):
 def _loss(run: ZeroRun, model, step: int, rank: int = 0, world_size: int = 1):
     x, y = data.local_slice(data.make_batch(run.model, run.batch_size, step, run.seed, run.gpt),
                             rank, world_size)
+    if x.is_floating_point():
+        x = x.to(DTYPES[run.dtype])  # the MLP's features, in the model's precision
     return model(x, y)[1]
 
 
@@ -89,6 +90,9 @@ def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None
     comm = Communicator(run.comm, ledger)
     kwargs = {"lr": run.lr, "weight_decay": run.weight_decay}
     if run.optimizer == "torch_zero":
+        # Imported here: torch.distributed.optim imports TorchScript, which warns on import.
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
         wrapped = DistributedDataParallel(model)
         return wrapped, ZeroRedundancyOptimizer(wrapped.parameters(),
                                                 optimizer_class=torch.optim.Adam, **kwargs)
@@ -135,3 +139,42 @@ def train_on_rank(rank: int, world_size: int, run: ZeroRun) -> dict:
             "digests": digests, "optimizer_bytes": measured, "gradient_bytes": gradient,
             "shard_numel": getattr(optimizer, "shard_numel", None),
             "padding": getattr(optimizer, "padding", None), "ledger": ledger.totals()}
+
+
+def resume_matches(rank: int, world_size: int, run: ZeroRun, stop_at: int) -> dict:
+    """Train `run.steps` steps straight, and again stopping at `stop_at` to rebuild the optimizer
+    from its state_dict; report whether both runs end with bitwise-equal parameters and moments.
+
+    Collective: call on every rank (ZeRO variants only).
+    """
+    finals = []
+    for interrupted in (False, True):
+        model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+        for step in range(run.steps):
+            if interrupted and step == stop_at:
+                saved = optimizer.state_dict()
+                model, optimizer = build_optimizer(run, _model(run, seed_offset=1 + rank),
+                                                   rank, world_size)
+                optimizer.load_state_dict(saved)
+            optimizer.zero_grad()
+            _loss(run, model, step, rank, world_size).backward()
+            optimizer.step()
+        finals.append((flatten_params(model), optimizer.state_dict()))
+    (a, state_a), (b, state_b) = finals
+    return {"params_equal": torch.equal(a, b),
+            "state_equal": all(torch.equal(state_a[k], state_b[k])
+                               for k in ("master", "exp_avg", "exp_avg_sq")),
+            "steps": (state_a["step"], state_b["step"])}
+
+
+def load_mismatched_shard(rank: int, world_size: int) -> str:
+    """The error a rank gets when it loads another rank's shard. Collective: every rank."""
+    run = ZeroRun()
+    model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+    state = optimizer.state_dict()
+    state["shard"]["rank"] = (rank + 1) % world_size
+    try:
+        optimizer.load_state_dict(state)
+    except ValueError as error:
+        return str(error)
+    return "no error"

@@ -28,26 +28,13 @@ from lesson_code.models import MLP, build_model, count_parameters
 ADAM_LR, STEPS = 1e-2, 10
 
 
-def key_bias_mask(run):
-    """True for the elements of the flat parameter vector that are attention key biases."""
-    model = build_model(run.model, run.seed, run.gpt)
-    mask = []
-    for name, param in model.named_parameters():
-        element = torch.zeros(param.numel(), dtype=torch.bool)
-        if name.endswith("attn.qkv.bias"):
-            n_embd = param.numel() // 3
-            element[n_embd: 2 * n_embd] = True
-        mask.append(element)
-    return torch.cat(mask)
-
-
 def assert_matches(result, reference, run):
     assert max(abs(a - b) for a, b in zip(result["losses"], reference["losses"])) < 1e-5
     diff = (result["params"] - reference["params"]).abs()
     if run.optimizer == "sgd":
         assert diff.max() < 1e-6, diff.max()
         return
-    keys = key_bias_mask(run)
+    keys = ddp_checks.attention_key_bias_mask(build_model(run.model, run.seed, run.gpt))
     assert diff[~keys].max() < 1e-4, diff[~keys].max()
     if keys.any():
         assert diff[keys].max() <= 2 * ADAM_LR * run.steps

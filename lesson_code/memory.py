@@ -1,0 +1,111 @@
+"""Memory and traffic of plain DDP and ZeRO stages 1-3 per rank (lesson 78). Pure arithmetic.
+
+Mixed-precision Adam keeps, per parameter, 2 bytes of bf16/fp16 weights, 2 bytes of gradient and
+K = 12 bytes of optimizer state (a 4-byte fp32 master copy and two 4-byte moments). With Psi
+parameters on N ranks (Rajbhandari et al., 2020, section 5):
+
+| scheme | bytes per rank               | what is sharded                          | traffic per step |
+|--------|------------------------------|------------------------------------------|------------------|
+| DDP    | (2 + 2 + K) Psi = 16 Psi     | nothing                                  | 2 Psi            |
+| ZeRO-1 | (2 + 2) Psi + K Psi / N      | optimizer state                          | 2 Psi            |
+| ZeRO-2 | 2 Psi + (2 + K) Psi / N      | optimizer state and gradients            | 2 Psi            |
+| ZeRO-3 | (2 + 2 + K) Psi / N          | optimizer state, gradients, parameters   | 3 Psi            |
+
+Traffic is in units of the parameters' size (Psi elements of the communication dtype, sent and
+received per rank, up to the factor (N-1)/N that the paper rounds to 1).
+
+    python -c "from lesson_code import memory; print(memory.memory_table(7.5e9, [8, 64]))"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per parameter: of the model's weights, of its gradients, and of optimizer state (K)."""
+
+    params: float = 2
+    grads: float = 2
+    optimizer: float = 12
+
+
+MIXED_ADAM = Precision()                     # bf16/fp16 weights and gradients, fp32 master + moments
+FP32_ADAM = Precision(params=4, grads=4, optimizer=8)  # plain fp32: the weights are the master
+
+
+def bytes_per_rank(stage: str, params: float, world_size: int,
+                   precision: Precision = MIXED_ADAM) -> dict[str, float]:
+    """Bytes one rank holds for parameters, gradients and optimizer state under `stage`.
+
+    Raises ValueError for an unknown stage or a world size below 1.
+    """
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}: use one of {', '.join(STAGES)}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size!r}")
+    n = world_size
+    shard = {"DDP": (1, 1, 1), "ZeRO-1": (1, 1, n), "ZeRO-2": (1, n, n), "ZeRO-3": (n, n, n)}[stage]
+    return {
+        "params": precision.params * params / shard[0],
+        "grads": precision.grads * params / shard[1],
+        "optimizer": precision.optimizer * params / shard[2],
+    }
+
+
+def total_bytes(stage: str, params: float, world_size: int, precision: Precision = MIXED_ADAM) -> float:
+    """The sum of `bytes_per_rank`: everything one rank holds, activations aside."""
+    return sum(bytes_per_rank(stage, params, world_size, precision).values())
+
+
+def memory_table(params: float, world_sizes: list[int],
+                 precision: Precision = MIXED_ADAM) -> pd.DataFrame:
+    """Bytes per rank of every stage for each N, with bytes per parameter and saving vs DDP.
+
+    Columns: N, stage, params/grads/optimizer/total (bytes), bytes_per_param, saving_percent.
+    """
+    rows = []
+    for n in world_sizes:
+        ddp = total_bytes("DDP", params, n, precision)
+        for stage in STAGES:
+            parts = bytes_per_rank(stage, params, n, precision)
+            total = sum(parts.values())
+            rows.append({"N": n, "stage": stage, **parts, "total": total,
+                         "bytes_per_param": total / params,
+                         "saving_percent": 100 * (1 - total / ddp)})
+    return pd.DataFrame(rows)
+
+
+def traffic_per_step(stage: str, params: float, world_size: int, dtype_bytes: float = 2,
+                     exact: bool = True) -> float:
+    """Bytes each rank sends per training step (and receives as many) under `stage`.
+
+    DDP: one all-reduce of the gradients; ZeRO-1/2: a reduce-scatter of the gradients plus an
+    all-gather of the parameters, the same bytes; ZeRO-3: a second all-gather of the parameters
+    for the backward pass. With exact=False the ring's factor (N-1)/N is rounded to 1, as in the
+    paper's 2 Psi and 3 Psi.
+    """
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}: use one of {', '.join(STAGES)}")
+    factor = (world_size - 1) / world_size if exact else 1.0
+    volumes = {"DDP": 2, "ZeRO-1": 2, "ZeRO-2": 2, "ZeRO-3": 3}
+    return volumes[stage] * factor * params * dtype_bytes
+
+
+def choose_stage(params: float, world_size: int, device_bytes: float,
+                 activation_bytes: float = 0.0, precision: Precision = MIXED_ADAM) -> str:
+    """The lowest stage whose per-rank memory (plus activations) fits in `device_bytes`.
+
+    A rule of thumb, not a law: stages 1 and 2 cost no extra traffic, so take the first that fits;
+    stage 3 adds 50% traffic, so reach for it only when 2 does not fit, or when fast links make
+    the extra traffic cheap. Returns "none fits" when even ZeRO-3 does not fit.
+    """
+    for stage in STAGES:
+        if total_bytes(stage, params, world_size, precision) + activation_bytes <= device_bytes:
+            return stage
+    return "none fits"

@@ -1,0 +1,65 @@
+"""memory: the ZeRO paper's and the seed's numbers, exactly."""
+
+import pytest
+
+from lesson_code import memory
+
+GB = 1e9
+
+
+def row(table, n, stage):
+    return table[(table.N == n) & (table.stage == stage)].iloc[0]
+
+
+def test_zero1_saving_at_8_and_64_ranks():
+    table = memory.memory_table(1.0, [8, 64])
+    assert row(table, 8, "DDP").bytes_per_param == 16
+    assert row(table, 8, "ZeRO-1").bytes_per_param == 5.5
+    assert round(row(table, 8, "ZeRO-1").saving_percent, 1) == 65.6
+    assert row(table, 64, "ZeRO-1").bytes_per_param == 4.1875
+    assert round(row(table, 64, "ZeRO-1").saving_percent, 1) == 73.8
+
+
+def test_seed_7b_model_under_ddp():
+    parts = memory.bytes_per_rank("DDP", 7e9, 8)
+    assert parts == {"params": 14 * GB, "grads": 14 * GB, "optimizer": 84 * GB}
+    master = 4 * 7e9  # of the 12 optimizer bytes per parameter, 4 are the fp32 master copy
+    assert master == 28 * GB
+
+
+def test_zero_paper_7_5b_on_64_gpus():
+    totals = {stage: memory.total_bytes(stage, 7.5e9, 64) / GB for stage in memory.STAGES}
+    assert totals["DDP"] == 120
+    assert round(totals["ZeRO-1"], 1) == 31.4
+    assert round(totals["ZeRO-2"], 1) == 16.6
+    assert round(totals["ZeRO-3"], 1) == 1.9
+
+
+def test_stage_formulas_for_any_n():
+    for n in (1, 2, 3, 16):
+        assert memory.total_bytes("ZeRO-1", 1, n) == pytest.approx(4 + 12 / n)
+        assert memory.total_bytes("ZeRO-2", 1, n) == pytest.approx(2 + 14 / n)
+        assert memory.total_bytes("ZeRO-3", 1, n) == pytest.approx(16 / n)
+
+
+def test_traffic_per_stage():
+    psi = 1e9
+    assert memory.traffic_per_step("DDP", psi, 64, exact=False) == 2 * 2 * psi
+    assert memory.traffic_per_step("ZeRO-1", psi, 64, exact=False) == 2 * 2 * psi
+    assert memory.traffic_per_step("ZeRO-3", psi, 64, exact=False) == 3 * 2 * psi
+    assert memory.traffic_per_step("ZeRO-2", 1000, 4, dtype_bytes=4) == 2 * 0.75 * 1000 * 4
+
+
+def test_choosing_a_stage():
+    assert memory.choose_stage(7.5e9, 64, 80 * GB) == "ZeRO-1"
+    assert memory.choose_stage(7.5e9, 64, 20 * GB) == "ZeRO-2"
+    assert memory.choose_stage(7.5e9, 64, 8 * GB) == "ZeRO-3"
+    assert memory.choose_stage(7.5e9, 64, 1 * GB) == "none fits"
+    assert memory.choose_stage(1e8, 8, 80 * GB) == "DDP"
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="unknown stage"):
+        memory.bytes_per_rank("ZeRO-4", 1, 8)
+    with pytest.raises(ValueError, match="world_size"):
+        memory.bytes_per_rank("ZeRO-1", 1, 0)
