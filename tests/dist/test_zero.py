@@ -135,3 +135,14 @@ def test_state_dict_round_trip_resumes_bit_for_bit(optimizer):
 def test_loading_another_ranks_shard_is_refused():
     messages = launch.spawn(zero_checks.load_mismatched_shard, world_size=2)
     assert all("does not match this rank" in m and "reshard" in m for m in messages)
+
+
+def test_the_seed_demo_runs_from_the_command_line():
+    import subprocess
+    import sys
+
+    completed = subprocess.run([sys.executable, "-m", "lesson_code.zero_checks", "--steps", "3"],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "parameters identical on all ranks after every step: True" in completed.stdout
+    assert completed.stdout.count("20772") >= 8  # 12 x shard, measured and by formula, 4 ranks
