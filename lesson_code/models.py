@@ -144,6 +144,27 @@ class MiniGPT(nn.Module):
         return logits, loss
 
 
+def as_layers(model: nn.Module) -> list[nn.Module]:
+    """The model as a list of modules applied in sequence (what pipeline stages are cut from).
+
+    MLP: its Linear and ReLU layers; MiniGPT: embedding, each block, head. Applying them in order
+    gives the model's output (logits); the loss is applied after the last one.
+    """
+    if isinstance(model, MLP):
+        return list(model.layers)
+    if isinstance(model, MiniGPT):
+        return [model.embed, *model.blocks, model.head]
+    raise ValueError(f"no layer list for {type(model).__name__}: use an MLP or a MiniGPT")
+
+
+def loss_function(model: nn.Module):
+    """The model's loss as a function of (output of its last layer, targets)."""
+    if isinstance(model, MiniGPT):
+        return lambda logits, targets: F.cross_entropy(logits.view(-1, logits.shape[-1]),
+                                                       targets.view(-1))
+    return F.cross_entropy
+
+
 def count_parameters(module: nn.Module) -> int:
     """Number of trainable parameters (elements) in `module`."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)

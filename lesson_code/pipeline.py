@@ -1,0 +1,224 @@
+"""Pipeline parallelism (lesson 79): a model cut into stages over ranks, fed with micro-batches.
+
+Rank s holds only stage s, a contiguous run of the model's layers. A batch is split into m
+micro-batches; activations flow forward from stage to stage and their gradients flow back, as
+point-to-point messages (isend, and irecv with a bounded wait; never batch_isend_irecv, which can
+hang on gloo). Two schedules order the work on each stage:
+
+- GPipe: all m forwards, then all m backwards; every stage stores m micro-batches' activations.
+- 1F1B: P - s - 1 warm-up forwards, then one forward and one backward in turn, then the remaining
+  backwards; a stage stores at most P - s micro-batches' activations.
+
+Each stage records timed events (stage, micro-batch, "F" or "B", start, end), from which the
+lesson measures the bubble: the fraction of time a stage sits idle, (P - 1) / (m + P - 1) in theory.
+
+    python -m lesson_code.pipeline_checks      # 4 stages, both schedules, checked against torch
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from lesson_code.p2p import DEFAULT_WAIT_S
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+def partition_layers(layers: list[nn.Module], num_stages: int,
+                     partition: list[int] | None = None) -> list[tuple[int, int]]:
+    """Split `layers` into `num_stages` contiguous [start, end) ranges.
+
+    With `partition` (layers per stage) use it as given; otherwise balance the parameter counts:
+    each cut goes where the running total of parameters is closest to k/num_stages of the total,
+    keeping at least one layer per stage. Raises ValueError for more stages than layers or a
+    partition that does not cover the layers.
+    """
+    count = len(layers)
+    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
+        raise ValueError(f"num_stages must be a positive int, got {num_stages!r}")
+    if num_stages > count:
+        raise ValueError(f"{num_stages} stages but only {count} layers: every stage needs at least "
+                         f"one layer, so use at most {count} stages (ranks)")
+    if partition is not None:
+        if len(partition) != num_stages or sum(partition) != count or min(partition) < 1:
+            raise ValueError(f"partition {partition} must give {num_stages} positive layer counts "
+                             f"that add up to {count}")
+        sizes = partition
+    else:
+        sizes = _balanced_sizes([sum(p.numel() for p in layer.parameters()) for layer in layers],
+                                num_stages)
+    bounds, start = [], 0
+    for size in sizes:
+        bounds.append((start, start + size))
+        start += size
+    return bounds
+
+
+def _balanced_sizes(weights: list[int], num_stages: int) -> list[int]:
+    """Layers per stage so that each stage's parameter count is as close as possible to equal."""
+    total, cuts, running = sum(weights), [], 0
+    prefix = [running := running + w for w in weights]
+    for k in range(1, num_stages):
+        target = total * k / num_stages
+        low = (cuts[-1] if cuts else 0) + 1           # leave at least one layer before the cut
+        high = len(weights) - (num_stages - k)        # and one for every remaining stage
+        cuts.append(min(range(low, high + 1), key=lambda c: abs(prefix[c - 1] - target)))
+    edges = [0, *cuts, len(weights)]
+    return [b - a for a, b in zip(edges, edges[1:])]
+
+
+def split_micro_batches(batch: torch.Tensor, micro_batches: int) -> tuple[torch.Tensor, ...]:
+    """`batch` cut along dim 0 into `micro_batches` equal parts.
+
+    Raises ValueError unless the count is positive and divides the batch size.
+    """
+    size = batch.shape[0]
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1 \
+            or size % micro_batches:
+        raise ValueError(f"{micro_batches!r} micro-batches do not divide the batch of {size}: "
+                         f"use a divisor of {size}")
+    return torch.split(batch, size // micro_batches)
+
+
+@dataclass
+class PipelineStats:
+    """What one stage measured in one step: its events and the most activations it stored."""
+
+    events: list[tuple[int, int, str, float, float]] = field(default_factory=list)
+    peak_stored: int = 0
+    loss: float | None = None
+
+
+class PipelineStage:
+    """One rank's stage: its layers, its neighbours, and one training step under a schedule.
+
+    Collective: `train_step` is called on every rank of the group with the same arguments.
+    `loss_fn(output, target)` is applied on the last stage to each micro-batch's output; its
+    mean over micro-batches is the loss, so the gradients equal those of the whole batch.
+    """
+
+    def __init__(self, layers: nn.Module, stage: int, num_stages: int,
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 ranks: list[int] | None = None, timeout_s: float = DEFAULT_WAIT_S):
+        self.layers, self.stage, self.num_stages = layers, stage, num_stages
+        # Global rank of each stage: 0..P-1 by default; a row of a 2-D (data x pipeline) grid
+        # when pipeline parallelism is combined with data parallelism.
+        self.ranks = list(ranks) if ranks is not None else list(range(num_stages))
+        self.loss_fn = loss_fn
+        self.timeout = timedelta(seconds=timeout_s)
+        self.is_first, self.is_last = stage == 0, stage == num_stages - 1
+        self._input_shape: tuple[int, ...] | None = None
+
+    def train_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None,
+                   micro_batches: int, schedule: str) -> PipelineStats:
+        """Run forward and backward of every micro-batch in `schedule` order; gradients accumulate.
+
+        `inputs` is needed on the first stage, `targets` on the last (None elsewhere).
+        Raises ValueError for an unknown schedule or a micro-batch count that does not divide.
+        """
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {schedule!r}: use one of {', '.join(SCHEDULES)}")
+        x_parts = split_micro_batches(inputs, micro_batches) if self.is_first else [None] * micro_batches
+        y_parts = split_micro_batches(targets, micro_batches) if self.is_last else [None] * micro_batches
+        self._exchange_shapes(x_parts[0])
+        self.stats, self._stored, self._sends = PipelineStats(), {}, []
+        self._total_loss = 0.0
+        for kind, index in self.order(schedule, micro_batches):
+            if kind == "F":
+                self._forward(index, x_parts[index], y_parts[index], micro_batches)
+            else:
+                self._backward(index)
+        for work in self._sends:
+            work.wait(self.timeout)
+        if self.is_last:
+            self.stats.loss = self._total_loss
+        return self.stats
+
+    def order(self, schedule: str, micro_batches: int) -> list[tuple[str, int]]:
+        """This stage's sequence of ("F", i) and ("B", i) under `schedule`."""
+        m = micro_batches
+        if schedule == "gpipe":
+            return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+        warmup = min(self.num_stages - self.stage - 1, m)
+        steps = [("F", i) for i in range(warmup)]
+        for i in range(m - warmup):
+            steps += [("F", warmup + i), ("B", i)]
+        return steps + [("B", i) for i in range(m - warmup, m)]
+
+    def _forward(self, index: int, x: torch.Tensor | None, y: torch.Tensor | None, m: int) -> None:
+        received = x if self.is_first else self._receive(self._input_shape, torch.float32)
+        start = time.perf_counter()
+        if not self.is_first:
+            received.requires_grad_(True)
+        output = self.layers(received)
+        if self.is_last:
+            output = self.loss_fn(output, y) / m
+            self._total_loss += output.item()
+        self._stored[index] = (received, output)
+        self.stats.peak_stored = max(self.stats.peak_stored, len(self._stored))
+        self.stats.events.append((self.stage, index, "F", start, time.perf_counter()))
+        if not self.is_last:
+            self._send(output.detach(), self.stage + 1)
+
+    def _backward(self, index: int) -> None:
+        received, output = self._stored.pop(index)
+        gradient = None if self.is_last else self._receive(tuple(output.shape), output.dtype, +1)
+        start = time.perf_counter()
+        output.backward(gradient)
+        self.stats.events.append((self.stage, index, "B", start, time.perf_counter()))
+        if not self.is_first:
+            self._send(received.grad, self.stage - 1)
+
+    def _send(self, tensor: torch.Tensor, to: int) -> None:
+        # Not waited for here: both neighbours may be sending to each other at this moment, so
+        # the sends are collected and waited for (bounded) once the step's receives are done.
+        self._sends.append(dist.isend(tensor.contiguous(), self.ranks[to]))
+
+    def _receive(self, shape: tuple[int, ...], dtype: torch.dtype, offset: int = -1) -> torch.Tensor:
+        buffer = torch.empty(shape, dtype=dtype)
+        dist.irecv(buffer, self.ranks[self.stage + offset]).wait(self.timeout)
+        return buffer
+
+    def _exchange_shapes(self, first_input: torch.Tensor | None) -> None:
+        """Learn this stage's input shape from the previous stage (once; shapes never change)."""
+        if self._input_shape is not None or self.num_stages == 1:
+            return
+        if not self.is_first:
+            header = torch.zeros(8, dtype=torch.int64)
+            dist.irecv(header, self.ranks[self.stage - 1]).wait(self.timeout)
+            self._input_shape = tuple(int(d) for d in header[1: 1 + header[0]])
+        else:
+            self._input_shape = tuple(first_input.shape)
+        if not self.is_last:
+            probe = (first_input if self.is_first else torch.zeros(self._input_shape))
+            with torch.no_grad():
+                shape = self.layers(probe).shape
+            header = torch.zeros(8, dtype=torch.int64)
+            header[0] = len(shape)
+            header[1: 1 + len(shape)] = torch.tensor(shape)
+            dist.isend(header, self.ranks[self.stage + 1]).wait(self.timeout)
+
+
+def bubble_fraction(events: list[tuple[int, int, str, float, float]], num_stages: int) -> float:
+    """Measured bubble: 1 - (busy time of all stages) / (num_stages x the step's span).
+
+    The span runs from the first event's start to the last event's end over all stages.
+    """
+    if not events:
+        raise ValueError("no events: run a pipeline step first")
+    start = min(e[3] for e in events)
+    end = max(e[4] for e in events)
+    busy = sum(e[4] - e[3] for e in events)
+    return 1 - busy / (num_stages * (end - start))
+
+
+def theoretical_bubble(num_stages: int, micro_batches: int) -> float:
+    """(P - 1) / (m + P - 1): the idle fraction of GPipe and 1F1B with equal stage times."""
+    return (num_stages - 1) / (micro_batches + num_stages - 1)

@@ -1,0 +1,133 @@
+"""Rank functions of lesson 79: one pipelined step, its reference, torch's pipelining, the bubble.
+
+The notebook, tests and CLI run these through `launch.spawn` (or torchrun). A `PipeRun` says what
+to run; `reference_step` is the unsplit model on the whole batch in one process.
+
+    python -m lesson_code.pipeline_checks     # 4 stages, GPipe and 1F1B, against the references
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from lesson_code import data
+from lesson_code.models import GPTConfig, as_layers, build_model, loss_function
+from lesson_code.pipeline import PipelineStage, bubble_fraction, partition_layers
+
+
+@dataclass(frozen=True)
+class PipeRun:
+    """One pipelined step: model, schedule, micro-batches, batch and an optional partition."""
+
+    model: str = "gpt"
+    schedule: str = "1f1b"
+    micro_batches: int = 4
+    batch_size: int = 16
+    seed: int = 0
+    partition: tuple[int, ...] | None = None
+    gpt: GPTConfig = field(default_factory=GPTConfig)
+
+
+def stage_module(run: PipeRun, stage: int, num_stages: int) -> tuple[nn.Module, tuple[int, int]]:
+    """This stage's layers as one module, and its [start, end) layer range.
+
+    The whole model is built from the seed, so the stage's weights equal the unsplit model's,
+    and all other layers are dropped: the rank keeps only its stage. (At scale one would build
+    on the meta device and load just the stage's weights.)
+    """
+    layers = as_layers(build_model(run.model, run.seed, run.gpt))
+    bounds = partition_layers(layers, num_stages, list(run.partition) if run.partition else None)
+    start, end = bounds[stage]
+    return nn.Sequential(*layers[start:end]), (start, end)
+
+
+def _batch(run: PipeRun) -> tuple[torch.Tensor, torch.Tensor]:
+    return data.make_batch(run.model, run.batch_size, 0, run.seed, run.gpt)
+
+
+def layer_gradients(module: nn.Module, first_layer: int) -> dict[str, torch.Tensor]:
+    """Gradients keyed by the parameter's name in the *unsplit* layer list ("3.attn.qkv.weight")."""
+    grads = {}
+    for name, param in module.named_parameters():
+        index, rest = name.split(".", 1)
+        grads[f"{first_layer + int(index)}.{rest}"] = param.grad.clone()
+    return grads
+
+
+def reference_step(run: PipeRun) -> dict:
+    """The unsplit model, one process, the whole batch: loss and every layer's gradients."""
+    layers = nn.Sequential(*as_layers(build_model(run.model, run.seed, run.gpt)))
+    x, y = _batch(run)
+    loss = loss_function(build_model(run.model, run.seed, run.gpt))(layers(x), y)
+    loss.backward()
+    return {"loss": loss.item(), "grads": layer_gradients(layers, 0)}
+
+
+def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
+    """One training step of our pipeline on `world_size` stages.
+
+    Collective: call on every rank. Returns this stage's gradients (named as in the unsplit
+    model), its layer range, the loss (last stage), its timed events and peak stored activations.
+    """
+    module, (start, end) = stage_module(run, rank, world_size)
+    loss_fn = loss_function(build_model(run.model, run.seed, run.gpt))
+    stage = PipelineStage(module, rank, world_size, loss_fn)
+    x, y = _batch(run)
+    stats = stage.train_step(x if rank == 0 else None, y if rank == world_size - 1 else None,
+                             run.micro_batches, run.schedule)
+    return {"grads": layer_gradients(module, start), "layers": (start, end), "loss": stats.loss,
+            "events": stats.events, "peak_stored": stats.peak_stored}
+
+
+def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
+    """The same step with torch.distributed.pipelining (PipelineStage, ScheduleGPipe/1F1B).
+
+    Collective: call on every rank. Returns this stage's gradients and, on the last stage, the
+    mean loss over micro-batches (torch scales gradients by 1/m, as our pipeline does).
+    """
+    from torch.distributed.pipelining import PipelineStage as TorchStage
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+
+    module, (start, _) = stage_module(run, rank, world_size)
+    stage = TorchStage(module, rank, world_size, torch.device("cpu"))
+    schedule_class = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B
+    schedule = schedule_class(stage, run.micro_batches,
+                              loss_fn=loss_function(build_model(run.model, run.seed, run.gpt)))
+    x, y = _batch(run)
+    losses: list[torch.Tensor] = []
+    if rank == 0:
+        schedule.step(x)
+    elif rank == world_size - 1:
+        schedule.step(target=y, losses=losses)
+    else:
+        schedule.step()
+    loss = sum(l.item() for l in losses) / len(losses) if losses else None
+    return {"grads": layer_gradients(module, start), "loss": loss}
+
+
+def timed_steps(rank: int, world_size: int, run: PipeRun, steps: int = 3) -> dict:
+    """Events of the last of `steps` pipelined steps (the first ones warm up), and the bubble.
+
+    Collective: call on every rank. Events of all stages are gathered, so every rank returns
+    the same measured bubble fraction.
+    """
+    module, _ = stage_module(run, rank, world_size)
+    stage = PipelineStage(module, rank, world_size,
+                          loss_function(build_model(run.model, run.seed, run.gpt)))
+    x, y = _batch(run)
+    for _ in range(steps):
+        module.zero_grad()
+        dist.barrier()
+        stats = stage.train_step(x if rank == 0 else None, y if rank == world_size - 1 else None,
+                                 run.micro_batches, run.schedule)
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, stats.events)
+    events = [event for stage_events in gathered for event in stage_events]
+    origin = min(event[3] for event in events)  # perf_counter is one clock for all local ranks
+    events = [(s, i, kind, begin - origin, end - origin) for s, i, kind, begin, end in events]
+    return {"events": events, "bubble": bubble_fraction(events, world_size),
+            "peak_stored": stats.peak_stored}
