@@ -69,7 +69,8 @@ def _balanced_sizes(weights: list[int], num_stages: int) -> list[int]:
         target = total * k / num_stages
         low = (cuts[-1] if cuts else 0) + 1           # leave at least one layer before the cut
         high = len(weights) - (num_stages - k)        # and one for every remaining stage
-        cuts.append(min(range(low, high + 1), key=lambda c: abs(prefix[c - 1] - target)))
+        # On a tie, cut later: a parameter-free layer (ReLU) stays with the layer before it.
+        cuts.append(min(range(low, high + 1), key=lambda c: (abs(prefix[c - 1] - target), -c)))
     edges = [0, *cuts, len(weights)]
     return [b - a for a, b in zip(edges, edges[1:])]
 

@@ -109,7 +109,7 @@ def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
     return {"grads": layer_gradients(module, start), "loss": loss}
 
 
-def timed_steps(rank: int, world_size: int, run: PipeRun, steps: int = 3) -> dict:
+def timed_steps(rank: int, world_size: int, run: PipeRun, steps: int = 2) -> dict:
     """Events of the last of `steps` pipelined steps (the first ones warm up), and the bubble.
 
     Collective: call on every rank. Events of all stages are gathered, so every rank returns
@@ -131,3 +131,78 @@ def timed_steps(rank: int, world_size: int, run: PipeRun, steps: int = 3) -> dic
     events = [(s, i, kind, begin - origin, end - origin) for s, i, kind, begin, end in events]
     return {"events": events, "bubble": bubble_fraction(events, world_size),
             "peak_stored": stats.peak_stored}
+
+
+def pipeline_steps(rank: int, world_size: int, runs: list[PipeRun]) -> list[dict]:
+    """`pipeline_step` for each run in turn (one launch for many checks). Collective."""
+    return [pipeline_step(rank, world_size, run) for run in runs]
+
+
+def compare_with_reference(results: list[dict], reference: dict) -> dict[str, float]:
+    """Largest |gradient difference| over all stages, |loss difference|, and layer coverage."""
+    worst = max((grad - reference["grads"][name]).abs().max().item()
+                for stage in results for name, grad in stage["grads"].items())
+    covered = sorted(name for stage in results for name in stage["grads"])
+    return {"max_grad_diff": worst, "loss_diff": abs(results[-1]["loss"] - reference["loss"]),
+            "all_layers_once": covered == sorted(reference["grads"])}
+
+
+def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
+                           data_parallel: int) -> dict:
+    """Exercise solution: a 2-D grid of `data_parallel` pipeline replicas of world/dp stages.
+
+    Collective: call on every rank. Ranks form `torch.arange(world).view(dp, pp)` (as picotron
+    and torchtitan do: the pipeline dimension varies fastest, so a replica's stages are
+    neighbours). Each replica runs the pipeline on its share of the batch; then each stage
+    averages its gradients with the same stage of the other replicas (a ring all-reduce inside
+    the stage's data-parallel group). Returns this stage's gradients.
+    """
+    from lesson_code.comm import Communicator
+
+    pipeline_size = world_size // data_parallel
+    grid = torch.arange(world_size).view(data_parallel, pipeline_size)
+    replica, stage = divmod(rank, pipeline_size)
+    # Every rank creates every group, in the same order (a torch.distributed requirement).
+    stage_groups = [dist.new_group(grid[:, s].tolist()) for s in range(pipeline_size)]
+    module, (start, _) = stage_module(run, stage, pipeline_size)
+    pipeline = PipelineStage(module, stage, pipeline_size,
+                             loss_function(build_model(run.model, run.seed, run.gpt)),
+                             ranks=grid[replica].tolist())
+    x, y = data.local_slice(_batch(run), replica, data_parallel)
+    stats = pipeline.train_step(x if stage == 0 else None,
+                                y if stage == pipeline_size - 1 else None,
+                                run.micro_batches, run.schedule)
+    comm = Communicator("ring", group=stage_groups[stage])
+    for param in module.parameters():
+        comm.all_reduce(param.grad, op="avg")
+    return {"grads": layer_gradients(module, start), "replica": replica, "stage": stage,
+            "loss": stats.loss}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check both schedules on N stages against the unsplit model; print peak stored activations."""
+    import argparse
+
+    from lesson_code import launch
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--world-size", type=int, default=4)
+    args = parser.parse_args(argv)
+    runs = [PipeRun(schedule=s, micro_batches=m) for s in ("gpipe", "1f1b") for m in (1, 2, 4, 8)]
+    per_rank = launch.run(pipeline_steps, runs, world_size=args.world_size)
+    if not launch.is_reporting_process():
+        return 0
+    ok = True
+    print(f"lesson 79: MiniGPT on {args.world_size} pipeline stages vs the unsplit model")
+    for index, run in enumerate(runs):
+        stages = [rank_results[index] for rank_results in per_rank]
+        check = compare_with_reference(stages, reference_step(run))
+        ok &= check["max_grad_diff"] < 1e-5 and check["all_layers_once"]
+        print(f"  {run.schedule:5s} m={run.micro_batches}: max |grad diff| "
+              f"{check['max_grad_diff']:.1e}, |loss diff| {check['loss_diff']:.1e}, "
+              f"activations stored at most {[s['peak_stored'] for s in stages]} per stage")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

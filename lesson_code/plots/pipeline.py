@@ -1,0 +1,70 @@
+"""Figures of lesson 79: Gantt charts of measured pipeline steps, and the bubble against m.
+
+Drawn from events measured on real ranks by `pipeline_checks.timed_steps`:
+(stage, micro-batch, "F" or "B", start, end), in seconds from the step's start.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from lesson_code.pipeline import theoretical_bubble
+from lesson_code.plots import check_language, use_course_style
+
+LABELS = {
+    "en": {"stage": "stage", "time": "time (ms)", "F": "forward", "B": "backward",
+           "micro": "micro-batches m", "bubble": "bubble (idle fraction)",
+           "measured": "measured, P = {p}", "formula": "(P − 1)/(m + P − 1), P = {p}"},
+    "fa": {"stage": "مرحله", "time": "زمان (ms)", "F": "گذر رفت", "B": "گذر برگشت",
+           "micro": "تعداد میکرودسته‌ها m", "bubble": "حباب (کسر زمان بیکاری)",
+           "measured": "اندازه‌گیری‌شده، P = {p}", "formula": "(P − 1)/(m + P − 1)، P = {p}"},
+}
+COLOURS = {"F": "#8fbbd9", "B": "#1f77b4"}
+
+
+def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en") -> Figure:
+    """One Gantt panel per schedule: a row per stage, a box per forward/backward, numbered."""
+    labels = LABELS[check_language(lang)]
+    use_course_style()
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.2 + 1.6 * len(runs)), squeeze=False)
+    for ax, (title, events) in zip(axes[:, 0], runs.items()):
+        stages = sorted({e[0] for e in events})
+        for stage, micro, kind, start, end in events:
+            ax.barh(stage, 1e3 * (end - start), left=1e3 * start, height=0.7,
+                    color=COLOURS[kind], edgecolor="white")
+            ax.text(1e3 * (start + end) / 2, stage, str(micro), ha="center", va="center",
+                    fontsize=7, color="black" if kind == "F" else "white")
+        ax.set_yticks(stages, [f"{labels['stage']} {s}" for s in stages])
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(labels["time"])
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in "FB"]
+    fig.legend(handles, [labels["F"], labels["B"]], loc="lower center", ncol=2, fontsize=8)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en") -> Figure:
+    """Measured bubble against m (points) beside (P - 1)/(m + P - 1) (lines), for each P.
+
+    `measured[P][m]` is the measured idle fraction with P stages and m micro-batches.
+    """
+    labels = LABELS[check_language(lang)]
+    use_course_style()
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for stages, by_m in sorted(measured.items()):
+        ms = sorted(by_m)
+        line, = ax.plot(ms, [theoretical_bubble(stages, m) for m in ms], "-",
+                        label=labels["formula"].format(p=stages))
+        ax.plot(ms, [by_m[m] for m in ms], "o", color=line.get_color(),
+                label=labels["measured"].format(p=stages))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({m for by_m in measured.values() for m in by_m}))
+    ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())
+    ax.set_xlabel(labels["micro"])
+    ax.set_ylabel(labels["bubble"])
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,109 @@
+"""Lesson 79 on real gloo ranks: pipelined gradients equal the unsplit model's and torch's.
+
+Tolerance: every gradient within 1e-6 absolute of the unsplit model on the whole batch
+(measured: below 4e-8). The pipeline sums m micro-batch gradients, each scaled by 1/m, where one
+process sums the whole batch at once: the same terms in another order, float32 rounding only.
+"""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from lesson_code import launch, pipeline_checks
+from lesson_code.models import MLP, as_layers, build_model
+from lesson_code.pipeline import (PipelineStage, bubble_fraction, partition_layers,
+                                  split_micro_batches, theoretical_bubble)
+from lesson_code.pipeline_checks import PipeRun, reference_step
+
+MICRO_BATCHES = (1, 2, 4, 8)
+
+
+@pytest.mark.parametrize("model", ["mlp", "gpt"])
+@pytest.mark.parametrize("stages", [2, 4])
+def test_both_schedules_match_the_unsplit_model(model, stages):
+    runs = [PipeRun(model=model, schedule=s, micro_batches=m)
+            for s in ("gpipe", "1f1b") for m in MICRO_BATCHES]
+    per_rank = launch.spawn(pipeline_checks.pipeline_steps, runs, world_size=stages)
+    for index, run in enumerate(runs):
+        results = [rank_results[index] for rank_results in per_rank]
+        check = pipeline_checks.compare_with_reference(results, reference_step(run))
+        assert check["all_layers_once"], run
+        assert check["max_grad_diff"] < 1e-6, (run, check)
+        assert check["loss_diff"] < 1e-6, (run, check)
+        peaks = [r["peak_stored"] for r in results]
+        if run.schedule == "gpipe":
+            assert peaks == [run.micro_batches] * stages
+        else:
+            assert peaks == [min(stages - s, run.micro_batches) for s in range(stages)]
+        events = [e for r in results for e in r["events"]]
+        assert sorted((s, i, k) for s, i, k, _, _ in events) == sorted(
+            (s, i, k) for s in range(stages) for i in range(run.micro_batches) for k in "FB")
+        for s, i, kind, begin, _ in events:  # causality: a stage forwards what it received
+            if kind == "F" and s > 0:
+                previous = next(e for e in events if e[:3] == (s - 1, i, "F"))
+                assert previous[4] <= begin
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("stages", [2, 4])
+def test_same_gradients_as_torch_distributed_pipelining(schedule, stages):
+    run = PipeRun(schedule=schedule, micro_batches=4)
+    ours = launch.spawn(pipeline_checks.pipeline_step, run, world_size=stages)
+    theirs = launch.spawn(pipeline_checks.torch_pipelining_step, run, world_size=stages)
+    for a, b in zip(ours, theirs):
+        assert a["grads"].keys() == b["grads"].keys()
+        for name in a["grads"]:
+            torch.testing.assert_close(a["grads"][name], b["grads"][name], rtol=0, atol=1e-6)
+    assert abs(ours[-1]["loss"] - theirs[-1]["loss"]) < 1e-6
+
+
+def test_two_dimensional_data_and_pipeline_parallelism():
+    run = PipeRun(schedule="1f1b", micro_batches=2)
+    results = launch.spawn(pipeline_checks.data_and_pipeline_step, run, 2, world_size=4)
+    reference = reference_step(run)
+    assert [(r["replica"], r["stage"]) for r in results] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for r in results:
+        for name, grad in r["grads"].items():
+            torch.testing.assert_close(grad, reference["grads"][name], rtol=0, atol=1e-6)
+    assert torch.equal(torch.cat([g.reshape(-1) for g in results[0]["grads"].values()]),
+                       torch.cat([g.reshape(-1) for g in results[2]["grads"].values()]))
+
+
+def test_schedule_orders():
+    stage = PipelineStage(torch.nn.Identity(), stage=1, num_stages=4, loss_fn=None)
+    assert stage.order("gpipe", 3) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("B", 1), ("B", 2)]
+    assert stage.order("1f1b", 4) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1),
+                                      ("B", 2), ("B", 3)]
+    last = PipelineStage(torch.nn.Identity(), stage=3, num_stages=4, loss_fn=None)
+    assert last.order("1f1b", 2) == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
+
+
+def test_partition_balances_parameters_and_rejects_bad_input():
+    layers = as_layers(build_model("gpt", 0))
+    assert partition_layers(layers, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert partition_layers(layers, 2, [3, 1]) == [(0, 3), (3, 4)]
+    mlp_layers = as_layers(MLP())  # Linear(32,64) ReLU Linear(64,64) ReLU Linear(64,10)
+    assert partition_layers(mlp_layers, 2) == [(0, 2), (2, 5)]
+    with pytest.raises(ValueError, match="5 stages but only 4 layers"):
+        partition_layers(layers, 5)
+    with pytest.raises(ValueError, match="must give 2 positive layer counts that add up to 4"):
+        partition_layers(layers, 2, [2, 3])
+
+
+def test_micro_batches_must_divide_the_batch():
+    assert len(split_micro_batches(torch.zeros(12, 3), 4)) == 4
+    with pytest.raises(ValueError, match="5 micro-batches do not divide the batch of 12"):
+        split_micro_batches(torch.zeros(12, 3), 5)
+    with pytest.raises(ValueError, match="unknown schedule"):
+        launch_free_stage = PipelineStage(torch.nn.Identity(), 0, 1, loss_fn=lambda o, t: o.sum())
+        launch_free_stage.train_step(torch.zeros(4, 2), torch.zeros(4), 2, "interleaved")
+
+
+def test_bubble_arithmetic():
+    assert theoretical_bubble(4, 1) == 0.75
+    assert theoretical_bubble(4, 8) == pytest.approx(3 / 11)
+    # Two stages, one micro-batch each way, strictly one after the other: half the time idle.
+    events = [(0, 0, "F", 0.0, 1.0), (1, 0, "F", 1.0, 2.0), (1, 0, "B", 2.0, 3.0),
+              (0, 0, "B", 3.0, 4.0)]
+    assert bubble_fraction(events, 2) == 0.5
