@@ -1,0 +1,148 @@
+"""Rank functions of lesson 80: save and resume ZeRO training, crash a save, compare with DCP.
+
+The notebook and tests run these through `launch.spawn`. Training is lesson 78's ZeRO-1 (a
+`zero_checks.ZeroRun`); checkpoints go under a root folder the caller gives (a temporary one in
+the notebook: files a lesson writes never land in the repository).
+
+    launch.spawn(train_with_checkpoints, ZeroRun(steps=20), "/tmp/ckpt", [10], world_size=4)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from lesson_code import checkpoint
+from lesson_code.zero_checkpoint import FLAT_KEYS, load_zero, save_zero
+from lesson_code.zero_checks import ZeroRun, _loss, _model, build_optimizer, parameter_digest
+
+
+def _train(run: ZeroRun, model, optimizer, rank: int, world_size: int, first: int, last: int,
+           on_step_end=None) -> list[float]:
+    """Steps first..last-1 (step s uses batch s); returns this rank's global mean losses."""
+    losses = []
+    for step in range(first, last):
+        optimizer.zero_grad()
+        loss = _loss(run, model, step, rank, world_size)
+        loss.backward()
+        optimizer.step()
+        total = loss.detach().to(torch.float64).reshape(1)
+        dist.all_reduce(total)
+        losses.append(total.item() / world_size)
+        if on_step_end is not None:
+            on_step_end(step + 1)
+    return losses
+
+
+def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
+                           save_after: list[int]) -> dict:
+    """Train `run.steps` steps, saving a checkpoint after each step in `save_after`.
+
+    Collective: call on every rank. Returns losses, the final parameters and the digest.
+    """
+    model, optimizer = build_optimizer(run, _model(run, seed_offset=rank), rank, world_size)
+
+    def maybe_save(done: int) -> None:
+        if done in save_after:
+            save_zero(root, model, optimizer, step=done, rank=rank, world_size=world_size,
+                      extra={"next_step": done})
+    losses = _train(run, model, optimizer, rank, world_size, 0, run.steps, maybe_save)
+    return {"losses": losses, "params": _flat(model), "digest": parameter_digest(model)}
+
+
+def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str) -> dict:
+    """Load `folder` into a freshly built model and optimizer and train up to `run.steps`.
+
+    Collective: call on every rank. The fresh model starts from another seed, so only the
+    checkpoint can make the result match the run that never stopped.
+    """
+    model, optimizer = build_optimizer(run, _model(run, seed_offset=100 + rank), rank, world_size)
+    extra = load_zero(folder, model, optimizer, rank=rank, world_size=world_size)
+    losses = _train(run, model, optimizer, rank, world_size, extra["next_step"], run.steps)
+    return {"losses": losses, "params": _flat(model), "digest": parameter_digest(model),
+            "resumed_at": extra["next_step"]}
+
+
+def round_trip(rank: int, world_size: int, run: ZeroRun, root: str) -> dict[str, bool]:
+    """Train a few steps, save, load into fresh objects; is every tensor bitwise equal?
+
+    Collective: call on every rank.
+    """
+    model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+    _train(run, model, optimizer, rank, world_size, 0, run.steps)
+    before = {**{k: v.clone() for k, v in optimizer.state_dict().items() if k in FLAT_KEYS},
+              "rng_state": torch.get_rng_state(), "params": _flat(model)}
+    folder = save_zero(root, model, optimizer, step=run.steps, rank=rank, world_size=world_size,
+                       extra={"next_step": run.steps})
+    torch.manual_seed(12345)  # disturb the RNG: the load must restore it
+    fresh_model, fresh = build_optimizer(run, _model(run, seed_offset=7), rank, world_size)
+    load_zero(folder, fresh_model, fresh, rank=rank, world_size=world_size)
+    after = {**{k: v for k, v in fresh.state_dict().items() if k in FLAT_KEYS},
+             "rng_state": torch.get_rng_state(), "params": _flat(fresh_model)}
+    return {key: torch.equal(before[key], after[key]) for key in before} | \
+           {"step": fresh.step_count == optimizer.step_count}
+
+
+def crash_during_save(rank: int, world_size: int, run: ZeroRun, root: str,
+                      crash_rank: int) -> None:
+    """Save after step 2, train to step 4 and save again, but kill `crash_rank` half-way through
+    writing its shard of the second checkpoint (a real SIGKILL of a real process).
+
+    Collective: call on every rank; the call never returns normally (the launcher reports the
+    killed rank and stops the others). Fault injection for the lesson: the crashing rank's file
+    writer writes half the bytes, flushes them to disk, and kills its own process.
+    """
+    model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+    _train(run, model, optimizer, rank, world_size, 0, 2)
+    save_zero(root, model, optimizer, step=2, rank=rank, world_size=world_size,
+              extra={"next_step": 2})
+    _train(run, model, optimizer, rank, world_size, 2, 4)
+    if rank == crash_rank:
+        def write_half_then_die(path: Path, payload: bytes) -> None:
+            with open(path.with_name(f".{path.name}.{os.getpid()}.partial"), "wb") as handle:
+                handle.write(payload[: len(payload) // 2])
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.kill(os.getpid(), signal.SIGKILL)
+        checkpoint.write_atomically = write_half_then_die  # this rank's process only
+    save_zero(root, model, optimizer, step=4, rank=rank, world_size=world_size,
+              extra={"next_step": 4})
+
+
+def save_ours_and_dcp(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
+    """Save the same ZeRO state with our format and with torch.distributed.checkpoint (DCP).
+
+    Collective: call on every rank. Returns each format's seconds (slowest rank) and folder.
+    DCP gets each rank's shard under rank-specific keys, so it writes them as distinct items.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+    _train(run, model, optimizer, rank, world_size, 0, 1)
+    state = optimizer.state_dict()
+    timings = {}
+    dist.barrier()
+    start = time.perf_counter()
+    ours = save_zero(Path(root) / "ours", model, optimizer, step=1, rank=rank,
+                     world_size=world_size, extra={"next_step": 1})
+    timings["ours"] = time.perf_counter() - start
+    dcp_state = {f"rank{rank}.{key}": state[key] for key in FLAT_KEYS}
+    dcp_state["model"] = model.state_dict()
+    dist.barrier()
+    start = time.perf_counter()
+    dcp.save(dcp_state, checkpoint_id=str(Path(root) / "dcp"))
+    dist.barrier()
+    timings["dcp"] = time.perf_counter() - start
+    slowest = torch.tensor([timings["ours"], timings["dcp"]], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return {"ours_s": slowest[0].item(), "dcp_s": slowest[1].item(), "ours": str(ours),
+            "dcp": str(Path(root) / "dcp")}
+
+
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).to(torch.float64) for p in model.parameters()])

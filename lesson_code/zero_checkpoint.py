@@ -1,0 +1,105 @@
+"""ZeRO-1 state in sharded checkpoints (lessons 80-81): what to save, how to resume, how to merge.
+
+The glue between `zero.ZeroOptimizer` and `checkpoint`, which knows nothing of ZeRO. Like
+DeepSpeed, a checkpoint holds one optimizer file per rank (its slices of the fp32 master weights
+and of both Adam moments, its RNG state) and one replicated file of model weights written by rank
+0. The manifest's layout says which elements of the flat parameter vector each shard holds and
+how much padding the last one carries; `extra` keeps the step, the data position, the parameter
+table and Adam's hyper-parameters, all a bit-for-bit resume or a consolidation needs.
+
+    save_zero(root, model, optimizer, step=10, rank=rank, world_size=4, extra={"next_batch": 10})
+    extra = load_zero(folder, model, optimizer, rank=rank, world_size=4)   # collective
+    model_state, adam_state = consolidate(folder)        # one process: torch.optim.Adam loads it
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lesson_code.checkpoint import (REPLICATED, read_manifest, read_verified, save_sharded,
+                                    load_sharded, shard_name)
+from lesson_code.zero import ZeroOptimizer
+
+FLAT_KEYS = ["master", "exp_avg", "exp_avg_sq"]
+
+
+def save_zero(root: Path | str, model: nn.Module, optimizer: ZeroOptimizer, *, step: int,
+              rank: int, world_size: int, extra: dict | None = None) -> Path:
+    """Save this rank's ZeRO shard (and, on rank 0, the model weights) as checkpoint `step`.
+
+    Collective: call on every rank. Returns the published folder.
+    """
+    state = optimizer.state_dict()
+    shard = {key: state[key] for key in FLAT_KEYS}
+    shard["rng_state"] = torch.get_rng_state()
+    layout = {"numel": state["shard"]["numel"], "start": state["shard"]["start"],
+              "length": state["shard"]["shard_numel"], "padding": state["shard"]["padding"],
+              "flat": FLAT_KEYS}
+    table = [[name, list(p.shape), str(p.dtype).removeprefix("torch.")]
+             for name, p in model.named_parameters() if p.requires_grad]
+    everything = {**(extra or {}), "optimizer_step": state["step"], "parameters": table,
+                  "hyperparameters": state["hyperparameters"]}
+    replicated = {name: value for name, value in model.state_dict().items()} if rank == 0 else None
+    return save_sharded(root, shard, step=step, rank=rank, world_size=world_size, layout=layout,
+                        replicated=replicated, extra=everything)
+
+
+def load_zero(folder: Path | str, model: nn.Module, optimizer: ZeroOptimizer, *, rank: int,
+              world_size: int) -> dict:
+    """Restore model, optimizer shard and RNG state saved by `save_zero`; return the extra dict.
+
+    Collective: call on every rank (the optimizer all-gathers the master shards into the model).
+    The replicated weights are loaded too and must equal the master copy cast to the model's
+    dtype: a checkpoint whose two halves disagree raises ValueError.
+    """
+    shard, replicated, manifest = load_sharded(folder, rank=rank, world_size=world_size)
+    layout = next(e for e in manifest["files"] if e["name"] == shard_name(rank, world_size))["layout"]
+    extra = manifest["extra"]
+    optimizer.load_state_dict({
+        "step": extra["optimizer_step"], **{key: shard[key] for key in FLAT_KEYS},
+        "shard": {"rank": rank, "world_size": world_size, "numel": layout["numel"],
+                  "shard_numel": layout["length"]},
+    })
+    from_master = {name: p.detach().clone() for name, p in model.named_parameters()}
+    model.load_state_dict(replicated)
+    for name, value in from_master.items():
+        if not torch.equal(value, dict(model.named_parameters())[name]):
+            raise ValueError(f"{Path(folder) / REPLICATED}: weight {name!r} differs from the fp32 "
+                             "master shards cast to the model's dtype; the checkpoint is inconsistent")
+    torch.set_rng_state(shard["rng_state"])
+    return extra
+
+
+def consolidate(folder: Path | str) -> tuple[dict[str, torch.Tensor], dict]:
+    """Merge a ZeRO checkpoint into one model state dict and one torch.optim.Adam state dict.
+
+    One process, no group. The Adam state dict has torch's format (state per parameter index:
+    step, exp_avg, exp_avg_sq; one param group with the saved hyper-parameters), so
+    `torch.optim.Adam(model.parameters(), ...).load_state_dict(adam_state)` accepts it. The model
+    state dict holds the fp32 master weights cast to each parameter's saved dtype.
+    """
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    entries = {entry["name"]: entry for entry in manifest["files"]}
+    world_size, extra = manifest["world_size"], manifest["extra"]
+    shards = [read_verified(folder, entries[shard_name(r, world_size)]) for r in range(world_size)]
+    numel = entries[shard_name(0, world_size)]["layout"]["numel"]
+    flat = {key: torch.cat([shard[key] for shard in shards])[:numel] for key in FLAT_KEYS}
+    model_state, adam_state, offset = {}, {}, 0
+    for index, (name, shape, dtype) in enumerate(extra["parameters"]):
+        count = int(torch.Size(shape).numel())
+        piece = {key: value[offset: offset + count].view(shape) for key, value in flat.items()}
+        model_state[name] = piece["master"].to(getattr(torch, dtype)).clone()
+        adam_state[index] = {"step": torch.tensor(float(extra["optimizer_step"])),
+                             "exp_avg": piece["exp_avg"].clone(),
+                             "exp_avg_sq": piece["exp_avg_sq"].clone()}
+        offset += count
+    hyper = extra["hyperparameters"]
+    group = {"lr": hyper["lr"], "betas": tuple(hyper["betas"]), "eps": hyper["eps"],
+             "weight_decay": hyper["weight_decay"], "amsgrad": False, "maximize": False,
+             "foreach": None, "capturable": False, "differentiable": False, "fused": None,
+             "decoupled_weight_decay": False, "params": list(range(len(extra["parameters"])))}
+    return model_state, {"state": adam_state, "param_groups": [group]}
