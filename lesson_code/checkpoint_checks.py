@@ -146,3 +146,35 @@ def save_ours_and_dcp(rank: int, world_size: int, run: ZeroRun, root: str) -> di
 
 def _flat(model) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1).to(torch.float64) for p in model.parameters()])
+
+
+def flip_one_byte(path: Path | str) -> None:
+    """Flip the lowest bit of the byte in the middle of a file (a silent disk or copy error)."""
+    path = Path(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def dcp_after_a_flipped_byte(rank: int, world_size: int, root: str) -> dict:
+    """Save a shard per rank with DCP, flip one byte in rank 1's data file, load it back.
+
+    Collective: call on every rank. Returns whether DCP raised, and how far the loaded tensor is
+    from the saved one: DCP (torch 2.13, FileSystemReader) does not hash what it reads.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    saved = torch.randn(4096, generator=torch.Generator().manual_seed(rank))
+    folder = str(Path(root) / "dcp-flip")
+    dcp.save({f"rank{rank}.master": saved}, checkpoint_id=folder)
+    dist.barrier()
+    if rank == 0:
+        flip_one_byte(Path(folder) / "__1_0.distcp")
+    dist.barrier()
+    loaded = {f"rank{rank}.master": torch.zeros(4096)}
+    try:
+        dcp.load(loaded, checkpoint_id=folder)
+    except Exception as error:  # noqa: BLE001 - reported, not hidden
+        return {"rank": rank, "raised": type(error).__name__, "max_abs_change": None}
+    change = (loaded[f"rank{rank}.master"] - saved).abs().max().item()
+    return {"rank": rank, "raised": None, "max_abs_change": change}
