@@ -140,7 +140,7 @@ class MiniGPT(nn.Module):
         logits = self.head(x)  # (B, T, vocab)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
         return logits, loss
 
 
@@ -161,7 +161,7 @@ def loss_function(model: nn.Module):
     """The model's loss as a function of (output of its last layer, targets)."""
     if isinstance(model, MiniGPT):
         return lambda logits, targets: F.cross_entropy(logits.view(-1, logits.shape[-1]),
-                                                       targets.view(-1))
+                                                       targets.reshape(-1))
     return F.cross_entropy
 
 

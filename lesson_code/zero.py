@@ -84,7 +84,8 @@ class ZeroOptimizer:
 
     Collective: construct and call `step()` on every rank. Model parameters may be float32 or
     bfloat16 (the master shard is always float32). `max_grad_norm` clips the global gradient norm
-    as torch.nn.utils.clip_grad_norm_ would on the whole model; `stage=2` also drops the full
+    as torch.nn.utils.clip_grad_norm_ would on the whole model (`track_grad_norm` computes it
+    into `last_grad_norm` without clipping); `stage=2` also drops the full
     gradients after the reduce-scatter, keeping only this rank's shard. `comm` is "ring" (lesson 76,
     counted in `ledger`) or "builtin".
     Raises ValueError for a bad world size, rank, learning rate or stage.
@@ -94,8 +95,9 @@ class ZeroOptimizer:
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, *, max_grad_norm: float | None = None,
                  stage: int = 1, comm: Communicator | str = "ring",
-                 ledger: CommLedger | None = None):
+                 ledger: CommLedger | None = None, track_grad_norm: bool = False):
         _check_arguments(world_size, rank, lr, stage)
+        self.track_grad_norm = track_grad_norm
         self.model, self.world_size, self.rank = model, world_size, rank
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.max_grad_norm, self.stage = max_grad_norm, stage
@@ -125,8 +127,10 @@ class ZeroOptimizer:
             for param in self.params:
                 param.grad = None  # keep only this rank's shard of the gradient
         grad = grad.to(torch.float32)
+        if self.max_grad_norm is not None or self.track_grad_norm:
+            self.last_grad_norm = self._global_norm(grad)
         if self.max_grad_norm is not None:
-            grad = self._clip(grad)
+            grad = self._clip(grad, self.last_grad_norm)
         self.step_count += 1
         adam_update(self.master, grad, self.exp_avg, self.exp_avg_sq, self.step_count, self.lr,
                     self.betas, self.eps, self.weight_decay)
@@ -198,16 +202,18 @@ class ZeroOptimizer:
         """This rank's shard of the averaged gradient: one reduce-scatter."""
         return self.comm.reduce_scatter(flat_grad, op="avg")
 
-    def _clip(self, grad: torch.Tensor) -> torch.Tensor:
-        """Scale the shard so that the global gradient norm is at most max_grad_norm.
+    def _global_norm(self, grad: torch.Tensor) -> float:
+        """The L2 norm of the whole averaged gradient, from this rank's shard of it.
 
-        The global norm is the square root of the all-reduced sum of each shard's squared norm,
-        what clip_grad_norm_ computes on the whole model (padding is zero, so it adds nothing).
+        The square root of the all-reduced sum of each shard's squared norm: what
+        clip_grad_norm_ computes on the whole model (padding is zero, so it adds nothing).
         """
         squared = grad.pow(2).sum().reshape(1)
         self.comm.all_reduce(squared, op="sum")
-        norm = squared.sqrt().item()
-        self.last_grad_norm = norm
+        return squared.sqrt().item()
+
+    def _clip(self, grad: torch.Tensor, norm: float) -> torch.Tensor:
+        """Scale the shard so that the global gradient norm is at most max_grad_norm."""
         coefficient = self.max_grad_norm / (norm + 1e-6)
         return grad * coefficient if coefficient < 1 else grad
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lesson_code.bench import capstone as capstone_bench
 from lesson_code.bench import collectives as collectives_bench
 from lesson_code.bench import ddp as ddp_bench
 from lesson_code.bench import zero as zero_bench
 
-BENCHMARKS = {"collectives": collectives_bench.run, "ddp": ddp_bench.run, "zero": zero_bench.run}
+BENCHMARKS = {"collectives": collectives_bench.run, "ddp": ddp_bench.run, "zero": zero_bench.run,
+              "capstone": capstone_bench.run}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,6 @@
+"""`python -m lesson_code.capstone`: see lesson_code.capstone.cli."""
+
+from lesson_code.capstone.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""Checkpoints as the training loop sees them: `maybe_save(step)` and `rollback()`, no files.
+
+Wraps lesson 80's ZeRO checkpoint functions with a policy (which steps to save, how many to
+keep) and remembers, for `verify_resume`, an in-memory copy of what each save wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from lesson_code.checkpoint_tools import latest_checkpoint, prune_checkpoints
+from lesson_code.zero_checkpoint import FLAT_KEYS, load_zero, save_zero
+
+
+class Checkpointer:
+    """Saves after the steps in `save_after`, keeps the newest `keep_last`, rolls back on demand.
+
+    Collective: `maybe_save` and `rollback` are called on every rank.
+    """
+
+    def __init__(self, root: Path | str, model, optimizer, *, rank: int, world_size: int,
+                 save_after: set[int], keep_last: int = 2):
+        self.root, self.model, self.optimizer = Path(root), model, optimizer
+        self.rank, self.world_size = rank, world_size
+        self.save_after, self.keep_last = save_after, keep_last
+        self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
+        self.folders: dict[int, Path] = {}
+
+    def maybe_save(self, step: int, last_loss: float | None) -> Path | None:
+        """Save if `step` (steps done) is due; returns the folder written, else None."""
+        if step not in self.save_after:
+            return None
+        folder = save_zero(self.root, self.model, self.optimizer, step=step, rank=self.rank,
+                           world_size=self.world_size,
+                           extra={"next_step": step, "last_loss": last_loss})
+        state = self.optimizer.state_dict()
+        self.snapshots[step] = {**{key: state[key].clone() for key in FLAT_KEYS},
+                                "rng_state": torch.get_rng_state(),
+                                "params": torch.cat([p.detach().reshape(-1) for p in
+                                                     self.model.parameters()]).clone()}
+        self.folders[step] = folder
+        if self.rank == 0:
+            prune_checkpoints(self.root, self.keep_last)
+        return folder
+
+    def rollback(self) -> tuple[int, float | None]:
+        """Load the newest complete checkpoint; return (its next step, the loss before it).
+
+        Raises RuntimeError when there is none yet: a run that diverges before its first
+        checkpoint cannot be rolled back, only restarted.
+        """
+        folder, _ = latest_checkpoint(self.root)
+        if folder is None:
+            raise RuntimeError(f"the run diverged before any checkpoint under {self.root}: "
+                               "save earlier (a smaller checkpoint step) or lower the learning rate")
+        extra = load_zero(folder, self.model, self.optimizer, rank=self.rank,
+                          world_size=self.world_size)
+        return extra["next_step"], extra.get("last_loss")

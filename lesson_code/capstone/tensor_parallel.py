@@ -1,0 +1,76 @@
+"""The capstone's exercise 1: MiniGPT's attention heads split over 2 ranks (tensor parallelism).
+
+Megatron-LM's split of self-attention: each rank computes the query, key and value projections
+of its own heads only (the rows of the qkv weight that belong to them, "column parallel"), runs
+attention on those heads, and multiplies their output by its columns of the output projection
+("row parallel"). The ranks' partial outputs are summed by one all-reduce per block, which gives
+exactly the unsplit attention output. Everything else is computed whole on every rank.
+
+    launch.spawn(tensor_parallel_loss, CapstoneConfig(), world_size=2)  # == the one-rank loss
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from lesson_code.capstone.config import CapstoneConfig
+from lesson_code.capstone.corpus import batch_for_step, make_corpus
+from lesson_code.models import Block, MiniGPT
+
+
+def sharded_attention(block: Block, x: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """This rank's heads of `block.attn` applied to `x`, summed over ranks by an all-reduce.
+
+    Collective: call on every rank. Shapes: x (B, T, C) -> (B, T, C).
+    """
+    attn = block.attn
+    B, T, C = x.shape
+    heads = attn.n_head // world_size
+    hs = C // attn.n_head
+    mine = slice(rank * heads * hs, (rank + 1) * heads * hs)  # this rank's channels of q, k, v
+    weight, bias = attn.qkv.weight, attn.qkv.bias                # (3C, C), (3C,)
+    q, k, v = (F.linear(x, weight[part * C:(part + 1) * C][mine], bias[part * C:(part + 1) * C][mine])
+               for part in range(3))                             # 3 x (B, T, heads * hs)
+    q, k, v = (t.view(B, T, heads, hs).transpose(1, 2) for t in (q, k, v))  # (B, heads, T, hs)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(hs)          # (B, heads, T, T)
+    scores = scores.masked_fill(~attn.mask[:, :, :T, :T], float("-inf"))
+    y = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, heads * hs)
+    partial = F.linear(y, attn.proj.weight[:, mine])            # (B, T, C), no bias yet
+    dist.all_reduce(partial)                                     # sum of every rank's heads
+    return partial + attn.proj.bias
+
+
+def tensor_parallel_loss(rank: int, world_size: int, config: CapstoneConfig) -> float:
+    """The loss of the first global batch with attention split over `world_size` ranks.
+
+    Collective: call on every rank; every rank builds the same model from the seed and returns
+    the same loss. Raises ValueError unless the number of heads divides evenly over the ranks.
+    """
+    if config.gpt.n_head % world_size:
+        raise ValueError(f"{config.gpt.n_head} heads cannot be split over {world_size} ranks: "
+                         "use a world size that divides the number of heads")
+    torch.manual_seed(config.seed)
+    model = MiniGPT(config.gpt)
+    corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
+    x, y = batch_for_step(corpus, 0, 0, 1, config.batch_per_rank, config.gpt.context)
+    with torch.no_grad():
+        h = model.embed(x)
+        for block in model.blocks:
+            h = h + sharded_attention(block, block.ln1(h), rank, world_size)
+            h = h + block.mlp(block.ln2(h))
+        logits = model.head(h)
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1)).item()
+
+
+def single_rank_loss(config: CapstoneConfig) -> float:
+    """The same loss computed by the unsplit model in one process (the reference)."""
+    torch.manual_seed(config.seed)
+    model = MiniGPT(config.gpt)
+    corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
+    x, y = batch_for_step(corpus, 0, 0, 1, config.batch_per_rank, config.gpt.context)
+    with torch.no_grad():
+        return model(x, y)[1].item()

@@ -1,0 +1,127 @@
+"""The capstone's rank function: lessons 77, 78 and 80 composed in one fixed order.
+
+    1. DDP (lesson 77): broadcast rank 0's initial parameters, so every rank starts equal.
+    2. ZeRO-1 (lesson 78): every step, reduce-scatter the gradients, Adam on this rank's shard
+       of the fp32 master weights, all-gather the updated parameters.
+    3. Sharded checkpoint (lesson 80): after `checkpoint_step`, each rank writes its shard.
+    4. The loop: forward, backward, the divergence guard, the optimizer, the checkpointer.
+
+The loop itself knows nothing of reduce-scatter or files: it calls `optimizer.step()` and
+`checkpointer.maybe_save(step)`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from lesson_code.capstone.checkpointer import Checkpointer
+from lesson_code.capstone.config import CapstoneConfig
+from lesson_code.capstone.corpus import batch_for_step, make_corpus
+from lesson_code.capstone.guard import DivergenceGuard
+from lesson_code.comm import Communicator
+from lesson_code.ddp import broadcast_parameters
+from lesson_code.ledger import CommLedger
+from lesson_code.models import MiniGPT
+from lesson_code.zero import ZeroOptimizer
+from lesson_code.zero_checkpoint import FLAT_KEYS, load_zero
+
+
+def build(config: CapstoneConfig, rank: int, world_size: int, seed_offset: int = 0):
+    """Model, communicator and optimizer for one rank, composed in the order of the docstring."""
+    torch.manual_seed(config.seed + seed_offset + rank)  # each rank's own RNG stream
+    model = MiniGPT(config.gpt)
+    comm = Communicator(config.comm, CommLedger())
+    broadcast_parameters(model, comm=comm)                                  # 1. DDP
+    optimizer = ZeroOptimizer(model, world_size, rank, lr=config.lr, comm=comm,
+                              track_grad_norm=True)                          # 2. ZeRO-1
+    return model, comm, optimizer
+
+
+def forward_backward(config: CapstoneConfig, model, corpus, step: int, rank: int,
+                     world_size: int) -> torch.Tensor:
+    """This rank's loss for `step`, its gradients accumulated over `config.accumulation` parts."""
+    x, y = batch_for_step(corpus, step, rank, world_size, config.batch_per_rank, config.gpt.context)
+    total = torch.zeros(())
+    for xm, ym in zip(x.chunk(config.accumulation), y.chunk(config.accumulation)):
+        loss = model(xm, ym)[1] / config.accumulation
+        loss.backward()
+        total += loss.detach()
+    return total
+
+
+def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str | None = None) -> dict:
+    """Train `config.steps` steps on this rank; return its records. Collective: every rank.
+
+    With `start_from` (a checkpoint folder) the run resumes there instead of starting at step 0.
+    """
+    model, comm, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
+    checkpointer = Checkpointer(Path(config.out_dir) / "checkpoints", model, optimizer, rank=rank,
+                                world_size=world_size, save_after={config.checkpoint_step},
+                                keep_last=config.keep_last)                   # 3. checkpoints
+    guard = DivergenceGuard(config.spike_factor)
+    corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
+    step, records, events, spiked = 0, [], [], False
+    if start_from is not None:
+        step = load_zero(start_from, model, optimizer, rank=rank, world_size=world_size)["next_step"]
+    while step < config.steps:                                               # 4. the loop
+        started = time.perf_counter()
+        optimizer.zero_grad()
+        local = forward_backward(config, model, corpus, step, rank, world_size)
+        loss = comm.all_reduce(local.reshape(1).clone(), op="avg").item()  # same on every rank
+        reason = guard.check(loss)
+        if reason is not None:
+            step, guard.previous = checkpointer.rollback()
+            events.append({"event": "rollback", "loss": loss, "reason": reason, "to_step": step})
+            continue
+        gradient_bytes = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
+        lr = optimizer.lr
+        if step + 1 == config.lr_spike_step and not spiked:  # steps are numbered from 1
+            optimizer.lr, spiked = lr * config.lr_spike_factor, True  # the injected fault, once
+        optimizer.step()
+        optimizer.lr = lr
+        step += 1
+        records.append({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
+                        "step_time_s": time.perf_counter() - started, "lr": lr,
+                        "param_norm": _parameter_norm(model)})
+        checkpointer.maybe_save(step, last_loss=loss)
+    return {"rank": rank, "records": records, "events": events,
+            "memory": {"parameters": sum(p.untyped_storage().nbytes() for p in model.parameters()),
+                       "gradients": gradient_bytes,
+                       "optimizer": optimizer.optimizer_state_bytes()},
+            "shard_numel": optimizer.shard_numel, "padding": optimizer.padding,
+            "numel": optimizer.numel, "params": _flat(model),
+            "checkpoints": {s: str(f) for s, f in checkpointer.folders.items()},
+            "resume_verified": {s: verify_resume(config, folder, checkpointer.snapshots[s], rank, world_size)
+                                for s, folder in checkpointer.folders.items()}}
+
+
+def verify_resume(config: CapstoneConfig, folder: Path | str, snapshot: dict, rank: int,
+                  world_size: int) -> bool:
+    """Reload `folder` into a fresh model and optimizer; is every byte what was saved?
+
+    Collective: call on every rank. Compares the master shard, both moments, the RNG state and
+    the parameters with `snapshot`, the in-memory copy taken when the checkpoint was written.
+    """
+    rng = torch.get_rng_state()
+    model, _, optimizer = build(config, rank, world_size, seed_offset=1000)
+    load_zero(folder, model, optimizer, rank=rank, world_size=world_size)
+    state = optimizer.state_dict()
+    loaded = {**{key: state[key] for key in FLAT_KEYS}, "rng_state": torch.get_rng_state(),
+              "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}
+    torch.set_rng_state(rng)
+    same = all(torch.equal(loaded[key], snapshot[key]) for key in snapshot)
+    verdicts = torch.tensor([1.0 if same else 0.0])
+    dist.all_reduce(verdicts, op=dist.ReduceOp.MIN)
+    return bool(verdicts.item())
+
+
+def _parameter_norm(model) -> float:
+    return torch.sqrt(sum(p.detach().to(torch.float64).pow(2).sum() for p in model.parameters())).item()
+
+
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).to(torch.float64) for p in model.parameters()])

@@ -1,0 +1,59 @@
+"""Figures of lesson 81: the loss curve drawn from the run's metrics.jsonl, and the memory profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from lesson_code.capstone.report import read_metrics
+from lesson_code.plots import check_language, use_course_style
+
+LABELS = {
+    "en": {"step": "step", "loss": "loss", "rollback": "rollback", "rank": "rank",
+           "bytes": "bytes per rank", "parameters": "parameters", "gradients": "gradients",
+           "optimizer": "optimizer state", "formula": "12P/N"},
+    "fa": {"step": "گام", "loss": "زیان", "rollback": "بازگشت به چکپوینت", "rank": "رتبه",
+           "bytes": "بایت در هر رتبه", "parameters": "پارامترها", "gradients": "گرادیان‌ها",
+           "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N"},
+}
+
+
+def loss_curve_figure(metrics: Path | str, lang: str = "en") -> Figure:
+    """Loss per step from a metrics.jsonl file, with rollbacks marked."""
+    labels = LABELS[check_language(lang)]
+    use_course_style()
+    rows = read_metrics(metrics)
+    steps = [r for r in rows if "step" in r]
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], marker="o", markersize=3)
+    for event in (r for r in rows if r.get("event") == "rollback"):
+        ax.axvline(event["to_step"], color="#d62728", linestyle=":", label=labels["rollback"])
+    ax.set_xlabel(labels["step"])
+    ax.set_ylabel(labels["loss"])
+    if any(r.get("event") for r in rows):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def memory_profile_figure(results: list[dict], lang: str = "en") -> Figure:
+    """Stacked bars per rank (parameters, gradients, optimizer) and the line 12P/N (+ padding)."""
+    labels = LABELS[check_language(lang)]
+    use_course_style()
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    ranks = [r["rank"] for r in results]
+    bottoms = [0] * len(results)
+    for part, colour in (("parameters", "#8fbbd9"), ("gradients", "#c7c7c7"), ("optimizer", "#1f77b4")):
+        heights = [r["memory"][part] for r in results]
+        ax.bar(ranks, heights, bottom=bottoms, color=colour, label=labels[part])
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    numel, padding = results[0]["numel"], results[0]["padding"]
+    ax.axhline(12 * (numel + padding) / len(results), color="#d62728", linestyle="--",
+               label=labels["formula"])
+    ax.set_xticks(ranks, [f"{labels['rank']} {r}" for r in ranks])
+    ax.set_ylabel(labels["bytes"])
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,59 @@
+"""Capstone pieces that need no ranks: the corpus, batches, the guard, the config, the report."""
+
+import math
+
+import pytest
+import torch
+
+from lesson_code.capstone import CapstoneConfig, make_corpus
+from lesson_code.capstone.corpus import batch_for_step
+from lesson_code.capstone.guard import DivergenceGuard
+from lesson_code.capstone.report import loss_table, read_metrics, write_metrics
+
+
+def test_corpus_is_deterministic_and_mostly_follows_its_chain():
+    a, b = make_corpus(0, 5000), make_corpus(0, 5000)
+    assert torch.equal(a, b) and not torch.equal(a, make_corpus(1, 5000))
+    successor = {}
+    for prev, nxt in zip(a[:-1].tolist(), a[1:].tolist()):
+        successor.setdefault(prev, []).append(nxt)
+    top = sum(max(map(v.count, set(v))) for v in successor.values()) / (len(a) - 1)
+    assert 0.85 < top < 0.95  # 90% of transitions follow the chain
+    with pytest.raises(ValueError):
+        make_corpus(0, 1)
+
+
+def test_batches_split_the_global_batch_by_rank_and_advance_with_the_step():
+    corpus = make_corpus(0, 4 * 272)
+    x0, y0 = batch_for_step(corpus, 0, 0, 4, 4, 16)
+    assert x0.shape == y0.shape == (4, 16) and torch.equal(x0[:, 1:], y0[:, :-1])
+    assert not torch.equal(x0, batch_for_step(corpus, 0, 1, 4, 4, 16)[0])
+    assert not torch.equal(x0, batch_for_step(corpus, 1, 0, 4, 4, 16)[0])
+    assert torch.equal(x0, batch_for_step(corpus, 4, 0, 4, 4, 16)[0])  # wraps after 4 steps
+    with pytest.raises(ValueError, match="make it larger"):
+        batch_for_step(make_corpus(0, 100), 0, 0, 4, 4, 16)
+
+
+def test_guard_accepts_falling_losses_and_names_spikes_and_nans():
+    guard = DivergenceGuard(spike_factor=2.0)
+    assert guard.check(4.0) is None and guard.check(3.0) is None
+    assert "more than 2 times" in guard.check(6.5)
+    assert guard.previous == 3.0  # a rejected loss is not remembered
+    assert "not finite" in guard.check(math.nan)
+    assert "not finite" in guard.check(math.inf)
+
+
+def test_config_rejects_inconsistent_settings():
+    with pytest.raises(ValueError, match="checkpoint_step=30"):
+        CapstoneConfig(checkpoint_step=30)
+    with pytest.raises(ValueError, match="accumulation=3"):
+        CapstoneConfig(accumulation=3)
+
+
+def test_metrics_round_trip_and_table(tmp_path):
+    records = [{"step": 1, "loss": 4.0, "grad_norm": 0.5, "step_time_s": 0.01, "lr": 1e-3,
+                "param_norm": 50.0}]
+    path = write_metrics(tmp_path / "m.jsonl", records, [{"event": "rollback", "to_step": 1}])
+    assert read_metrics(path) == [{k: v for k, v in records[0].items() if k != "param_norm"},
+                                  {"event": "rollback", "to_step": 1}]
+    assert "4.00000" in loss_table(records)
