@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import collectives
+from lesson_code.comm import builtin_all_gather
 from lesson_code.ledger import CommLedger
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,
@@ -114,15 +115,10 @@ def compare_all_dtypes(rank: int, world_size: int, length: int,
 
 
 def _builtin_all_gather(shard: torch.Tensor, world_size: int) -> torch.Tensor:
-    """torch.distributed's all_gather for shards of unequal length: pad, gather, trim."""
+    """torch.distributed's all-gather of shards of unequal length (their lengths gathered first)."""
     lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(world_size)]
     dist.all_gather(lengths, torch.tensor([shard.shape[0]]))
-    longest = max(int(n) for n in lengths)
-    padded = torch.zeros(longest, dtype=shard.dtype)
-    padded[: shard.shape[0]] = shard
-    gathered = [torch.empty_like(padded) for _ in range(world_size)]
-    dist.all_gather(gathered, padded)
-    return torch.cat([g[: int(n)] for g, n in zip(gathered, lengths)])
+    return builtin_all_gather(shard, [int(n) for n in lengths])
 
 
 def _builtin_broadcast(tensor: torch.Tensor, src: int) -> torch.Tensor:
