@@ -66,5 +66,6 @@ def main(argv: list[str] | None = None) -> int:
 def _plot(metrics: Path, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
+    from lesson_code.capstone.report import read_metrics
     from lesson_code.plots.capstone import loss_curve_figure
-    loss_curve_figure(metrics).savefig(path)
+    loss_curve_figure(read_metrics(metrics)).savefig(path)

@@ -1,13 +1,11 @@
-"""Figures of lesson 81: the loss curve drawn from the run's metrics.jsonl, and the memory profile."""
+"""Figures of lesson 81: the loss curve drawn from the run's metrics (the rows of metrics.jsonl,
+read with capstone.report.read_metrics), and the memory profile of every rank."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from lesson_code.capstone.report import read_metrics
 from lesson_code.plots import check_language, use_course_style
 
 LABELS = {
@@ -20,11 +18,10 @@ LABELS = {
 }
 
 
-def loss_curve_figure(metrics: Path | str, lang: str = "en") -> Figure:
-    """Loss per step from a metrics.jsonl file, with rollbacks marked."""
+def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
+    """Loss per step from metrics rows (step records and guard events), rollbacks marked."""
     labels = LABELS[check_language(lang)]
     use_course_style()
-    rows = read_metrics(metrics)
     steps = [r for r in rows if "step" in r]
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], marker="o", markersize=3)
