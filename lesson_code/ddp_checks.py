@@ -129,6 +129,22 @@ def train_ranks(rank: int, world_size: int, run: DDPRun) -> dict:
     return {"params": flat_parameters(inner), "losses": losses}
 
 
+def _timed_step(run: DDPRun, model, optimizer, step: int, rank: int,
+                world_size: int) -> tuple[float, float, float, float]:
+    """One step, all ranks starting together; perf_counter before forward, backward, optimizer
+    and after it. Our wrappers wait for their reductions at the very end of backward."""
+    x, y = data.local_slice(make_batch(run, step), rank, world_size)
+    dist.barrier()
+    t0 = time.perf_counter()
+    optimizer.zero_grad()
+    loss = model(x, y)[1]
+    t1 = time.perf_counter()
+    loss.backward()
+    t2 = time.perf_counter()
+    optimizer.step()
+    return t0, t1, t2, time.perf_counter()
+
+
 def time_steps(rank: int, world_size: int, run: DDPRun, warmup: int = 2) -> dict:
     """Median seconds per phase over `run.steps` timed steps (after `warmup` steps).
 
@@ -140,16 +156,7 @@ def time_steps(rank: int, world_size: int, run: DDPRun, warmup: int = 2) -> dict
     optimizer = _optimizer(run, model.parameters())
     phases = {name: [] for name in ("forward", "backward", "wait", "optimizer", "step", "comm")}
     for step in range(warmup + run.steps):
-        x, y = data.local_slice(make_batch(run, step), rank, world_size)
-        dist.barrier()
-        t0 = time.perf_counter()
-        optimizer.zero_grad()
-        loss = model(x, y)[1]
-        t1 = time.perf_counter()
-        loss.backward()  # our wrappers wait for their reductions at the very end of backward
-        t2 = time.perf_counter()
-        optimizer.step()
-        t3 = time.perf_counter()
+        t0, t1, t2, t3 = _timed_step(run, model, optimizer, step, rank, world_size)
         if step < warmup:
             continue
         stats = getattr(model, "stats", None)  # torch DDP keeps no such record: NaN below
@@ -173,15 +180,7 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
     model = wrap(run, build_model(run.model, run.seed, run.gpt), record_events=True)
     optimizer = _optimizer(run, model.parameters())
     for step in range(2):
-        x, y = data.local_slice(make_batch(run, step), rank, world_size)
-        dist.barrier()
-        t0 = time.perf_counter()
-        optimizer.zero_grad()
-        loss = model(x, y)[1]
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        optimizer.step()
+        t0, t1, t2, _ = _timed_step(run, model, optimizer, step, rank, world_size)
     buckets = [{key: (value - t0 if key in ("ready", "start", "end") else value)
                 for key, value in row.items()} for row in model.timeline]
     return {"forward": (0.0, t1 - t0), "backward": (t1 - t0, t2 - t0 - model.stats["wait_s"]),
