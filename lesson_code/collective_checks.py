@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from lesson_code import collectives
 from lesson_code.comm import builtin_all_gather
+from lesson_code.devices import current_device
 from lesson_code.ledger import CommLedger
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,
@@ -37,7 +38,7 @@ def reduce_scatter_length(rank: int, world_size: int, length: int) -> int:
 
     Collective: call on every rank.
     """
-    return collectives.ring_reduce_scatter(torch.ones(length)).shape[0]
+    return collectives.ring_reduce_scatter(torch.ones(length, device=current_device())).shape[0]
 
 
 def broadcast_ledger(rank: int, world_size: int, src: int, numel: int) -> dict[str, int]:
@@ -46,18 +47,23 @@ def broadcast_ledger(rank: int, world_size: int, src: int, numel: int) -> dict[s
     Collective: call on every rank.
     """
     ledger = CommLedger()
-    collectives.broadcast(torch.zeros(numel), src=src, ledger=ledger)
+    collectives.broadcast(torch.zeros(numel, device=current_device()), src=src, ledger=ledger)
     return ledger.totals()["broadcast"]
 
 
 def make_input(rank: int, length: int, dtype_name: str, seed: int = 0) -> torch.Tensor:
-    """Rank `rank`'s deterministic test tensor of `length` elements (floats ~N(0, 10), ints in +-100)."""
+    """Rank `rank`'s deterministic test tensor of `length` elements (floats ~N(0, 10), ints in +-100).
+
+    Drawn on the CPU (the same numbers on every machine), then moved to this process's device.
+    """
     if dtype_name not in DTYPES:
         raise ValueError(f"unknown dtype {dtype_name!r}: use one of {', '.join(DTYPES)}")
     generator = torch.Generator().manual_seed(seed * 7919 + rank)
     if dtype_name == "int64":
-        return torch.randint(-100, 100, (length,), generator=generator)
-    return (10 * torch.randn(length, generator=generator, dtype=torch.float64)).to(DTYPES[dtype_name])
+        tensor = torch.randint(-100, 100, (length,), generator=generator)
+    else:
+        tensor = (10 * torch.randn(length, generator=generator, dtype=torch.float64)).to(DTYPES[dtype_name])
+    return tensor.to(current_device())
 
 
 def summation_bound(tensor: torch.Tensor, world_size: int) -> torch.Tensor:
@@ -69,7 +75,7 @@ def summation_bound(tensor: torch.Tensor, world_size: int) -> torch.Tensor:
     Zero for integer tensors, whose sums are exact.
     """
     if not tensor.is_floating_point():
-        return torch.zeros(tensor.shape, dtype=torch.float64)
+        return torch.zeros(tensor.shape, dtype=torch.float64, device=tensor.device)
     absolute = tensor.abs().to(torch.float64)
     dist.all_reduce(absolute)
     return (world_size - 1) * torch.finfo(tensor.dtype).eps * absolute
@@ -116,8 +122,8 @@ def compare_all_dtypes(rank: int, world_size: int, length: int,
 
 def _builtin_all_gather(shard: torch.Tensor, world_size: int) -> torch.Tensor:
     """torch.distributed's all-gather of shards of unequal length (their lengths gathered first)."""
-    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(world_size)]
-    dist.all_gather(lengths, torch.tensor([shard.shape[0]]))
+    lengths = [torch.zeros(1, dtype=torch.int64, device=shard.device) for _ in range(world_size)]
+    dist.all_gather(lengths, torch.tensor([shard.shape[0]], device=shard.device))
     return builtin_all_gather(shard, [int(n) for n in lengths])
 
 
@@ -207,7 +213,8 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
         for _ in range(trials):
             for op in chosen:
                 samples[op].append(_timed(table[op][0], prepared[op], repeats[op]))
-        slowest = torch.tensor([samples[op] for op in chosen], dtype=torch.float64)
+        slowest = torch.tensor([samples[op] for op in chosen], dtype=torch.float64,
+                               device=x.device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # per trial, the slowest rank counts
         for op, times in zip(chosen, slowest.tolist()):
             rows.append({"op": op, "nbytes": nbytes, "seconds": statistics.median(times),
@@ -218,7 +225,7 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
 def _repeats_for(fn, tensor: torch.Tensor, min_trial_s: float) -> int:
     """Calls per trial so one trial lasts about min_trial_s; the same number on every rank."""
     fn(tensor)  # warm-up: first calls pay for connection set-up and allocation
-    once = torch.tensor([_timed(fn, tensor, 1)], dtype=torch.float64)
+    once = torch.tensor([_timed(fn, tensor, 1)], dtype=torch.float64, device=tensor.device)
     dist.all_reduce(once, op=dist.ReduceOp.MAX)
     return max(1, min(100, round(min_trial_s / max(once.item(), 1e-9))))
 

@@ -148,7 +148,7 @@ def ring_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, grou
     if shard.dim() == 0:
         raise ValueError("shard must have at least one dimension; use shard.reshape(1)")
     if sizes is None:
-        sizes = _exchange_sizes(shard.shape[0], group, ledger, timeout_s)
+        sizes = _exchange_sizes(shard.shape[0], shard.device, group, ledger, timeout_s)
     sizes = [int(size) for size in sizes]
     if len(sizes) != peers.world_size or sizes[peers.rank] != shard.shape[0]:
         raise ValueError(
@@ -163,12 +163,12 @@ def ring_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, grou
     return output
 
 
-def _exchange_sizes(length: int, group, ledger: CommLedger | None,
+def _exchange_sizes(length: int, device: torch.device, group, ledger: CommLedger | None,
                     timeout_s: float) -> list[int]:
     """Every rank's shard length, gathered with the same ring (one int64 per rank)."""
     counter = TrafficCounter("all_gather_sizes", ledger)
     peers = Peers(group, timeout_s, counter)
-    lengths = torch.zeros(peers.world_size, dtype=torch.int64)
+    lengths = torch.zeros(peers.world_size, dtype=torch.int64, device=device)
     lengths[peers.rank] = length
     _ring_all_gather_into(peers, torch.tensor_split(lengths, peers.world_size))
     counter.commit()

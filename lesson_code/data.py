@@ -16,21 +16,23 @@ MLP_FEATURES, MLP_CLASSES = 32, 10
 
 
 def make_batch(model: str, batch_size: int, step: int, seed: int = 0,
-               gpt: GPTConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               gpt: GPTConfig | None = None,
+               device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The global batch of `step` for "mlp" (features, classes) or "gpt" (tokens, next tokens).
 
     MLP: 32 Gaussian features, class = index of the largest of the first 10 (learnable).
     GPT: uniform random tokens whose target is 3 * token + 1 mod vocab (learnable, every token
-    appears as a target). Raises ValueError for another model name.
+    appears as a target). The batch is drawn on the CPU, so it is the same on every device, then
+    moved to `device`. Raises ValueError for another model name.
     """
     generator = torch.Generator().manual_seed(1_000_003 * seed + step)
     if model == "mlp":
         x = torch.randn(batch_size, MLP_FEATURES, generator=generator)
-        return x, x[:, :MLP_CLASSES].argmax(dim=1)
+        return x.to(device), x[:, :MLP_CLASSES].argmax(dim=1).to(device)
     if model == "gpt":
         config = gpt or GPTConfig()
         idx = torch.randint(0, config.vocab_size, (batch_size, config.context), generator=generator)
-        return idx, (3 * idx + 1) % config.vocab_size
+        return idx.to(device), ((3 * idx + 1) % config.vocab_size).to(device)
     raise ValueError(f"unknown model {model!r}: use 'mlp' or 'gpt'")
 
 

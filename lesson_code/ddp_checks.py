@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code import data
 from lesson_code.comm import Communicator
+from lesson_code.devices import current_device
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
 from lesson_code.ledger import CommLedger
 from lesson_code.models import GPTConfig, build_model
@@ -51,8 +52,8 @@ class DDPRun:
 
 
 def make_batch(run: DDPRun, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global batch of `step` for this run (see lesson_code.data.make_batch)."""
-    return data.make_batch(run.model, run.batch_size, step, run.seed, run.gpt)
+    """The global batch of `step` for this run, on this process's device (see lesson_code.data)."""
+    return data.make_batch(run.model, run.batch_size, step, run.seed, run.gpt, current_device())
 
 
 def _optimizer(run: DDPRun, params) -> torch.optim.Optimizer:
@@ -67,8 +68,11 @@ def flat_parameters(module: nn.Module) -> torch.Tensor:
 
 
 def train_single_process(run: DDPRun) -> dict:
-    """The reference: one process, the full batch, plain torch.optim. No process group needed."""
-    model = build_model(run.model, run.seed, run.gpt)
+    """The reference: one process, the full batch, plain torch.optim. No process group needed.
+
+    Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
+    """
+    model = build_model(run.model, run.seed, run.gpt, current_device())
     optimizer = _optimizer(run, model.parameters())
     losses = []
     for step in range(run.steps):
@@ -118,11 +122,12 @@ def train_ranks(rank: int, world_size: int, run: DDPRun) -> dict:
     Collective: call on every rank. Each rank builds its model from seed + rank, so only the
     wrapper's initial broadcast can make them agree. Losses are averaged over ranks.
     """
-    model = wrap(run, build_model(run.model, run.seed + rank, run.gpt))
+    model = wrap(run, build_model(run.model, run.seed + rank, run.gpt, current_device()))
     optimizer = _optimizer(run, model.parameters())
     losses = []
     for step in range(run.steps):
-        local = torch.tensor([train_step(run, model, optimizer, step, rank, world_size)])
+        local = torch.tensor([train_step(run, model, optimizer, step, rank, world_size)],
+                             device=current_device())
         dist.all_reduce(local)  # a measurement only: the mean loss over the global batch
         losses.append(local.item() / world_size)
     inner = model.module
@@ -152,7 +157,7 @@ def time_steps(rank: int, world_size: int, run: DDPRun, warmup: int = 2) -> dict
     communication DDP waits for inside backward), wait (communication not hidden behind
     backward), optimizer, step; comm is the communication's own duration (ring only).
     """
-    model = wrap(run, build_model(run.model, run.seed, run.gpt), record_events=True)
+    model = wrap(run, build_model(run.model, run.seed, run.gpt, current_device()), record_events=True)
     optimizer = _optimizer(run, model.parameters())
     phases = {name: [] for name in ("forward", "backward", "wait", "optimizer", "step", "comm")}
     for step in range(warmup + run.steps):
@@ -177,7 +182,7 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
     last gradient arrived and when its ring all-reduce ran.
     """
     run = DDPRun(**{**run.__dict__, "wrapper": "bucketed", "comm": "ring"})
-    model = wrap(run, build_model(run.model, run.seed, run.gpt), record_events=True)
+    model = wrap(run, build_model(run.model, run.seed, run.gpt, current_device()), record_events=True)
     optimizer = _optimizer(run, model.parameters())
     for step in range(2):
         t0, t1, t2, _ = _timed_step(run, model, optimizer, step, rank, world_size)
@@ -208,7 +213,7 @@ def broadcast_demo(rank: int, world_size: int, seed: int = 0) -> dict:
 
     Collective: call on every rank.
     """
-    model = build_model("gpt", seed + rank)
+    model = build_model("gpt", seed + rank, device=current_device())
     before = flat_parameters(model).norm().item()
     broadcast_parameters(model)
     return {"rank": rank, "norm before": before, "norm after": flat_parameters(model).norm().item()}
@@ -220,9 +225,10 @@ def no_sync_timing_demo(rank: int, world_size: int) -> dict[str, bool]:
     Collective: call on every rank. Every rank has different data; a synchronised backward makes
     their gradients identical.
     """
-    model = BucketedDDP(build_model("mlp", 0), bucket_cap_mb=0.01)
-    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(rank))
-    target = torch.zeros(4, dtype=torch.long)
+    device = current_device()
+    model = BucketedDDP(build_model("mlp", 0, device=device), bucket_cap_mb=0.01)
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(rank)).to(device)
+    target = torch.zeros(4, dtype=torch.long, device=device)
     outcomes = {}
     for case in ("forward inside no_sync", "backward inside no_sync"):
         model.zero_grad()
@@ -247,7 +253,8 @@ def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
     Collective: call on every rank. The initial broadcast is not counted.
     """
     ledger = CommLedger()
-    model = wrap(replace(run, comm="ring"), build_model(run.model, run.seed, run.gpt), ledger)
+    model = wrap(replace(run, comm="ring"), build_model(run.model, run.seed, run.gpt, current_device()),
+                 ledger)
     ledger.clear()
     train_step(run, model, _optimizer(run, model.parameters()), 0, rank, world_size)
     totals = ledger.totals()["all_reduce"]

@@ -16,6 +16,7 @@ stopped before `spawn` returns or raises. Only the standard library and torch ar
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
@@ -32,6 +33,13 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
+from lesson_code.devices import (  # noqa: F401 - re-exported: launch.current_device etc.
+    BACKENDS,
+    current_device,
+    rank_device,
+    resolve_backend,
+    to_cpu,
+)
 from lesson_code.rank_errors import (  # noqa: F401 - re-exported: launch.RankFailedError etc.
     RankCrashedError,
     RankFailedError,
@@ -39,7 +47,6 @@ from lesson_code.rank_errors import (  # noqa: F401 - re-exported: launch.RankFa
     SpawnError,
 )
 
-BACKENDS = ("auto", "gloo", "nccl")
 DEFAULT_TIMEOUT_S = 120.0
 CAUSE_GRACE_S = 1.0  # after a rank's error, how long to watch for a crash that caused it
 # Set in every rank before torch is imported there: c10d's hostname and socket warnings would
@@ -52,36 +59,6 @@ CHILD_ENVIRONMENT = {
     "OMP_NUM_THREADS": "1",
     "PYTHONWARNINGS": "ignore::RuntimeWarning:runpy",
 }
-
-
-def resolve_backend(backend: str, world_size: int) -> str:
-    """Return "gloo" or "nccl" for `backend` ("auto", "gloo" or "nccl") and `world_size` ranks.
-
-    "auto" is NCCL when CUDA has at least one device per rank, else gloo (CPU).
-    Raises ValueError for a world size that is not a positive int, an unknown backend, or NCCL
-    without one GPU per rank.
-    """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(
-            f"world_size must be a positive int, got {world_size!r}: pass the number of ranks, "
-            "for example world_size=4"
-        )
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if backend == "auto":
-        return "nccl" if gpus >= world_size else "gloo"
-    if backend == "nccl" and gpus < world_size:
-        raise ValueError(
-            f"backend 'nccl' needs one CUDA device per rank: world_size={world_size} but this "
-            f"machine has {gpus}; use backend='gloo' (CPU) or backend='auto'"
-        )
-    return backend
-
-
-def rank_device(backend: str, rank: int) -> torch.device:
-    """The device a rank's tensors live on: its own GPU under NCCL, the CPU under gloo."""
-    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
 
 
 def spawn(
@@ -106,7 +83,7 @@ def spawn(
     RankCrashedError when a rank dies without reporting, RankTimeoutError after `timeout_s`.
     """
     backend = resolve_backend(backend, world_size)
-    _check_importable(fn)
+    check_importable(fn)
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
     context = _start_context(start_method, fn)
@@ -139,7 +116,7 @@ def spawn(
         shutil.rmtree(store_dir, ignore_errors=True)
 
 
-def _check_importable(fn: Callable[..., Any]) -> None:
+def check_importable(fn: Callable[..., Any]) -> None:
     """Raise ValueError unless the ranks can import `fn` (not a lambda, not from a notebook)."""
     if not callable(fn):
         raise ValueError(f"fn must be a function defined in a module, got {fn!r}")
@@ -172,7 +149,8 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
             "or use launch.spawn from Python"
         )
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    backend = resolve_backend(backend, world_size)
+    # Over several nodes each node needs a GPU per local rank, not one per rank of the world.
+    backend = resolve_backend(backend, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     torch.set_num_threads(1)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
@@ -187,19 +165,29 @@ def run(fn: Callable[..., Any], *args: Any, world_size: int = 4, backend: str = 
         timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Any]:
     """Run `fn(rank, world_size, *args)` on every rank; return all ranks' results by rank.
 
-    Under torchrun this process is one rank: it joins the group from the environment, runs `fn`,
-    and gathers every rank's result (so each process returns the same list, and `world_size` is
-    torchrun's). Otherwise it calls `spawn`. A module's `main()` uses this to run unchanged both ways.
+    Under torchrun (one node or several) this process is one rank: the first call joins the group
+    from the environment, later calls reuse it, and it is destroyed when the process exits; `fn`
+    runs and every rank's result is gathered (so each process returns the same list, and
+    `world_size` is torchrun's). Otherwise it calls `spawn`. A module's `main()` uses this to run
+    unchanged both ways, and may call it several times.
     """
     if not under_torchrun():
         return spawn(fn, *args, world_size=world_size, backend=backend, timeout_s=timeout_s)
-    rank, world_size = init_from_env(backend, timeout_s)
-    try:
-        result = fn(rank, world_size, *args)
-        gathered: list[Any] = [None] * world_size
-        dist.all_gather_object(gathered, result)
-        return gathered
-    finally:
+    if not dist.is_initialized():
+        # One group per process: a second default group would find the first one's addresses
+        # in torchrun's store, which outlives it, and gloo would connect to closed ports.
+        init_from_env(backend, timeout_s)
+        atexit.register(_destroy_group)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    result = to_cpu(fn(rank, world_size, *args))
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, result)
+    return gathered
+
+
+def _destroy_group() -> None:
+    """Tear down the torchrun group that `run` joined, unless the caller already did."""
+    if dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -219,7 +207,7 @@ def _rank_main(fn, args, rank, world_size, backend, init_method, timeout_s, writ
             timeout=timedelta(seconds=timeout_s),
         )
         result = fn(rank, world_size, *args)
-        message = ("ok", pickle.dumps(result))  # by value: no shared memory with a dying process
+        message = ("ok", pickle.dumps(to_cpu(result)))  # by value: no memory shared with the rank
     except BaseException:  # noqa: BLE001 - every failure, KeyboardInterrupt included, is reported
         writer.send(("error", traceback.format_exc()))
         writer.close()

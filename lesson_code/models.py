@@ -170,11 +170,15 @@ def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
-def build_model(kind: str, seed: int, config: GPTConfig | None = None) -> nn.Module:
-    """A freshly initialised "mlp" or "gpt" from `seed`, the same on every rank that asks."""
+def build_model(kind: str, seed: int, config: GPTConfig | None = None,
+                device: torch.device | str = "cpu") -> nn.Module:
+    """A freshly initialised "mlp" or "gpt" from `seed`, the same on every rank that asks.
+
+    Initialised on the CPU (the same numbers on every machine), then moved to `device`.
+    """
     torch.manual_seed(seed)
     if kind == "mlp":
-        return MLP()
+        return MLP().to(device)
     if kind == "gpt":
-        return MiniGPT(config or GPTConfig())
+        return MiniGPT(config or GPTConfig()).to(device)
     raise ValueError(f"unknown model kind {kind!r}: use 'mlp' or 'gpt'")

@@ -26,9 +26,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lesson_code.devices import current_device
 from lesson_code.p2p import DEFAULT_WAIT_S
 
 SCHEDULES = ("gpipe", "1f1b")
+# An activation travels after a header of HEADER_LENGTH int64s: its dtype's index in
+# ACTIVATION_DTYPES, its number of dimensions, then its shape. So the receiver allocates the
+# right buffer for every micro-batch: any batch size, any of these dtypes, no probe forward.
+ACTIVATION_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+HEADER_LENGTH = 10
 
 
 def partition_layers(layers: list[nn.Module], num_stages: int,
@@ -115,7 +121,6 @@ class PipelineStage:
         self.loss_fn = loss_fn
         self.timeout = timedelta(seconds=timeout_s)
         self.is_first, self.is_last = stage == 0, stage == num_stages - 1
-        self._input_shape: tuple[int, ...] | None = None
 
     def train_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None,
                    micro_batches: int, schedule: str) -> PipelineStats:
@@ -128,7 +133,6 @@ class PipelineStage:
             raise ValueError(f"unknown schedule {schedule!r}: use one of {', '.join(SCHEDULES)}")
         x_parts = split_micro_batches(inputs, micro_batches) if self.is_first else [None] * micro_batches
         y_parts = split_micro_batches(targets, micro_batches) if self.is_last else [None] * micro_batches
-        self._exchange_shapes(x_parts[0])
         self.stats, self._stored, self._sends = PipelineStats(), {}, []
         self._total_loss = 0.0
         for kind, index in self.order(schedule, micro_batches):
@@ -136,7 +140,7 @@ class PipelineStage:
                 self._forward(index, x_parts[index], y_parts[index], micro_batches)
             else:
                 self._backward(index)
-        for work in self._sends:
+        for work, _ in self._sends:
             work.wait(self.timeout)
         if self.is_last:
             self.stats.loss = self._total_loss
@@ -154,7 +158,7 @@ class PipelineStage:
         return steps + [("B", i) for i in range(m - warmup, m)]
 
     def _forward(self, index: int, x: torch.Tensor | None, y: torch.Tensor | None, m: int) -> None:
-        received = x if self.is_first else self._receive(self._input_shape, torch.float32)
+        received = x if self.is_first else self._receive_activation()
         start = time.perf_counter()
         if not self.is_first:
             received.requires_grad_(True)
@@ -166,7 +170,7 @@ class PipelineStage:
         self.stats.peak_stored = max(self.stats.peak_stored, len(self._stored))
         self.stats.events.append((self.stage, index, "F", start, time.perf_counter()))
         if not self.is_last:
-            self._send(output.detach(), self.stage + 1)
+            self._send_activation(output.detach())
 
     def _backward(self, index: int) -> None:
         received, output = self._stored.pop(index)
@@ -180,31 +184,34 @@ class PipelineStage:
     def _send(self, tensor: torch.Tensor, to: int) -> None:
         # Not waited for here: both neighbours may be sending to each other at this moment, so
         # the sends are collected and waited for (bounded) once the step's receives are done.
-        self._sends.append(dist.isend(tensor.contiguous(), self.ranks[to]))
+        # The tensor is kept with its request until then.
+        tensor = tensor.contiguous()
+        self._sends.append((dist.isend(tensor, self.ranks[to]), tensor))
+
+    def _send_activation(self, output: torch.Tensor) -> None:
+        """Send the header describing `output`, then `output`, to the next stage."""
+        if output.dtype not in ACTIVATION_DTYPES or output.dim() > HEADER_LENGTH - 2:
+            raise ValueError(
+                f"stage {self.stage} outputs a {output.dtype} tensor of shape {tuple(output.shape)}: "
+                f"activations between stages must have one of the dtypes {ACTIVATION_DTYPES} and "
+                f"at most {HEADER_LENGTH - 2} dimensions; cut the model at another layer"
+            )
+        header = torch.zeros(HEADER_LENGTH, dtype=torch.int64, device=output.device)
+        header[0], header[1] = ACTIVATION_DTYPES.index(output.dtype), output.dim()
+        header[2: 2 + output.dim()] = torch.tensor(output.shape)
+        self._send(header, self.stage + 1)
+        self._send(output, self.stage + 1)
+
+    def _receive_activation(self) -> torch.Tensor:
+        """Receive a header from the previous stage, then the activation it describes."""
+        header = self._receive((HEADER_LENGTH,), torch.int64).tolist()
+        shape = tuple(header[2: 2 + header[1]])
+        return self._receive(shape, ACTIVATION_DTYPES[header[0]])
 
     def _receive(self, shape: tuple[int, ...], dtype: torch.dtype, offset: int = -1) -> torch.Tensor:
-        buffer = torch.empty(shape, dtype=dtype)
+        buffer = torch.empty(shape, dtype=dtype, device=current_device())
         dist.irecv(buffer, self.ranks[self.stage + offset]).wait(self.timeout)
         return buffer
-
-    def _exchange_shapes(self, first_input: torch.Tensor | None) -> None:
-        """Learn this stage's input shape from the previous stage (once; shapes never change)."""
-        if self._input_shape is not None or self.num_stages == 1:
-            return
-        if not self.is_first:
-            header = torch.zeros(8, dtype=torch.int64)
-            dist.irecv(header, self.ranks[self.stage - 1]).wait(self.timeout)
-            self._input_shape = tuple(int(d) for d in header[1: 1 + header[0]])
-        else:
-            self._input_shape = tuple(first_input.shape)
-        if not self.is_last:
-            probe = (first_input if self.is_first else torch.zeros(self._input_shape))
-            with torch.no_grad():
-                shape = self.layers(probe).shape
-            header = torch.zeros(8, dtype=torch.int64)
-            header[0] = len(shape)
-            header[1: 1 + len(shape)] = torch.tensor(shape)
-            dist.isend(header, self.ranks[self.stage + 1]).wait(self.timeout)
 
 
 def bubble_fraction(events: list[tuple[int, int, str, float, float]], num_stages: int) -> float:

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 from lesson_code import data
+from lesson_code.devices import current_device
 from lesson_code.models import GPTConfig, as_layers, build_model, loss_function
 from lesson_code.pipeline import PipelineStage, bubble_fraction, partition_layers
 
@@ -39,14 +40,14 @@ def stage_module(run: PipeRun, stage: int, num_stages: int) -> tuple[nn.Module, 
     and all other layers are dropped: the rank keeps only its stage. (At scale one would build
     on the meta device and load just the stage's weights.)
     """
-    layers = as_layers(build_model(run.model, run.seed, run.gpt))
+    layers = as_layers(build_model(run.model, run.seed, run.gpt, current_device()))
     bounds = partition_layers(layers, num_stages, list(run.partition) if run.partition else None)
     start, end = bounds[stage]
     return nn.Sequential(*layers[start:end]), (start, end)
 
 
 def _batch(run: PipeRun) -> tuple[torch.Tensor, torch.Tensor]:
-    return data.make_batch(run.model, run.batch_size, 0, run.seed, run.gpt)
+    return data.make_batch(run.model, run.batch_size, 0, run.seed, run.gpt, current_device())
 
 
 def layer_gradients(module: nn.Module, first_layer: int) -> dict[str, torch.Tensor]:
@@ -59,8 +60,11 @@ def layer_gradients(module: nn.Module, first_layer: int) -> dict[str, torch.Tens
 
 
 def reference_step(run: PipeRun) -> dict:
-    """The unsplit model, one process, the whole batch: loss and every layer's gradients."""
-    layers = nn.Sequential(*as_layers(build_model(run.model, run.seed, run.gpt)))
+    """The unsplit model, one process, the whole batch: loss and every layer's gradients.
+
+    Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
+    """
+    layers = nn.Sequential(*as_layers(build_model(run.model, run.seed, run.gpt, current_device())))
     x, y = _batch(run)
     loss = loss_function(build_model(run.model, run.seed, run.gpt))(layers(x), y)
     loss.backward()
@@ -93,7 +97,7 @@ def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
     from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
     module, (start, _) = stage_module(run, rank, world_size)
-    stage = TorchStage(module, rank, world_size, torch.device("cpu"))
+    stage = TorchStage(module, rank, world_size, current_device())
     schedule_class = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B
     schedule = schedule_class(stage, run.micro_batches,
                               loss_fn=loss_function(build_model(run.model, run.seed, run.gpt)))

@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code import data
 from lesson_code.comm import Communicator
+from lesson_code.devices import current_device
 from lesson_code.ddp import BucketedDDP, broadcast_parameters
 from lesson_code.ledger import CommLedger
 from lesson_code.models import GPTConfig, build_model
@@ -53,12 +54,13 @@ class ZeroRun:
 
 
 def _model(run: ZeroRun, seed_offset: int = 0):
-    return build_model(run.model, run.seed + seed_offset, run.gpt).to(DTYPES[run.dtype])
+    return build_model(run.model, run.seed + seed_offset, run.gpt,
+                       current_device()).to(DTYPES[run.dtype])
 
 
 def _loss(run: ZeroRun, model, step: int, rank: int = 0, world_size: int = 1):
-    x, y = data.local_slice(data.make_batch(run.model, run.batch_size, step, run.seed, run.gpt),
-                            rank, world_size)
+    batch = data.make_batch(run.model, run.batch_size, step, run.seed, run.gpt, current_device())
+    x, y = data.local_slice(batch, rank, world_size)
     if x.is_floating_point():
         x = x.to(DTYPES[run.dtype])  # the MLP's features, in the model's precision
     return model(x, y)[1]
@@ -66,7 +68,10 @@ def _loss(run: ZeroRun, model, step: int, rank: int = 0, world_size: int = 1):
 
 def train_single_process(run: ZeroRun) -> dict:
     """The reference on one process and the full batch: torch.optim.Adam (float32 model, with
-    clip_grad_norm_ when asked) or MasterAdam, an fp32 master copy, for a bfloat16 model."""
+    clip_grad_norm_ when asked) or MasterAdam, an fp32 master copy, for a bfloat16 model.
+
+    Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
+    """
     model = _model(run)
     if run.dtype == "float32":
         optimizer = torch.optim.Adam(model.parameters(), lr=run.lr, weight_decay=run.weight_decay)
@@ -107,7 +112,7 @@ def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None
 
 def parameter_digest(model) -> str:
     """Short sha256 of the parameters' bytes: equal digests mean bitwise-equal parameters."""
-    flat = flatten_params(model).to(torch.float32).contiguous()
+    flat = flatten_params(model).to(torch.float32).cpu().contiguous()
     return hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
 
 

@@ -23,6 +23,7 @@ from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.corpus import batch_for_step, make_corpus
 from lesson_code.capstone.guard import DivergenceGuard
 from lesson_code.comm import Communicator
+from lesson_code.devices import current_device
 from lesson_code.ddp import broadcast_parameters
 from lesson_code.ledger import CommLedger
 from lesson_code.models import MiniGPT
@@ -33,7 +34,7 @@ from lesson_code.zero_checkpoint import FLAT_KEYS, load_zero
 def build(config: CapstoneConfig, rank: int, world_size: int, seed_offset: int = 0):
     """Model, communicator and optimizer for one rank, composed in the order of the docstring."""
     torch.manual_seed(config.seed + seed_offset + rank)  # each rank's own RNG stream
-    model = MiniGPT(config.gpt)
+    model = MiniGPT(config.gpt).to(current_device())  # initialised on the CPU: equal everywhere
     comm = Communicator(config.comm, CommLedger())
     broadcast_parameters(model, comm=comm)                                  # 1. DDP
     optimizer = ZeroOptimizer(model, world_size, rank, lr=config.lr, comm=comm,
@@ -45,7 +46,8 @@ def forward_backward(config: CapstoneConfig, model, corpus, step: int, rank: int
                      world_size: int) -> torch.Tensor:
     """This rank's loss for `step`, its gradients accumulated over `config.accumulation` parts."""
     x, y = batch_for_step(corpus, step, rank, world_size, config.batch_per_rank, config.gpt.context)
-    total = torch.zeros(())
+    x, y = x.to(current_device()), y.to(current_device())
+    total = torch.zeros((), device=current_device())
     for xm, ym in zip(x.chunk(config.accumulation), y.chunk(config.accumulation)):
         loss = model(xm, ym)[1] / config.accumulation
         loss.backward()
@@ -114,7 +116,7 @@ def verify_resume(config: CapstoneConfig, folder: Path | str, snapshot: dict, ra
               "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}
     torch.set_rng_state(rng)
     same = all(torch.equal(loaded[key], snapshot[key]) for key in snapshot)
-    verdicts = torch.tensor([1.0 if same else 0.0])
+    verdicts = torch.tensor([1.0 if same else 0.0], device=current_device())
     dist.all_reduce(verdicts, op=dist.ReduceOp.MIN)
     return bool(verdicts.item())
 

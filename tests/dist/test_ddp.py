@@ -24,6 +24,7 @@ from lesson_code.ddp import BucketedDDP, NaiveDDP, _make_buckets, broadcast_para
 from lesson_code.ddp_checks import DDPRun, make_batch, train_ranks, train_single_process
 from lesson_code.ledger import CommLedger
 from lesson_code.models import MLP, build_model, count_parameters
+from lesson_code.reference import in_one_rank
 
 ADAM_LR, STEPS = 1e-2, 10
 
@@ -47,7 +48,7 @@ def references():
     def get(run):
         key = (run.model, run.optimizer)
         if key not in cache:
-            cache[key] = train_single_process(replace(run, wrapper="naive", accumulation=1))
+            cache[key] = in_one_rank(train_single_process, replace(run, wrapper="naive", accumulation=1))
         return cache[key]
     return get
 
