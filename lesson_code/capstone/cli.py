@@ -38,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     config = parse(argv)
     out = Path(config.out_dir)
     if launch.is_reporting_process():
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)  # a fresh run, not a resume
+        # A fresh run, not a resume. Under torchrun only global rank 0 deletes (the nodes share
+        # the folder), before it joins the group; no rank gets past joining, so none saves or
+        # rolls back, until every rank, this one included, has joined.
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
     results = launch.run(run_rank, config, world_size=config.world_size)
     if not launch.is_reporting_process():
         return 0
