@@ -187,11 +187,17 @@ def main(argv: list[str] | None = None) -> int:
     """Check both schedules on N stages against the unsplit model; print peak stored activations."""
     import argparse
 
-    from lesson_code import launch
+    from lesson_code import cli_args, launch
+    from lesson_code.reference import in_one_rank
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--world-size", type=int, default=4)
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.pipeline_checks",
+                                     description=main.__doc__)
+    parser.add_argument("--world-size", type=cli_args.positive_int, default=4,
+                        help="pipeline stages, one per rank")
     args = parser.parse_args(argv)
+    layers = len(as_layers(build_model("gpt", 0, PipeRun().gpt)))
+    cli_args.check_world_size(parser, args.world_size, layers,
+                              f"each stage needs at least one of MiniGPT's {layers} layers")
     runs = [PipeRun(schedule=s, micro_batches=m) for s in ("gpipe", "1f1b") for m in (1, 2, 4, 8)]
     per_rank = launch.run(pipeline_steps, runs, world_size=args.world_size)
     if not launch.is_reporting_process():
@@ -200,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"lesson 79: MiniGPT on {args.world_size} pipeline stages vs the unsplit model")
     for index, run in enumerate(runs):
         stages = [rank_results[index] for rank_results in per_rank]
-        check = compare_with_reference(stages, reference_step(run))
+        check = compare_with_reference(stages, in_one_rank(reference_step, run))
         ok &= check["max_grad_diff"] < 1e-5 and check["all_layers_once"]
         print(f"  {run.schedule:5s} m={run.micro_batches}: max |grad diff| "
               f"{check['max_grad_diff']:.1e}, |loss diff| {check['loss_diff']:.1e}, "

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.corpus import batch_for_step, make_corpus
+from lesson_code.devices import current_device
 from lesson_code.models import Block, MiniGPT
 
 
@@ -53,10 +54,7 @@ def tensor_parallel_loss(rank: int, world_size: int, config: CapstoneConfig) -> 
     if config.gpt.n_head % world_size:
         raise ValueError(f"{config.gpt.n_head} heads cannot be split over {world_size} ranks: "
                          "use a world size that divides the number of heads")
-    torch.manual_seed(config.seed)
-    model = MiniGPT(config.gpt)
-    corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
-    x, y = batch_for_step(corpus, 0, 0, 1, config.batch_per_rank, config.gpt.context)
+    model, x, y = _model_and_first_batch(config)
     with torch.no_grad():
         h = model.embed(x)
         for block in model.blocks:
@@ -67,10 +65,19 @@ def tensor_parallel_loss(rank: int, world_size: int, config: CapstoneConfig) -> 
 
 
 def single_rank_loss(config: CapstoneConfig) -> float:
-    """The same loss computed by the unsplit model in one process (the reference)."""
-    torch.manual_seed(config.seed)
-    model = MiniGPT(config.gpt)
-    corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
-    x, y = batch_for_step(corpus, 0, 0, 1, config.batch_per_rank, config.gpt.context)
+    """The same loss computed by the unsplit model in one process (the reference).
+
+    Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
+    """
+    model, x, y = _model_and_first_batch(config)
     with torch.no_grad():
         return model(x, y)[1].item()
+
+
+def _model_and_first_batch(config: CapstoneConfig):
+    """The model from the seed and the first batch, on this process's device."""
+    torch.manual_seed(config.seed)
+    model = MiniGPT(config.gpt).to(current_device())
+    corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
+    x, y = batch_for_step(corpus, 0, 0, 1, config.batch_per_rank, config.gpt.context)
+    return model, x.to(current_device()), y.to(current_device())

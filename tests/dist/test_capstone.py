@@ -19,6 +19,7 @@ from lesson_code import launch
 from lesson_code.ddp_checks import attention_key_bias_mask
 from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank
 from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
+from lesson_code.reference import in_one_rank
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,7 +106,7 @@ def test_exercise_1_tensor_parallel_attention_matches_one_rank():
     config = CapstoneConfig()
     split = launch.spawn(tensor_parallel_loss, config, world_size=2)
     assert split[0] == split[1]
-    assert abs(split[0] - single_rank_loss(config)) < 1e-5
+    assert abs(split[0] - in_one_rank(single_rank_loss, config)) < 1e-5
 
 
 def run_command(command, tmp_path):
