@@ -1,14 +1,17 @@
 """Sharded checkpoints with a manifest (lesson 80): per-rank files, sha256, atomic publish, exact load.
 
 Each rank writes its own shard file; rank 0 also writes the replicated state and, last, once every
-shard is on disk, `manifest.json`: format version, step, world size, and for every file its name,
-size, sha256, tensors (dtype, shape) and layout (which elements of which flat vector it holds).
+shard is on disk, `manifest.json` (format version, step, world size, and for every file its name,
+size, sha256, tensors and layout) with `manifest.sha256`, the sha256 of the manifest's own bytes.
 A checkpoint is written into a hidden `.step-XXXXXXXX.tmp` folder and renamed to `step-XXXXXXXX`
-only when complete, every file itself written under a temporary name, fsynced and renamed; so a
-process killed half-way leaves the previous checkpoints untouched and the broken one unpublished.
-Loading checks the manifest and the sha256 of every file it reads, and returns the saved tensors
-bit for bit. This module knows files, hashes and tensors: it stores what it is given (it knows
-nothing of ZeRO) and is told rank and world size.
+only when complete; every file is itself written under a temporary name, fsynced and renamed, and
+each rank fsyncs the folder of its own renames. So a process killed half-way leaves the previous
+checkpoints untouched and the broken one unpublished. Rank 0 holds `root/.lock` while it saves, so
+two runs saving into one folder take turns. The ranks agree at each stage: when one rank cannot
+see the folder or finds a damaged file, every rank raises the same CheckpointError, at once.
+Loading returns the saved tensors bit for bit. This module knows files, hashes and tensors: it
+stores what it is given (it knows nothing of ZeRO) and is told rank and world size. The folder
+must be the same for every rank: on several nodes, a shared filesystem.
 
     save_sharded(root, {"master": shard}, step=10, rank=rank, world_size=4)   # every rank
     tensors, meta, manifest = load_sharded(root / "step-00000010", rank=rank, world_size=4)
@@ -16,54 +19,47 @@ nothing of ZeRO) and is told rank and world size.
 
 from __future__ import annotations
 
-import hashlib
-import io
+import contextlib
 import json
 import os
-import platform
+import secrets
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
+from lesson_code.checkpoint_files import (  # noqa: F401 - re-exported: checkpoint.CheckpointError etc.
+    FORMAT_VERSION, MANIFEST, MANIFEST_SHA256, CheckpointError, FolderNotSharedError,
+    FormatVersionError, ManifestDamagedError, ManifestMissingError, ShardCorruptedError,
+    ShardMissingError, WorldSizeMismatchError, fsync_directory, locked, manifest_fingerprint,
+    read_manifest, read_verified, verify_checkpoint, versions, write_atomically, write_file,
+    write_manifest)
+
 REPLICATED = "replicated.pt"
-
-
-class CheckpointError(Exception):
-    """Base of every error a checkpoint can raise; each names the file and what is wrong."""
-
-
-class ManifestMissingError(CheckpointError):
-    """No manifest.json: the folder is not a complete checkpoint (perhaps an interrupted save)."""
-
-
-class ManifestTamperedError(CheckpointError):
-    """manifest.json does not match its own checksum: it was edited or damaged."""
-
-
-class FormatVersionError(CheckpointError):
-    """The manifest's format version is one this code does not read."""
-
-
-class WorldSizeMismatchError(CheckpointError):
-    """The checkpoint was saved by another number of ranks."""
-
-
-class ShardMissingError(CheckpointError):
-    """A file the manifest lists is not there."""
-
-
-class ShardCorruptedError(CheckpointError):
-    """A file's size or sha256 differs from the manifest's (truncated, or bytes changed)."""
+OWNER = ".owner"  # in a staging folder while its save runs: proves a rank sees rank 0's folder
+SHARED_FOLDER_HINT = ("every rank must see the same folder: use a shared filesystem (NFS, Lustre, "
+                      "...) mounted at the same path on every node")
+ERRORS = {error.__name__: error for error in (
+    CheckpointError, FolderNotSharedError, FormatVersionError, ManifestDamagedError,
+    ManifestMissingError, ShardCorruptedError, ShardMissingError, WorldSizeMismatchError,
+    TypeError)}
 
 
 def step_folder(root: Path | str, step: int) -> Path:
     """Where the checkpoint of `step` lives under `root`: root/step-00000010."""
     return Path(root) / f"step-{step:08d}"
+
+
+def staging_folder(final: Path) -> Path:
+    """Where the save of `final` is written before it is published: root/.step-00000010.tmp."""
+    return final.with_name(f".{final.name}.tmp")
+
+
+def aside_folder(final: Path) -> Path:
+    """Where `publish` moves an older copy of the same step for a moment: .step-00000010.replaced."""
+    return final.with_name(f".{final.name}.replaced")
 
 
 def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int, rank: int,
@@ -73,48 +69,122 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
     """Write this rank's `shard` tensors, and on rank 0 `replicated` and the manifest; publish.
 
     Collective: call on every rank of a group of `world_size` ranks (gloo or NCCL), each with its
-    own shard. `layout` (JSON) describes the shard, e.g. {"numel": P, "start": s, "length": n,
-    "padding": p} for a slice of a flat vector; `extra` (JSON, rank 0's is kept) holds what else a
-    resume needs, such as the data position. Returns the published folder root/step-XXXXXXXX.
-    Raises ValueError for a rank outside the world, or a world size that differs from the group's.
+    own shard and the same `root`, a folder every rank sees. `layout` (JSON) describes the shard,
+    e.g. {"numel": P, "start": s, "length": n, "padding": p} for a slice of a flat vector;
+    `extra` (JSON, rank 0's is kept) holds what else a resume needs, such as the data position.
+    JSON keeps str keys only: an `extra` of {1: "a"} loads as {"1": "a"}, a tuple as a list.
+    Returns the published folder root/step-XXXXXXXX. Raises ValueError for a rank outside the
+    world or a world size that differs from the group's; on every rank the same
+    FolderNotSharedError when some rank does not see rank 0's folder, TypeError when `extra` is
+    not JSON, or CheckpointError naming the file a rank could not write.
     """
     _check_rank(rank, world_size, group)
     final = step_folder(root, step)
-    staging = final.with_name(f".{final.name}.tmp")
-    if rank == 0:
-        shutil.rmtree(staging, ignore_errors=True)  # a previous interrupted attempt at this step
-        staging.mkdir(parents=True)
-    dist.barrier(group=group)
-    entry = write_file(staging, shard_name(rank, world_size), shard)
-    entry.update({"rank": rank, "layout": layout or {}})
-    entries: list = [None] * world_size
-    dist.all_gather_object(entries, entry, group=group)  # returns once every shard is on disk
-    if rank == 0:
-        files = list(entries)
-        if replicated is not None:
-            files.append({**write_file(staging, REPLICATED, replicated), "rank": None,
-                          "layout": {}})
-        write_manifest(staging, {"format_version": FORMAT_VERSION, "step": step,
-                                  "world_size": world_size, "files": files,
-                                  "extra": extra or {}, "versions": versions()})
-        publish(staging, final)
-    dist.barrier(group=group)
+    staging = staging_folder(final)
+    with contextlib.ExitStack() as lock:
+        began, failure = None, None
+        if rank == 0:
+            began, failure = _attempt(lambda: _begin(final, extra, lock), "prepare", final.parent)
+        began, verdict = _gather((began, _verdict(failure)), group)[0]
+        _raise_agreed([verdict], failure)
+        try:
+            entry, failure = _attempt(lambda: _write_shard(staging, began, shard, rank,
+                                                           world_size, layout), "write", staging)
+            entries = _gather((entry, _verdict(failure)), group)
+            _raise_agreed([verdict for _, verdict in entries], failure)
+            failure = None
+            if rank == 0:
+                files = [entry for entry, _ in entries]
+                _, failure = _attempt(lambda: _finish(staging, final, files, replicated, {
+                    "format_version": FORMAT_VERSION, "step": step, "world_size": world_size,
+                    "extra": extra or {}, "versions": versions()}), "publish", staging)
+            agree(failure, group)
+        except (CheckpointError, TypeError):
+            if rank == 0:
+                shutil.rmtree(staging, ignore_errors=True)  # ours, and never to be published
+            raise
     return final
+
+
+def _begin(final: Path, extra: dict | None, lock: contextlib.ExitStack) -> tuple[str, str]:
+    """Rank 0: take the folder's lock, recover this step's unpublished copy, create staging.
+
+    Returns (a random token written into staging, the staging path), for the other ranks to check
+    that they see the very folder rank 0 created.
+    """
+    json.dumps(extra or {})  # TypeError now rather than after every shard is written
+    lock.enter_context(locked(final.parent))
+    recover_step(final)
+    staging = staging_folder(final)
+    shutil.rmtree(staging, ignore_errors=True)  # an interrupted attempt at this step
+    staging.mkdir()
+    fsync_directory(final.parent)
+    token = secrets.token_hex(16)
+    write_atomically(staging / OWNER, token.encode())
+    return token, str(staging)
+
+
+def _write_shard(staging: Path, began: tuple[str, str], shard: dict, rank: int, world_size: int,
+                 layout: dict | None) -> dict:
+    """Check this rank sees rank 0's staging folder, then write its shard there; its entry."""
+    token, zero_sees = began
+    try:
+        seen = (staging / OWNER).read_text()
+    except OSError:
+        seen = None
+    if seen != token:
+        raise FolderNotSharedError(
+            f"rank 0 created {zero_sees} for this save but rank {rank} does not see it (it looked "
+            f"in {staging}): {SHARED_FOLDER_HINT}")
+    entry = write_file(staging, shard_name(rank, world_size), shard)
+    return {**entry, "rank": rank, "layout": layout or {}}
+
+
+def _finish(staging: Path, final: Path, files: list, replicated: dict | None,
+            manifest: dict) -> None:
+    """Rank 0, once every shard is on disk: replicated file, manifest, then publish."""
+    if replicated is not None:
+        files.append({**write_file(staging, REPLICATED, replicated), "rank": None, "layout": {}})
+    (staging / OWNER).unlink()
+    write_manifest(staging, {**manifest, "files": files})
+    publish(staging, final)
 
 
 def publish(staging: Path, final: Path) -> None:
     """Rename a complete staging folder to its final name: the one step that publishes it.
 
-    An existing checkpoint of the same step is first moved aside and deleted only afterwards, so
-    at every moment one complete copy exists under some name.
+    Call with the root's lock held. An existing checkpoint of the same step is first moved aside
+    and deleted only afterwards, so at every moment one complete copy exists under some name; a
+    crash between the two renames leaves both copies hidden, and `recover_step` publishes one.
     """
-    aside = final.with_name(f".{final.name}.replaced")
+    aside = aside_folder(final)
     if final.exists():
         shutil.rmtree(aside, ignore_errors=True)
         os.replace(final, aside)
+        fsync_directory(final.parent)
     os.replace(staging, final)
-    _fsync_directory(final.parent)
+    fsync_directory(final.parent)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def recover_step(final: Path) -> Path | None:
+    """Publish the complete hidden copy of a step that has no folder; return it, else None.
+
+    A save stopped between the two renames of `publish` leaves its new copy in .step-N.tmp and
+    the old one in .step-N.replaced; the newer of those that verifies (every file's size and
+    sha256) gets the name step-N. Call with the root's lock held; one process.
+    """
+    if final.exists():
+        return None
+    for copy in (staging_folder(final), aside_folder(final)):
+        try:
+            verify_checkpoint(copy)
+        except CheckpointError:
+            continue
+        os.replace(copy, final)
+        fsync_directory(final.parent)
+        return final
+    return None
 
 
 def shard_name(rank: int, world_size: int) -> str:
@@ -122,41 +192,33 @@ def shard_name(rank: int, world_size: int) -> str:
     return f"shard-{rank:05d}-of-{world_size:05d}.pt"
 
 
-def read_manifest(folder: Path | str) -> dict:
-    """The manifest of the checkpoint in `folder`, after checking its checksum and version.
-
-    Raises ManifestMissingError, ManifestTamperedError or FormatVersionError, naming the file.
-    """
-    path = Path(folder) / MANIFEST
-    if not path.is_file():
-        raise ManifestMissingError(
-            f"{path} does not exist: {Path(folder).name} is not a complete checkpoint (a save that "
-            "was interrupted never writes it); load an earlier step, see latest_checkpoint()")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ManifestTamperedError(f"{path} is not valid JSON ({error})") from error
-    recorded = manifest.pop("manifest_sha256", None)
-    if recorded != _canonical_sha256(manifest):
-        raise ManifestTamperedError(
-            f"{path} does not match its own checksum: it was edited by hand or damaged; "
-            "restore it from the saving run, or load an earlier checkpoint")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise FormatVersionError(
-            f"{path} has format version {manifest.get('format_version')!r}; this code reads "
-            f"version {FORMAT_VERSION}: load it with the lesson_code version that wrote it")
-    return manifest
-
-
-def load_sharded(folder: Path | str, *, rank: int, world_size: int,
-                 replicated: bool = True) -> tuple[dict, dict, dict]:
+def load_sharded(folder: Path | str, *, rank: int, world_size: int, replicated: bool = True,
+                 group=None) -> tuple[dict, dict, dict]:
     """This rank's shard tensors, the replicated tensors and the manifest, all verified.
 
-    Not a collective: each rank reads its own file (and, with `replicated`, the replicated one).
-    Raises the CheckpointError subclasses above, e.g. WorldSizeMismatchError for a checkpoint
-    written by another number of ranks (with the hint to reshard it).
+    Collective when a process group is initialised: call on every rank. The ranks first check
+    that they all see the same manifest, then each verifies the files it reads, then they agree:
+    if any rank found a problem, every rank raises the same error naming the file, so no rank
+    goes on into a collective the others never join. Without a process group (one process
+    looking at a checkpoint) it checks this rank's files alone. Raises the CheckpointError
+    subclasses, e.g. FolderNotSharedError when the ranks see different folders, ShardCorruptedError
+    for a changed byte, WorldSizeMismatchError for another number of ranks (with the hint to
+    reshard).
     """
     folder = Path(folder)
+    together = dist.is_available() and dist.is_initialized()
+    if together:
+        _check_same_checkpoint(folder, group)
+    loaded, failure = _attempt(lambda: _read_rank(folder, rank, world_size, replicated), "read",
+                               folder)
+    if together:
+        agree(failure, group)
+    elif failure is not None:
+        raise failure
+    return loaded
+
+
+def _read_rank(folder: Path, rank: int, world_size: int, replicated: bool) -> tuple:
     manifest = read_manifest(folder)
     if manifest["world_size"] != world_size:
         raise WorldSizeMismatchError(
@@ -168,76 +230,61 @@ def load_sharded(folder: Path | str, *, rank: int, world_size: int,
     return shard, both, manifest
 
 
-def read_verified(folder: Path, entry: dict) -> dict[str, torch.Tensor]:
-    """Load one file after checking it exists and that its size and sha256 match the manifest."""
-    path = Path(folder) / entry["name"]
-    if not path.is_file():
-        raise ShardMissingError(f"{path} is listed in the manifest but missing: the checkpoint is "
-                                "incomplete; restore the file or load another checkpoint")
-    payload = path.read_bytes()
-    if len(payload) != entry["bytes"]:
-        raise ShardCorruptedError(f"{path} is {len(payload)} bytes but the manifest says "
-                                  f"{entry['bytes']}: the file was truncated or overwritten")
-    digest = hashlib.sha256(payload).hexdigest()
-    if digest != entry["sha256"]:
-        raise ShardCorruptedError(f"{path} has sha256 {digest[:16]}..., the manifest "
-                                  f"{entry['sha256'][:16]}...: its bytes changed since the save")
-    return torch.load(io.BytesIO(payload), weights_only=True)
+def _check_same_checkpoint(folder: Path, group) -> None:
+    """Collective: raise FolderNotSharedError on every rank unless all see the same manifest."""
+    seen = _gather((str(folder), manifest_fingerprint(folder)), group)
+    if len({fingerprint for _, fingerprint in seen}) == 1:
+        return  # the same manifest everywhere, or none anywhere (ManifestMissingError follows)
+    views: dict[str | None, list[int]] = {}
+    for rank, (_, fingerprint) in enumerate(seen):
+        views.setdefault(fingerprint, []).append(rank)
+    described = "; ".join(
+        f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
+        + (f"see{'' if len(ranks) > 1 else 's'} a manifest with sha256 {fingerprint[:12]}..."
+           if fingerprint else f"see{'' if len(ranks) > 1 else 's'} no {MANIFEST}")
+        for fingerprint, ranks in views.items())
+    raise FolderNotSharedError(f"the ranks do not see the same checkpoint in {seen[0][0]} "
+                               f"({described}): {SHARED_FOLDER_HINT}")
 
 
-def write_file(folder: Path, name: str, tensors: dict[str, torch.Tensor]) -> dict:
-    """Serialise `tensors` to folder/name atomically; return its manifest entry."""
-    buffer = io.BytesIO()
-    torch.save({key: value.detach().cpu().contiguous() for key, value in tensors.items()}, buffer)
-    payload = buffer.getvalue()
-    write_atomically(folder / name, payload)
-    return {"name": name, "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest(),
-            "tensors": {key: {"dtype": str(value.dtype).removeprefix("torch."),
-                              "shape": list(value.shape)} for key, value in tensors.items()}}
+def agree(failure: BaseException | None, group=None) -> None:
+    """Raise on every rank the first rank's error if any rank had one; else return.
 
-
-def write_atomically(path: Path, payload: bytes) -> None:
-    """Write `payload` to `path` so that `path` is either absent or complete, never half-written.
-
-    The bytes go to a temporary file in the same folder, are flushed and fsynced, and the file is
-    renamed over `path` (os.replace is atomic on POSIX and Windows).
+    Collective: call on every rank, each with its own outcome (None when it went well). The
+    error keeps its class and message and says which ranks found it, so every rank raises the
+    same thing at the same moment instead of some waiting in the next collective until timeout.
     """
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    with open(temporary, "wb") as handle:
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    _raise_agreed(_gather(_verdict(failure), group), failure)
 
 
-def write_manifest(folder: Path, manifest: dict) -> None:
-    """Write manifest.json atomically, with a checksum of its own content, and fsync the folder."""
-    content = {**manifest, "manifest_sha256": _canonical_sha256(manifest)}
-    write_atomically(folder / MANIFEST, (json.dumps(content, indent=2, sort_keys=True) + "\n").encode())
-    _fsync_directory(folder)
-
-
-def _canonical_sha256(manifest: dict) -> str:
-    return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _fsync_directory(folder: Path) -> None:
-    """Make a rename inside `folder` durable (POSIX; a no-op where folders cannot be opened)."""
-    try:
-        handle = os.open(folder, os.O_RDONLY)
-    except OSError:
+def _raise_agreed(verdicts: list, failure: BaseException | None) -> None:
+    failed = [rank for rank, verdict in enumerate(verdicts) if verdict is not None]
+    if not failed:
         return
+    name, message = verdicts[failed[0]]
+    found = f"rank{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))}"
+    raise ERRORS.get(name, CheckpointError)(f"{message} [found by {found}]") from failure
+
+
+def _verdict(failure: BaseException | None) -> tuple[str, str] | None:
+    return None if failure is None else (type(failure).__name__, str(failure))
+
+
+def _gather(value: Any, group) -> list:
+    values: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(values, value, group=group)
+    return values
+
+
+def _attempt(action: Callable[[], Any], what: str, path: Path) -> tuple[Any, Exception | None]:
+    """Run `action`; return (its result, None), or (None, the error) for the ranks to agree on."""
     try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
-
-
-def versions() -> dict[str, str]:
-    """Versions of the libraries that wrote a checkpoint (recorded in its manifest)."""
-    from lesson_code import __version__
-    return {"torch": torch.__version__, "python": platform.python_version(),
-            "lesson_code": __version__}
+        return action(), None
+    except (CheckpointError, TypeError) as error:
+        return None, error
+    except OSError as error:
+        return None, CheckpointError(f"could not {what} {path}: {error}; check the disk (space, "
+                                     f"permissions) and that every rank sees {path.parent}")
 
 
 def _check_rank(rank: int, world_size: Any, group) -> None:

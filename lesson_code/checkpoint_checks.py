@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lesson_code import checkpoint
+from lesson_code import checkpoint_files
 from lesson_code.zero_checkpoint import FLAT_KEYS, load_zero, save_zero
 from lesson_code.zero_checks import ZeroRun, _loss, _model, build_optimizer, parameter_digest
 
@@ -109,7 +109,7 @@ def crash_during_save(rank: int, world_size: int, run: ZeroRun, root: str,
                 handle.flush()
                 os.fsync(handle.fileno())
             os.kill(os.getpid(), signal.SIGKILL)
-        checkpoint.write_atomically = write_half_then_die  # this rank's process only
+        checkpoint_files.write_atomically = write_half_then_die  # this rank's process only
     save_zero(root, model, optimizer, step=4, rank=rank, world_size=world_size,
               extra={"next_step": 4})
 

@@ -1,7 +1,8 @@
-"""Living with sharded checkpoints (lesson 80): find the latest, keep the last K, save on a clock,
-and reshard a checkpoint taken on N ranks for M ranks. One process, no process group needed.
+"""Living with sharded checkpoints (lesson 80): find the latest, recover, keep the last K, save
+on a clock, and reshard a checkpoint taken on N ranks for M ranks. One process, no process group.
 
-    folder, skipped = latest_checkpoint("runs/ckpt")      # skips interrupted saves, says why
+    folder, skipped = latest_checkpoint("runs/ckpt")      # verifies every byte, says what it skipped
+    recover_checkpoints("runs/ckpt")                       # publishes what a crash left hidden
     reshard("runs/ckpt/step-00000010", "runs/ckpt2", 2)    # 4 shards -> 2 shards
 """
 
@@ -16,11 +17,14 @@ from pathlib import Path
 
 import torch
 
-from lesson_code.checkpoint import (FORMAT_VERSION, REPLICATED, CheckpointError, publish,
-                                    read_manifest, read_verified, shard_name, step_folder,
-                                    versions, write_file, write_manifest)
+from lesson_code.checkpoint import (FORMAT_VERSION, REPLICATED, CheckpointError,
+                                    ManifestMissingError, locked, publish, read_manifest,
+                                    read_verified, recover_step, shard_name, staging_folder,
+                                    step_folder, verify_checkpoint, versions, write_file,
+                                    write_manifest)
 
 STEP_FOLDER = re.compile(r"^step-(\d{8})$")
+HIDDEN_COPY = re.compile(r"^\.step-(\d{8})\.(tmp|replaced)$")
 
 
 def list_checkpoints(root: Path | str) -> list[tuple[int, Path]]:
@@ -33,33 +37,79 @@ def list_checkpoints(root: Path | str) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint(root: Path | str) -> tuple[Path | None, list[str]]:
-    """The newest checkpoint under `root` whose manifest reads, and why others were skipped.
+def hidden_copies(root: Path | str) -> list[tuple[int, Path]]:
+    """Unpublished folders under `root` as (step, folder): .step-N.tmp and .step-N.replaced.
 
-    Skipped: unpublished folders (".step-...tmp", left by a save that was interrupted) and
-    published ones whose manifest is missing or damaged. Files are not hashed here; load_sharded
-    checks them.
+    A save in progress writes .tmp; a save stopped half-way leaves it incomplete; a save stopped
+    between the two renames of `publish` leaves complete copies in both (see recover_checkpoints).
     """
     root = Path(root)
-    skipped = [f"{path.name}: an interrupted save, never published" for path in
-               sorted(root.glob(".step-*.tmp"))] if root.is_dir() else []
-    for _, folder in reversed(list_checkpoints(root)):
+    if not root.is_dir():
+        return []
+    return sorted((int(match.group(1)), path) for path in root.iterdir()
+                  if path.is_dir() and (match := HIDDEN_COPY.match(path.name)))
+
+
+def latest_checkpoint(root: Path | str) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint under `root` that verifies completely, and why newer ones were skipped.
+
+    Candidates, newest step first: the published folders, and for a step that has none, the
+    complete hidden copy that a save stopped between its two renames left (.step-N.tmp, then
+    .step-N.replaced; recover_checkpoints() gives it its name). Each is verified like
+    verify_checkpoint, every file's size and sha256 (so this reads every byte of the newest
+    one); the first that passes is returned, with one line per candidate skipped, e.g.
+    ".step-00000004.tmp: an interrupted save, never published" or "step-00000015: <the error>".
+    """
+    published = list_checkpoints(root)
+    steps = {step for step, _ in published}
+    candidates = [(step, 2, folder) for step, folder in published] + [
+        (step, 1 if folder.suffix == ".tmp" else 0, folder)
+        for step, folder in hidden_copies(root) if step not in steps]
+    skipped = []
+    for _, _, folder in sorted(candidates, reverse=True):
         try:
-            read_manifest(folder)
+            verify_checkpoint(folder)
             return folder, skipped
         except CheckpointError as error:
-            skipped.append(f"{folder.name}: {error}")
+            hidden = folder.name.startswith(".") and isinstance(error, ManifestMissingError)
+            skipped.append(f"{folder.name}: " + ("an interrupted save, never published" if hidden
+                                                  else str(error)))
     return None, skipped
 
 
+def recover_checkpoints(root: Path | str) -> list[Path]:
+    """Publish each complete hidden copy whose step has no folder; return the folders published.
+
+    A save stopped between the two renames of `publish` (a crash, a preemption) leaves no
+    step-N, only complete copies in .step-N.tmp and .step-N.replaced: the newer that verifies
+    becomes step-N. Holds root/.lock, so it never touches a save in progress.
+    """
+    if not Path(root).is_dir():
+        return []
+    with locked(root):
+        steps = sorted({step for step, _ in hidden_copies(root)})
+        return [folder for step in steps if (folder := recover_step(step_folder(root, step)))]
+
+
 def prune_checkpoints(root: Path | str, keep_last: int) -> list[Path]:
-    """Delete all but the newest `keep_last` published checkpoints; return what was deleted."""
+    """Delete all but the newest `keep_last` published checkpoints, and the debris; return both.
+
+    Debris is what interrupted saves left hidden (.step-N.tmp, .step-N.replaced); a complete
+    copy whose step has no folder is first recovered (see recover_checkpoints), never deleted.
+    Holds root/.lock, so a save in progress is left alone. Raises ValueError for keep_last < 1.
+    """
     if keep_last < 1:
         raise ValueError(f"keep_last must be at least 1, got {keep_last!r}: keeping none would "
                          "leave nothing to resume from")
-    doomed = [folder for _, folder in list_checkpoints(root)[:-keep_last]]
-    for folder in doomed:
-        shutil.rmtree(folder)
+    if not Path(root).is_dir():
+        return []
+    with locked(root):
+        for step in sorted({step for step, _ in hidden_copies(root)}):
+            recover_step(step_folder(root, step))
+        doomed = [folder for _, folder in list_checkpoints(root)[:-keep_last]]
+        doomed += [folder for _, folder in hidden_copies(root)]
+        for folder in doomed:
+            shutil.rmtree(folder)
     return doomed
 
 
@@ -96,7 +146,8 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int) -
     Every flat-sharded tensor (listed in the shards' layout under "flat") is reassembled in rank
     order, stripped of its padding, padded again for the new world size and cut into equal shards.
     Per-rank tensors that are not flat (RNG states) go to new rank r from old rank r mod N.
-    Verifies every file it reads. Raises ValueError for a world size below 1.
+    Verifies every file it reads; holds destination_root/.lock while it writes there. Raises
+    ValueError for a world size below 1.
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -106,14 +157,23 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int) -
     old = manifest["world_size"]
     shards = [read_verified(source, entries[shard_name(r, old)]) for r in range(old)]
     layout = entries[shard_name(0, old)]["layout"]
-    numel, flat_keys = layout["numel"], layout.get("flat", [])
+    full = {key: torch.cat([shard[key] for shard in shards])[:layout["numel"]]
+            for key in layout.get("flat", [])}
+    final = step_folder(destination_root, manifest["step"])
+    with locked(destination_root):
+        _write_resharded(final, manifest, shards, full, layout, world_size, source, entries)
+    return final
+
+
+def _write_resharded(final: Path, manifest: dict, shards: list, full: dict, layout: dict,
+                     world_size: int, source: Path, entries: dict) -> None:
+    """Write the `world_size` new shards and the manifest into staging, then publish."""
+    old, numel = manifest["world_size"], layout["numel"]
     length = math.ceil(numel / world_size)
     padding = length * world_size - numel
-    full = {key: torch.cat([shard[key] for shard in shards])[:numel] for key in flat_keys}
-    final = step_folder(destination_root, manifest["step"])
-    staging = final.with_name(f".{final.name}.tmp")
+    staging = staging_folder(final)
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    staging.mkdir()
     files = []
     for rank in range(world_size):
         start = rank * length
@@ -131,4 +191,3 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int) -
                              "extra": {**manifest["extra"], "resharded_from": old},
                              "versions": versions()})
     publish(staging, final)
-    return final

@@ -6,11 +6,14 @@ keep) and remembers, for `verify_resume`, an in-memory copy of what each save wr
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
-from lesson_code.checkpoint_tools import latest_checkpoint, prune_checkpoints
+from lesson_code.checkpoint import CheckpointError
+from lesson_code.checkpoint_tools import latest_checkpoint, prune_checkpoints, recover_checkpoints
 from lesson_code.zero_checkpoint import FLAT_KEYS, load_zero, save_zero
 
 
@@ -27,6 +30,7 @@ class Checkpointer:
         self.save_after, self.keep_last = save_after, keep_last
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
         self.folders: dict[int, Path] = {}
+        self.skipped: list[str] = []
 
     def maybe_save(self, step: int, last_loss: float | None) -> Path | None:
         """Save if `step` (steps done) is due; returns the folder written, else None."""
@@ -46,15 +50,29 @@ class Checkpointer:
         return folder
 
     def rollback(self) -> tuple[int, float | None]:
-        """Load the newest complete checkpoint; return (its next step, the loss before it).
+        """Load the newest checkpoint that verifies; return (its next step, the loss before it).
 
-        Raises RuntimeError when there is none yet: a run that diverges before its first
-        checkpoint cannot be rolled back, only restarted.
+        Rank 0 publishes what a crash left hidden, picks the newest checkpoint whose every file
+        verifies (reading every byte), logs why it skipped newer ones (also kept in
+        `self.skipped`) and tells the other ranks. Raises RuntimeError when there is none yet: a
+        run that diverges before its first checkpoint cannot be rolled back, only restarted.
         """
-        folder, _ = latest_checkpoint(self.root)
-        if folder is None:
-            raise RuntimeError(f"the run diverged before any checkpoint under {self.root}: "
-                               "save earlier (a smaller checkpoint step) or lower the learning rate")
+        choice: list = [None]
+        if self.rank == 0:
+            try:
+                recover_checkpoints(self.root)
+                folder, skipped = latest_checkpoint(self.root)
+                choice = [(None if folder is None else str(folder), skipped, None)]
+            except (CheckpointError, OSError) as error:
+                choice = [(None, [], f"{self.root}: {error}")]
+        dist.broadcast_object_list(choice, src=0)
+        folder, self.skipped, failure = choice[0]
+        for reason in self.skipped if self.rank == 0 else []:
+            logging.getLogger(__name__).warning("rollback skipped %s", reason)
+        if failure is not None or folder is None:
+            raise RuntimeError(failure or f"the run diverged before any checkpoint under {self.root} "
+                               "verified: save earlier (a smaller checkpoint step) or lower the "
+                               "learning rate")
         extra = load_zero(folder, self.model, self.optimizer, rank=self.rank,
                           world_size=self.world_size)
         return extra["next_step"], extra.get("last_loss")

@@ -1,5 +1,6 @@
 """Lesson 80: sharded checkpoints on real ranks: exact resume, crash safety, every corruption named."""
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -82,10 +83,14 @@ def flip_one_byte(path):
     path.write_bytes(bytes(data))
 
 
-def edit_manifest(folder, change):
+def edit_manifest(folder, change, rehash=False):
+    """Edit manifest.json; with `rehash`, record the new bytes' sha256 as a careful editor would."""
     manifest = json.loads((folder / "manifest.json").read_text())
     change(manifest)
     (folder / "manifest.json").write_text(json.dumps(manifest))
+    if rehash:
+        digest = hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
+        (folder / "manifest.sha256").write_text(f"{digest}  manifest.json\n")
 
 
 CORRUPTIONS = {
@@ -99,11 +104,14 @@ CORRUPTIONS = {
     "one flipped byte": (lambda f: flip_one_byte(f / "shard-00002-of-00004.pt"),
                          checkpoint.ShardCorruptedError, "its bytes changed since the save"),
     "manifest edited by hand": (lambda f: edit_manifest(f, lambda m: m.update(step=11)),
-                                checkpoint.ManifestTamperedError, "does not match its own checksum"),
-    "unknown format version": (lambda f: edit_manifest(f, lambda m: m.update(
-        format_version=99, manifest_sha256=checkpoint._canonical_sha256(
-            {k: v for k, v in {**m, "format_version": 99}.items() if k != "manifest_sha256"}))),
-        checkpoint.FormatVersionError, "has format version 99"),
+                                checkpoint.ManifestDamagedError, "manifest.sha256 records"),
+    "manifest cut short": (lambda f: (f / "manifest.json").write_bytes(
+        (f / "manifest.json").read_bytes()[:100]), checkpoint.ManifestDamagedError, "is damaged"),
+    "no manifest.sha256": (lambda f: (f / "manifest.sha256").unlink(),
+                           checkpoint.ManifestDamagedError, "manifest.sha256 is missing"),
+    "unknown format version": (lambda f: edit_manifest(f, lambda m: m.update(format_version=99),
+                                                       rehash=True),
+                               checkpoint.FormatVersionError, "has format version 99"),
 }
 
 

@@ -1,0 +1,143 @@
+"""Rank functions that put lesson 80's checkpoints through real faults, for the tests and readers.
+
+Each runs on every rank under `launch.spawn` with real files: small saves, a crash between the two
+renames of a publish, two runs saving into one folder, ranks that see different folders, a trace
+of the renames and fsyncs each rank makes. A rank reports a CheckpointError as a value, so a caller
+sees what every rank raised and how long it took.
+
+    launch.spawn(checkpoint_faults.load_and_report, [folder] * 4, world_size=4)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from lesson_code.checkpoint import CheckpointError, load_sharded, save_sharded
+
+NUMEL = 1024
+
+
+def save_small(rank: int, world_size: int, root: str, step: int, value: float,
+               extra: dict | None = None, numel: int = NUMEL) -> str:
+    """Save a shard of `numel` copies of `value` (and a replicated tensor) as checkpoint `step`.
+
+    Collective: call on every rank. Returns the published folder.
+    """
+    shard = {"value": torch.full((numel,), float(value)), "rank": torch.tensor([rank])}
+    replicated = {"value": torch.full((4,), float(value))} if rank == 0 else None
+    return str(save_sharded(root, shard, step=step, rank=rank, world_size=world_size,
+                            replicated=replicated, extra={"value": value, **(extra or {})}))
+
+
+def crash_between_renames(rank: int, world_size: int, root: str) -> None:
+    """Save steps 2 and 4, then save step 4 again (value 4.5) and kill rank 0 mid-publish.
+
+    Collective: call on every rank; never returns normally. Rank 0 dies (a real SIGKILL) right
+    after moving the old step-4 folder aside and before renaming the new one into its place.
+    """
+    save_small(rank, world_size, root, 2, 2.0)
+    save_small(rank, world_size, root, 4, 4.0)
+    if rank == 0:
+        rename = os.replace
+
+        def rename_then_die(source, destination) -> None:
+            rename(source, destination)
+            if str(destination).endswith(".replaced"):
+                os.kill(os.getpid(), signal.SIGKILL)
+        os.replace = rename_then_die  # this rank's process only
+    save_small(rank, world_size, root, 4, 4.5)
+
+
+def crash_while_writing(rank: int, world_size: int, root: str, step: int, value: float,
+                        crash_rank: int) -> None:
+    """Save checkpoint `step`, but `crash_rank` dies (a real SIGKILL) before writing its shard.
+
+    Collective: call on every rank; never returns normally.
+    """
+    if rank == crash_rank:
+        from lesson_code import checkpoint_files
+
+        def die(path, payload) -> None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        checkpoint_files.write_atomically = die  # this rank's process only
+    save_small(rank, world_size, root, step, value)
+
+
+def save_repeatedly(rank: int, world_size: int, root: str, value: float, times: int,
+                    numel: int, start_at: float) -> int:
+    """From wall-clock time `start_at` on, save checkpoint step 1 (shards full of `value`) `times`
+    times. Collective. Two runs given the same `start_at` save into one folder at once."""
+    time.sleep(max(0.0, start_at - time.time()))
+    for _ in range(times):
+        save_small(rank, world_size, root, 1, value, numel=numel)
+    return times
+
+
+def load_and_report(rank: int, world_size: int, folders: list[str]) -> dict:
+    """Load folders[rank], then join a collective as a real resume would; report the outcome.
+
+    Collective: call on every rank. Returns {"error": "<class>: <message>" or None, "seconds":
+    how long load_sharded took on this rank}.
+    """
+    started = time.perf_counter()
+    try:
+        load_sharded(folders[rank], rank=rank, world_size=world_size)
+    except CheckpointError as error:
+        return {"error": f"{type(error).__name__}: {error}",
+                "seconds": time.perf_counter() - started}
+    seconds = time.perf_counter() - started
+    dist.barrier()  # the next collective of a resume (load_zero all-gathers the master shards)
+    return {"error": None, "seconds": seconds}
+
+
+def save_and_report(rank: int, world_size: int, roots: list[str]) -> dict:
+    """Save a small checkpoint under roots[rank]; report what this rank raised, and how fast.
+
+    Collective: call on every rank. Giving ranks different roots stands for nodes that do not
+    share a filesystem.
+    """
+    started = time.perf_counter()
+    try:
+        save_small(rank, world_size, roots[rank], 1, 1.0)
+    except CheckpointError as error:
+        return {"error": f"{type(error).__name__}: {error}",
+                "seconds": time.perf_counter() - started}
+    return {"error": None, "seconds": time.perf_counter() - started}
+
+
+def save_and_trace(rank: int, world_size: int, root: str) -> list[tuple]:
+    """Save a small checkpoint, recording this rank's renames and fsyncs in order.
+
+    Collective: call on every rank. The real os.replace and os.fsync run; each call is also
+    noted: ("replace", source, destination) or ("fsync", device, inode) of the file or folder.
+    """
+    events: list[tuple] = []
+    rename, fsync = os.replace, os.fsync
+
+    def traced_rename(source, destination) -> None:
+        rename(source, destination)
+        events.append(("replace", str(source), str(destination)))
+
+    def traced_fsync(handle) -> None:
+        fsync(handle)
+        status = os.fstat(handle)
+        events.append(("fsync", status.st_dev, status.st_ino))
+    os.replace, os.fsync = traced_rename, traced_fsync
+    try:
+        save_small(rank, world_size, root, 1, 1.0)
+    finally:
+        os.replace, os.fsync = rename, fsync
+    return events
+
+
+def rank_folder(root: str | Path, node: int) -> str:
+    """root/node<node>: a folder standing for one node's local disk."""
+    folder = Path(root) / f"node{node}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder)

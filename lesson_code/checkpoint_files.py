@@ -1,0 +1,248 @@
+"""The files of a sharded checkpoint (lesson 80): atomic writes, the manifest, hashes, the lock.
+
+One process, no process group: `checkpoint` builds its collective save and load on these. A file
+is written under a temporary name, fsynced, renamed, and its folder fsynced, so after a crash it
+is either absent or complete. `manifest.json` lists every file with its size and sha256, and
+`manifest.sha256` holds the sha256 of the manifest's own bytes in the format of `sha256sum`, so
+`sha256sum -c manifest.sha256` checks it from a shell too. A checksum catches damage (a torn
+write, a flipped bit, an edit by hand), not a forger, who can rewrite both files.
+
+    write_manifest(folder, manifest)       # manifest.json + manifest.sha256, both fsynced
+    manifest = verify_checkpoint(folder)   # every file's size and sha256, or a CheckpointError
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+MANIFEST_SHA256 = "manifest.sha256"
+LOCK = ".lock"
+LOCK_TIMEOUT_S = 60.0
+
+
+class CheckpointError(Exception):
+    """Base of every error a checkpoint can raise; each names the file and what is wrong."""
+
+
+class ManifestMissingError(CheckpointError):
+    """No manifest.json: the folder is not a complete checkpoint (perhaps an interrupted save)."""
+
+
+class ManifestDamagedError(CheckpointError):
+    """manifest.json's bytes do not match manifest.sha256 (a torn write, a flipped bit, an edit)."""
+
+
+class FormatVersionError(CheckpointError):
+    """The manifest's format version is one this code does not read."""
+
+
+class WorldSizeMismatchError(CheckpointError):
+    """The checkpoint was saved by another number of ranks."""
+
+
+class ShardMissingError(CheckpointError):
+    """A file the manifest lists is not there."""
+
+
+class ShardCorruptedError(CheckpointError):
+    """A file's size or sha256 differs from the manifest's (truncated, or bytes changed)."""
+
+
+class FolderNotSharedError(CheckpointError):
+    """The ranks do not all see the same checkpoint folder (no shared filesystem)."""
+
+
+def write_atomically(path: Path, payload: bytes) -> None:
+    """Write `payload` to `path` so that `path` is either absent or complete, never half-written.
+
+    The bytes go to a temporary file in the same folder, are flushed and fsynced, the file is
+    renamed over `path` (os.replace is atomic on POSIX), and the folder is fsynced, so the rename
+    itself survives a power cut. The process that renames must fsync: on a filesystem shared by
+    several nodes, another node's fsync of the folder does not cover this node's rename.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    with open(temporary, "wb") as handle:
+        handle.write(payload)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    fsync_directory(path.parent)
+
+
+def fsync_directory(folder: Path) -> None:
+    """Make a rename or creation inside `folder` durable (POSIX; a no-op where it cannot open it)."""
+    try:
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def write_file(folder: Path, name: str, tensors: dict[str, torch.Tensor]) -> dict:
+    """Serialise `tensors` to folder/name atomically; return its manifest entry."""
+    buffer = io.BytesIO()
+    torch.save({key: value.detach().cpu().contiguous() for key, value in tensors.items()}, buffer)
+    payload = buffer.getvalue()
+    write_atomically(folder / name, payload)
+    return {"name": name, "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest(),
+            "tensors": {key: {"dtype": str(value.dtype).removeprefix("torch."),
+                              "shape": list(value.shape)} for key, value in tensors.items()}}
+
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    """Write manifest.json, then manifest.sha256 with the sha256 of exactly those bytes.
+
+    JSON turns dict keys into strings and tuples into lists: an `extra` of {1: "a"} reads back
+    as {"1": "a"}. Raises TypeError naming the value JSON cannot store (a tensor, a set).
+    """
+    try:
+        payload = (json.dumps(manifest, indent=2) + "\n").encode()
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"the manifest of {folder} cannot be written as JSON ({error}): keep "
+                        "`extra` to str, int, float, bool, None, lists and dicts") from error
+    write_atomically(folder / MANIFEST, payload)
+    digest = hashlib.sha256(payload).hexdigest()
+    write_atomically(folder / MANIFEST_SHA256, f"{digest}  {MANIFEST}\n".encode())
+
+
+def read_manifest(folder: Path | str) -> dict:
+    """The manifest of the checkpoint in `folder`, after checking its sha256 and version.
+
+    Raises ManifestMissingError, ManifestDamagedError or FormatVersionError, naming the file.
+    """
+    path = Path(folder) / MANIFEST
+    try:
+        payload = path.read_bytes()
+    except FileNotFoundError:
+        raise ManifestMissingError(
+            f"{path} does not exist: {Path(folder).name} is not a complete checkpoint (a save that "
+            "was interrupted never writes it); load an earlier step, see latest_checkpoint()"
+        ) from None
+    try:
+        recorded = (Path(folder) / MANIFEST_SHA256).read_text(encoding="ascii").split()[0]
+    except (FileNotFoundError, IndexError, UnicodeDecodeError):
+        raise ManifestDamagedError(
+            f"{Path(folder) / MANIFEST_SHA256} is missing or holds no readable sha256, so {path} "
+            "cannot be checked: restore both from a copy, or load an earlier checkpoint") from None
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != recorded:
+        raise ManifestDamagedError(
+            f"{path} is damaged: its sha256 is {digest[:16]}... but {MANIFEST_SHA256} records "
+            f"{recorded[:16]}...; the file was cut short, flipped or edited since the save. "
+            "Restore it from a copy, or load an earlier checkpoint")
+    manifest = json.loads(payload)
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path} has format version {manifest.get('format_version')!r}; this code reads "
+            f"version {FORMAT_VERSION}: load it with the lesson_code version that wrote it")
+    return manifest
+
+
+def check_entry(folder: Path, entry: dict, payload: bytes | None = None) -> None:
+    """Raise unless folder/entry["name"] exists with the manifest's size and sha256.
+
+    Reads the file unless its bytes are given. Raises ShardMissingError or ShardCorruptedError.
+    """
+    path = Path(folder) / entry["name"]
+    if payload is None:
+        try:
+            payload = path.read_bytes()
+        except FileNotFoundError:
+            payload = None
+    if payload is None:
+        raise ShardMissingError(f"{path} is listed in the manifest but missing: the checkpoint is "
+                                "incomplete; restore the file or load another checkpoint")
+    if len(payload) != entry["bytes"]:
+        raise ShardCorruptedError(f"{path} is {len(payload)} bytes but the manifest says "
+                                  f"{entry['bytes']}: the file was truncated or overwritten")
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != entry["sha256"]:
+        raise ShardCorruptedError(f"{path} has sha256 {digest[:16]}..., the manifest "
+                                  f"{entry['sha256'][:16]}...: its bytes changed since the save")
+
+
+def read_verified(folder: Path, entry: dict) -> dict[str, torch.Tensor]:
+    """Load one file after checking it exists and that its size and sha256 match the manifest."""
+    path = Path(folder) / entry["name"]
+    try:
+        payload = path.read_bytes()
+    except FileNotFoundError:
+        payload = None
+    check_entry(folder, entry, payload)
+    return torch.load(io.BytesIO(payload), weights_only=True)
+
+
+def verify_checkpoint(folder: Path | str) -> dict:
+    """Check the manifest and every file it lists (size and sha256); return the manifest.
+
+    One process reads every byte of the checkpoint. Raises the CheckpointError of the first
+    problem found, naming the file.
+    """
+    manifest = read_manifest(folder)
+    for entry in manifest["files"]:
+        check_entry(Path(folder), entry)
+    return manifest
+
+
+def manifest_fingerprint(folder: Path | str) -> str | None:
+    """sha256 of folder/manifest.json as this process sees it, None if it sees no such file.
+
+    Ranks compare fingerprints to learn whether they all see the same checkpoint.
+    """
+    try:
+        return hashlib.sha256((Path(folder) / MANIFEST).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def locked(root: Path | str, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold an exclusive lock on root/.lock (POSIX flock) while saving, recovering or pruning.
+
+    Two runs that save into one folder take turns instead of deleting each other's files. The
+    lock dies with its process, so a killed save never blocks the next one. Raises
+    CheckpointError when another process holds it for more than `timeout_s` seconds.
+    """
+    import fcntl  # POSIX only, like the rest of the course's launchers
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / LOCK, "a+b") as handle:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise CheckpointError(
+                        f"{root / LOCK} has been held by another process for {timeout_s:.0f} s: "
+                        "another run is saving into this folder; give each run its own folder"
+                    ) from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries that wrote a checkpoint (recorded in its manifest)."""
+    from lesson_code import __version__
+    return {"torch": torch.__version__, "python": platform.python_version(),
+            "lesson_code": __version__}

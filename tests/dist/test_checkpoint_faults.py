@@ -1,0 +1,173 @@
+"""Lesson 80 under real faults: odd `extra`, damaged newest checkpoint, a crash mid-publish, two runs
+in one folder, one damaged shard on 4 ranks, durability of each rank's renames, unshared folders."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lesson_code import checkpoint, checkpoint_faults, checkpoint_tools, launch
+from lesson_code.checkpoint import load_sharded, shard_name, step_folder
+
+SHARED_FOLDER = "every rank must see the same folder: use a shared filesystem"
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory):
+    """A folder with small checkpoints of steps 10 and 15 saved by 4 ranks."""
+    root = tmp_path_factory.mktemp("small")
+    for step in (10, 15):
+        launch.spawn(checkpoint_faults.save_small, str(root), step, float(step), world_size=4)
+    return root
+
+
+def flip_one_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+EXTRAS = {  # what a reader may pass, and what JSON gives back: str keys, lists for tuples
+    "int keys": ({"order": {1: "a", 10: "b", 2: "c"}}, {"order": {"1": "a", "10": "b", "2": "c"}}),
+    "mixed keys and a tuple": ({"mixed": {3: "x", "y": 4}, "pair": (1, 2)},
+                               {"mixed": {"3": "x", "y": 4}, "pair": [1, 2]}),
+}
+
+
+@pytest.mark.parametrize("case", list(EXTRAS))
+def test_extra_with_int_keys_loads_and_the_checksum_is_over_the_bytes_on_disk(tmp_path, case):
+    extra, expected = EXTRAS[case]
+    folder = Path(launch.spawn(checkpoint_faults.save_small, str(tmp_path), 1, 1.0, extra,
+                               world_size=2)[0])
+    _, _, manifest = load_sharded(folder, rank=1, world_size=2)
+    assert manifest["extra"] == {"value": 1.0, **expected}
+    recorded = (folder / "manifest.sha256").read_text().split()
+    assert recorded == [hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest(),
+                        "manifest.json"]
+    (folder / "manifest.json").write_bytes((folder / "manifest.json").read_bytes()[:-2])
+    with pytest.raises(checkpoint.ManifestDamagedError, match="manifest.json is damaged"):
+        load_sharded(folder, rank=0, world_size=2)
+
+
+def test_latest_skips_a_newest_checkpoint_with_a_corrupted_shard_and_says_why(two_steps, tmp_path):
+    root = tmp_path / "copy"
+    shutil.copytree(two_steps, root)
+    flip_one_byte(step_folder(root, 15) / shard_name(2, 4))
+    folder, skipped = checkpoint_tools.latest_checkpoint(root)
+    assert folder == step_folder(root, 10)
+    assert len(skipped) == 1 and skipped[0].startswith("step-00000015: ")
+    assert "shard-00002-of-00004.pt has sha256" in skipped[0]
+
+
+def test_a_crash_between_the_two_renames_is_recovered_not_lost(tmp_path):
+    with pytest.raises(launch.RankCrashedError):
+        launch.spawn(checkpoint_faults.crash_between_renames, str(tmp_path), world_size=2)
+    names = sorted(path.name for path in tmp_path.iterdir() if path.is_dir())
+    assert names == [".step-00000004.replaced", ".step-00000004.tmp", "step-00000002"]
+    folder, _ = checkpoint_tools.latest_checkpoint(tmp_path)
+    assert folder == tmp_path / ".step-00000004.tmp"  # complete: the newest save, verified
+    assert checkpoint_tools.recover_checkpoints(tmp_path) == [step_folder(tmp_path, 4)]
+    shard, _, manifest = load_sharded(step_folder(tmp_path, 4), rank=1, world_size=2)
+    assert manifest["extra"]["value"] == 4.5 and torch.all(shard["value"] == 4.5)
+    assert checkpoint_tools.prune_checkpoints(tmp_path, keep_last=2) == [
+        tmp_path / ".step-00000004.replaced"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["step-00000002",
+                                                                        "step-00000004"]
+
+
+def test_the_next_save_of_that_step_keeps_the_copy_until_it_replaces_it(tmp_path):
+    with pytest.raises(launch.RankCrashedError):
+        launch.spawn(checkpoint_faults.crash_between_renames, str(tmp_path), world_size=2)
+    with pytest.raises(launch.RankCrashedError):  # the next save of step 4 dies half-way too
+        launch.spawn(checkpoint_faults.crash_while_writing, str(tmp_path), 4, 5.0, 1,
+                     world_size=2)
+    folder, _ = checkpoint_tools.latest_checkpoint(tmp_path)
+    assert folder == step_folder(tmp_path, 4)  # recovered by that save before it began
+    assert load_sharded(folder, rank=0, world_size=2)[2]["extra"]["value"] == 4.5
+    launch.spawn(checkpoint_faults.save_small, str(tmp_path), 4, 5.0, world_size=2)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
+        "step-00000002", "step-00000004"]
+    assert load_sharded(folder, rank=0, world_size=2)[2]["extra"]["value"] == 5.0
+
+
+def test_two_runs_saving_the_same_step_into_one_folder_leave_one_whole_checkpoint(tmp_path):
+    """Two real launches (2 ranks each) save step 1 into one folder, 20 times each, at once."""
+    code = textwrap.dedent("""
+        import sys
+        from lesson_code import checkpoint_faults, launch
+        if __name__ == "__main__":
+            launch.spawn(checkpoint_faults.save_repeatedly, sys.argv[1], float(sys.argv[2]), 20,
+                         1 << 18, float(sys.argv[3]), world_size=2, timeout_s=200)
+    """)
+    start_at = str(time.time() + 15)  # both runs start saving at this moment, after start-up
+    runs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), value, start_at],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+            for value in ("1", "2")]
+    outputs = [run.communicate(timeout=300)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    folder = step_folder(tmp_path, 1)
+    loaded = [load_sharded(folder, rank=rank, world_size=2) for rank in range(2)]
+    value = loaded[0][2]["extra"]["value"]
+    assert value in (1.0, 2.0)
+    assert all(torch.all(shard["value"] == value) for shard, _, _ in loaded), "a mix of two runs"
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["step-00000001"]
+
+
+def test_a_corrupted_shard_makes_all_4_ranks_raise_the_same_error_at_once(two_steps, tmp_path):
+    folder = tmp_path / "step-00000010"
+    shutil.copytree(step_folder(two_steps, 10), folder)
+    flip_one_byte(folder / shard_name(2, 4))
+    reports = launch.spawn(checkpoint_faults.load_and_report, [str(folder)] * 4, world_size=4,
+                           timeout_s=60)
+    errors = {report["error"] for report in reports}
+    assert len(errors) == 1 and None not in errors, reports
+    error = errors.pop()
+    assert error.startswith("ShardCorruptedError: ") and str(folder / shard_name(2, 4)) in error
+    assert "[found by rank 2]" in error
+    assert max(report["seconds"] for report in reports) < 10  # the group's timeout is 60 s
+
+
+def test_each_rank_makes_its_own_renames_durable(tmp_path):
+    traces = launch.spawn(checkpoint_faults.save_and_trace, str(tmp_path), world_size=3)
+    folder = step_folder(tmp_path, 1)
+    status = folder.stat()  # the staging folder, renamed: the same inode
+    for rank, events in enumerate(traces):
+        renamed = [i for i, event in enumerate(events)
+                   if event[0] == "replace" and event[2].endswith(shard_name(rank, 3))]
+        assert len(renamed) == 1, events
+        shard = (folder / shard_name(rank, 3)).stat()
+        assert ("fsync", shard.st_dev, shard.st_ino) in events[:renamed[0]], "file before rename"
+        assert ("fsync", status.st_dev, status.st_ino) in events[renamed[0]:], \
+            f"rank {rank} never fsynced the folder after renaming its shard"
+
+
+def test_ranks_that_do_not_share_the_folder_get_one_clear_error_on_save(tmp_path):
+    node0, node1 = (checkpoint_faults.rank_folder(tmp_path, node) for node in (0, 1))
+    reports = launch.spawn(checkpoint_faults.save_and_report, [node0, node0, node1, node1],
+                           world_size=4, timeout_s=60)
+    errors = {report["error"] for report in reports}
+    assert len(errors) == 1 and None not in errors, reports
+    error = errors.pop()
+    assert error.startswith("FolderNotSharedError: ") and SHARED_FOLDER in error
+    assert node0 in error and "[found by ranks 2, 3]" in error
+    assert max(report["seconds"] for report in reports) < 10
+    assert sorted(p.name for p in Path(node0).iterdir()) == [".lock"]  # nothing half-saved
+
+
+def test_ranks_that_do_not_share_the_folder_get_one_clear_error_on_load(two_steps, tmp_path):
+    seen, unseen = str(step_folder(two_steps, 10)), str(tmp_path / "node1" / "step-00000010")
+    reports = launch.spawn(checkpoint_faults.load_and_report, [seen, seen, unseen, unseen],
+                           world_size=4, timeout_s=60)
+    errors = {report["error"] for report in reports}
+    assert len(errors) == 1 and None not in errors, reports
+    error = errors.pop()
+    assert error.startswith("FolderNotSharedError: ") and SHARED_FOLDER in error
+    assert seen in error and "ranks 2, 3 see no manifest.json" in error
