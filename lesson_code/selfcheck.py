@@ -1,0 +1,154 @@
+"""Each lesson's core correctness check, on what this machine has: one line per lesson (76-81).
+
+On a laptop the ranks are CPU processes talking over gloo; on a machine with a GPU per rank they
+are GPUs talking over NCCL (`launch` chooses; `--backend` forces one). Each check compares a
+lesson's code with PyTorch's own implementation or with one process on the whole batch, with the
+tolerance its tests use, so a pass here means the lesson's claims hold on this machine.
+
+    python -m lesson_code.selfcheck                  # 4 ranks (one per GPU where there are GPUs)
+    python -m lesson_code.selfcheck --backend gloo   # the CPU path, even on a GPU machine
+    make selfcheck
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from lesson_code import collective_checks, ddp_checks, launch, pipeline_checks, zero_checks
+from lesson_code.capstone import CapstoneConfig, run_rank
+from lesson_code.checkpoint_checks import round_trip
+from lesson_code.cli_args import positive_int
+from lesson_code.devices import current_device
+
+
+def collectives_within_bound(rank: int, world_size: int) -> dict:
+    """Lesson 76: every ring primitive against torch.distributed's, float32 and int64 tensors."""
+    results = [collective_checks.compare_with_builtin(rank, world_size, 1001, dtype)
+               for dtype in ("float32", "int64")]
+    worst = max(op["max_abs_diff"] for result in results for op in result.values())
+    return {"ok": all(op["within"] for result in results for op in result.values()),
+            "detail": f"5 primitives x 2 dtypes within the summation bound, max |diff| {worst:.1e}"}
+
+
+def ddp_matches_one_process(rank: int, world_size: int) -> dict:
+    """Lesson 77: bucketed DDP (SGD, MLP, 5 steps) against one process on the whole batch."""
+    row = ddp_checks.compare_all_on_rank(rank, world_size, [ddp_checks.DDPRun(steps=5)])[0]
+    return {"ok": row["ranks_identical"] and row["max_param_diff"] < 1e-6,
+            "detail": f"ranks identical {row['ranks_identical']}, "
+                      f"max |param - one process| {row['max_param_diff']:.1e} (< 1e-6)"}
+
+
+def zero_matches_adam(rank: int, world_size: int) -> dict:
+    """Lesson 78: ZeRO-1 (MLP, 5 steps) against torch.optim.Adam on one process."""
+    run = zero_checks.ZeroRun(steps=5)
+    result = zero_checks.train_on_rank(rank, world_size, run)
+    reference = zero_checks.train_single_process(run)
+    diff = (result["params"] - reference["params"]).abs().max().item()
+    identical = _all_ranks(result["digests"][-1])
+    return {"ok": identical and diff < 1e-5,
+            "detail": f"ranks identical {identical}, max |param - torch Adam| {diff:.1e} (< 1e-5)"}
+
+
+def pipeline_matches_unsplit(rank: int, world_size: int) -> dict:
+    """Lesson 79: one 1F1B step (4 micro-batches) against the unsplit model's gradients."""
+    run = pipeline_checks.PipeRun()
+    stage = pipeline_checks.pipeline_step(rank, world_size, run)
+    reference = pipeline_checks.reference_step(run)["grads"]
+    local = max((grad - reference[name]).abs().max().item() for name, grad in stage["grads"].items())
+    worst = torch.tensor([local], device=current_device())
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    return {"ok": worst.item() < 1e-6,
+            "detail": f"max |grad - unsplit model| {worst.item():.1e} over all stages (< 1e-6)"}
+
+
+def checkpoint_round_trip(rank: int, world_size: int) -> dict:
+    """Lesson 80: save a ZeRO run's shards, load them into fresh objects, compare every byte."""
+    with tempfile.TemporaryDirectory(prefix="selfcheck-") as root:
+        folder = _same_on_all_ranks(root)
+        equal = round_trip(rank, world_size, zero_checks.ZeroRun(steps=3), folder)
+        dist.barrier()  # nobody deletes the folder while another rank still reads it
+    ok = _all_ranks(all(equal.values()))
+    return {"ok": ok, "detail": f"parameters, master, moments, RNG and step restored bit for bit: {ok}"}
+
+
+def capstone_resumes(rank: int, world_size: int) -> dict:
+    """Lesson 81: the composed run (20 steps); the loss falls and the checkpoint restores exactly."""
+    with tempfile.TemporaryDirectory(prefix="selfcheck-") as root:
+        result = run_rank(rank, world_size, CapstoneConfig(out_dir=_same_on_all_ranks(root)))
+        dist.barrier()
+    losses = [row["loss"] for row in result["records"]]
+    verified = _all_ranks(all(result["resume_verified"].values()))
+    return {"ok": verified and losses[-1] < losses[0] - 1.0,
+            "detail": f"loss {losses[0]:.3f} -> {losses[-1]:.3f}, resume verified {verified}"}
+
+
+CHECKS: dict[str, tuple[str, Callable[[int, int], dict]]] = {
+    "76": ("collectives", collectives_within_bound),
+    "77": ("data parallel", ddp_matches_one_process),
+    "78": ("ZeRO-1", zero_matches_adam),
+    "79": ("pipeline", pipeline_matches_unsplit),
+    "80": ("checkpoints", checkpoint_round_trip),
+    "81": ("capstone", capstone_resumes),
+}
+
+
+def _all_ranks(flag: bool) -> bool:
+    """True when `flag` is true on every rank. Collective: call on every rank."""
+    verdict = torch.tensor([1.0 if flag else 0.0], device=current_device())
+    dist.all_reduce(verdict, op=dist.ReduceOp.MIN)
+    return bool(verdict.item())
+
+
+def _same_on_all_ranks(path: str) -> str:
+    """Rank 0's `path` on every rank (each rank made its own temporary folder; one is shared)."""
+    chosen = [path]
+    dist.broadcast_object_list(chosen, src=0)
+    return chosen[0]
+
+
+def check_on_every_rank(rank: int, world_size: int, lesson: str) -> dict:
+    """Run lesson `lesson`'s check; add the backend and device it ran on. Collective."""
+    started = time.perf_counter()
+    result = CHECKS[lesson][1](rank, world_size)
+    return {**result, "backend": dist.get_backend(), "device": str(current_device()),
+            "seconds": time.perf_counter() - started}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every lesson's check, print one line each; exit 0 only when all pass."""
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.selfcheck", description=main.__doc__)
+    parser.add_argument("--world-size", type=positive_int, default=None,
+                        help="ranks (default: one per GPU, at most 4, else 4 CPU ranks)")
+    parser.add_argument("--backend", choices=launch.BACKENDS, default="auto")
+    parser.add_argument("--lessons", nargs="+", choices=list(CHECKS), default=list(CHECKS))
+    args = parser.parse_args(argv)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    world_size = args.world_size or (min(gpus, 4) if gpus and args.backend != "gloo" else 4)
+    failures = 0
+    for lesson in args.lessons:
+        name = CHECKS[lesson][0]
+        try:
+            results = launch.run(check_on_every_rank, lesson, world_size=world_size,
+                                 backend=args.backend, timeout_s=300)
+        except (launch.SpawnError, ValueError) as error:
+            results = [{"ok": False, "detail": str(error).splitlines()[0], "backend": "-",
+                        "device": "-", "seconds": float("nan")}]
+        first = results[0]
+        failures += not all(r["ok"] for r in results)
+        if launch.is_reporting_process():
+            verdict = "PASS" if all(r["ok"] for r in results) else "FAIL"
+            print(f"lesson {lesson} {name:14s} {verdict}  {first['backend']} x{len(results)} on "
+                  f"{first['device']:6s}  {first['detail']}  ({first['seconds']:.1f} s)", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
