@@ -52,7 +52,8 @@ def load_zero(folder: Path | str, model: nn.Module, optimizer: ZeroOptimizer, *,
     """Restore model, optimizer shard and RNG state saved by `save_zero`; return the extra dict.
 
     Collective: call on every rank (the optimizer all-gathers the master shards into the model).
-    The replicated weights are loaded too and must equal the master copy cast to the model's
+    The ranks agree on the files first: a missing or damaged one raises the same CheckpointError,
+    naming it, on every rank before that all-gather. The replicated weights are loaded too and must equal the master copy cast to the model's
     dtype: a checkpoint whose two halves disagree raises ValueError.
     """
     shard, replicated, manifest = load_sharded(folder, rank=rank, world_size=world_size)
