@@ -245,12 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     """Check every primitive against torch.distributed on N ranks and print one line per dtype."""
     import argparse
 
-    from lesson_code import collective_checks, launch
+    from lesson_code import cli_args, collective_checks, launch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--world-size", type=int, default=4, help="ranks to spawn (ignored "
-                        "under torchrun, which decides)")
-    parser.add_argument("--length", type=int, default=1001, help="elements per tensor")
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.collectives",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--world-size", type=cli_args.positive_int, default=4, help="ranks to "
+                        "spawn (ignored under torchrun, which decides)")
+    parser.add_argument("--length", type=cli_args.positive_int, default=1001,
+                        help="elements per tensor")
     args = parser.parse_args(argv)
     results = launch.run(collective_checks.compare_all_dtypes, args.length,
                          world_size=args.world_size)

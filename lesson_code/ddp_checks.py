@@ -303,12 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     """Train MLP and MiniGPT with each wrapper on N ranks and print the differences from one process."""
     import argparse
 
-    from lesson_code import launch
+    from lesson_code import cli_args, launch
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--world-size", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=10)
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.ddp_checks", description=main.__doc__)
+    parser.add_argument("--world-size", type=cli_args.positive_int, default=4)
+    parser.add_argument("--steps", type=cli_args.positive_int, default=10)
     args = parser.parse_args(argv)
+    cli_args.check_world_size(parser, args.world_size, DDPRun().batch_size,
+                              "each rank needs samples of the global batch")
     runs = [DDPRun(model=m, optimizer=o, wrapper=w, steps=args.steps)
             for m in ("mlp", "gpt") for o in ("sgd", "adam") for w in WRAPPERS]
     rows = launch.run(compare_all_on_rank, runs, world_size=args.world_size)[0]

@@ -239,13 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     """The seed's demo: an MLP trained 20 steps on N ranks with ZeRO-1; losses, then memory."""
     import argparse
 
-    from lesson_code import launch
+    from lesson_code import cli_args, launch
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--world-size", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=20)
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.zero_checks", description=main.__doc__)
+    parser.add_argument("--world-size", type=cli_args.positive_int, default=4)
+    parser.add_argument("--steps", type=cli_args.positive_int, default=20)
     args = parser.parse_args(argv)
     run = ZeroRun(steps=args.steps)
+    cli_args.check_world_size(parser, args.world_size, run.batch_size,
+                              f"each rank needs samples of the batch of {run.batch_size}")
     results = launch.run(train_on_rank, run, world_size=args.world_size)
     zero = launch.run(memory_profile, run, world_size=args.world_size)
     ddp = launch.run(memory_profile, replace(run, optimizer="ddp"), world_size=args.world_size)

@@ -9,6 +9,7 @@ from lesson_code.bench import capstone as capstone_bench
 from lesson_code.bench import collectives as collectives_bench
 from lesson_code.bench import ddp as ddp_bench
 from lesson_code.bench import zero as zero_bench
+from lesson_code.cli_args import positive_int
 
 BENCHMARKS = {"collectives": collectives_bench.run, "ddp": ddp_bench.run, "zero": zero_bench.run,
               "capstone": capstone_bench.run}
@@ -18,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lesson_code.bench",
                                      description="Run a benchmark and print its table.")
     parser.add_argument("name", choices=[*BENCHMARKS, "all"])
-    parser.add_argument("--world-size", type=int, default=4)
+    parser.add_argument("--world-size", type=positive_int, default=4)
     parser.add_argument("--out-dir", type=Path, default=Path("bench-results"))
     parser.add_argument("--quick", action="store_true",
                         help="fewer sizes and trials (a smoke run, not a measurement)")

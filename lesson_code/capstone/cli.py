@@ -8,29 +8,58 @@ import shutil
 from pathlib import Path
 
 from lesson_code import launch
+from lesson_code.cli_args import check_divides, check_in_range, check_world_size, positive_int, seed_int
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.report import loss_table, manifest_summary, memory_table, write_metrics
 from lesson_code.capstone.train import run_rank
 
 
 def parse(argv: list[str] | None) -> CapstoneConfig:
+    """The run's settings from the command line; a bad argument exits with status 2 (argparse)."""
     defaults = CapstoneConfig()
     parser = argparse.ArgumentParser(prog="python -m lesson_code.capstone",
                                      description="MiniGPT on N ranks: DDP + ZeRO-1 + sharded checkpoint")
-    parser.add_argument("--world-size", type=int, default=defaults.world_size,
+    parser.add_argument("--world-size", type=positive_int, default=defaults.world_size,
                         help="ranks to spawn (under torchrun, torchrun decides)")
-    parser.add_argument("--steps", type=int, default=defaults.steps)
-    parser.add_argument("--checkpoint-step", type=int, default=defaults.checkpoint_step)
+    parser.add_argument("--steps", type=positive_int, default=defaults.steps)
+    parser.add_argument("--checkpoint-step", type=positive_int, default=defaults.checkpoint_step,
+                        help="save the sharded checkpoint after this step (1..steps)")
     parser.add_argument("--out-dir", default=defaults.out_dir, help="metrics, plot and checkpoints")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--accumulation", type=int, default=defaults.accumulation)
-    parser.add_argument("--lr-spike-step", type=int, default=None,
+    parser.add_argument("--seed", type=seed_int, default=defaults.seed)
+    parser.add_argument("--accumulation", type=positive_int, default=defaults.accumulation,
+                        help=f"micro-batches per step; divides the batch per rank ({defaults.batch_per_rank})")
+    parser.add_argument("--lr-spike-step", type=positive_int, default=None,
                         help="inject a learning-rate spike at this step (tests the divergence guard)")
     args = parser.parse_args(argv)
-    return dataclasses.replace(defaults, world_size=args.world_size, steps=args.steps,
-                               checkpoint_step=args.checkpoint_step, out_dir=args.out_dir,
-                               seed=args.seed, accumulation=args.accumulation,
-                               lr_spike_step=args.lr_spike_step)
+    check_ranks_fit_corpus(parser, args.world_size, defaults)
+    check_in_range(parser, "--checkpoint-step", args.checkpoint_step, 1, args.steps,
+                   f"the checkpoint is saved after one of the run's {args.steps} steps (--steps)")
+    if args.lr_spike_step is not None:
+        check_in_range(parser, "--lr-spike-step", args.lr_spike_step, 1, args.steps,
+                       f"the spike is injected at one of the run's {args.steps} steps (--steps)")
+    check_divides(parser, "--accumulation", args.accumulation, defaults.batch_per_rank,
+                  "the batch of sequences per rank")
+    try:  # CapstoneConfig checks its own fields too; say what it found as argparse would
+        return dataclasses.replace(defaults, world_size=args.world_size, steps=args.steps,
+                                   checkpoint_step=args.checkpoint_step, out_dir=args.out_dir,
+                                   seed=args.seed, accumulation=args.accumulation,
+                                   lr_spike_step=args.lr_spike_step)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def max_world_size(config: CapstoneConfig) -> int:
+    """The most ranks `config`'s corpus can feed: a step takes batch_per_rank windows per rank."""
+    return config.corpus_tokens // (config.gpt.context + 1) // config.batch_per_rank
+
+
+def check_ranks_fit_corpus(parser: argparse.ArgumentParser, requested: int,
+                           config: CapstoneConfig) -> None:
+    """Exit with status 2 (argparse) when the run would have more ranks than the corpus feeds."""
+    windows = config.corpus_tokens // (config.gpt.context + 1)
+    check_world_size(parser, requested, max_world_size(config),
+                     f"the corpus holds {windows} sequences and one step gives each rank "
+                     f"{config.batch_per_rank}")
 
 
 def main(argv: list[str] | None = None) -> int:

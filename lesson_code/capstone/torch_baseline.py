@@ -18,8 +18,10 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import launch
+from lesson_code.capstone.cli import check_ranks_fit_corpus
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.corpus import batch_for_step, make_corpus
+from lesson_code.cli_args import positive_int
 from lesson_code.models import MiniGPT
 
 
@@ -53,10 +55,12 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.capstone.torch_baseline",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", default="capstone-torch-run")
-    parser.add_argument("--world-size", type=int, default=4)
+    parser.add_argument("--world-size", type=positive_int, default=4)
     args = parser.parse_args(argv)
+    check_ranks_fit_corpus(parser, args.world_size, CapstoneConfig())
     config = dataclasses.replace(CapstoneConfig(), out_dir=args.out_dir, world_size=args.world_size)
     start = time.perf_counter()
     losses = launch.run(run_rank, config, world_size=config.world_size)[0]
