@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
 from lesson_code import collectives
 from lesson_code.comm import builtin_all_gather
-from lesson_code.devices import current_device
+from lesson_code.devices import clock, current_device
 from lesson_code.ledger import CommLedger
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,
@@ -233,7 +232,7 @@ def _repeats_for(fn, tensor: torch.Tensor, min_trial_s: float) -> int:
 def _timed(fn, tensor: torch.Tensor, repeats: int) -> float:
     """Mean seconds per call over `repeats` calls, all ranks starting together."""
     dist.barrier()
-    start = time.perf_counter()
+    start = clock()
     for _ in range(repeats):
         fn(tensor)
-    return (time.perf_counter() - start) / repeats
+    return (clock() - start) / repeats

@@ -10,7 +10,6 @@ A `DDPRun` (frozen dataclass) says what to train; vary it with `dataclasses.repl
 from __future__ import annotations
 
 import statistics
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
@@ -21,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code import data
 from lesson_code.comm import Communicator
-from lesson_code.devices import current_device
+from lesson_code.devices import clock, current_device
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
 from lesson_code.ledger import CommLedger
 from lesson_code.models import GPTConfig, build_model
@@ -140,14 +139,14 @@ def _timed_step(run: DDPRun, model, optimizer, step: int, rank: int,
     and after it. Our wrappers wait for their reductions at the very end of backward."""
     x, y = data.local_slice(make_batch(run, step), rank, world_size)
     dist.barrier()
-    t0 = time.perf_counter()
+    t0 = clock()
     optimizer.zero_grad()
     loss = model(x, y)[1]
-    t1 = time.perf_counter()
+    t1 = clock()
     loss.backward()
-    t2 = time.perf_counter()
+    t2 = clock()
     optimizer.step()
-    return t0, t1, t2, time.perf_counter()
+    return t0, t1, t2, clock()
 
 
 def time_steps(rank: int, world_size: int, run: DDPRun, warmup: int = 2) -> dict:

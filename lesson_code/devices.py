@@ -9,6 +9,7 @@ which re-exports these names; only the standard library and torch are imported h
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import torch
@@ -81,3 +82,14 @@ def to_cpu(result: Any) -> Any:
     if isinstance(result, (list, tuple)) and not hasattr(result, "_fields"):
         return type(result)(to_cpu(value) for value in result)
     return result
+
+
+def clock() -> float:
+    """Seconds (time.perf_counter), read after this process's queued GPU work has finished.
+
+    GPU kernels run asynchronously: a timer read without waiting measures only their launch. On
+    the CPU there is nothing to wait for, and this is time.perf_counter() itself.
+    """
+    if current_device().type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()

@@ -17,7 +17,6 @@ lesson measures the bubble: the fraction of time a stage sits idle, (P - 1) / (m
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Callable
@@ -26,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lesson_code.devices import current_device
+from lesson_code.devices import clock, current_device
 from lesson_code.p2p import DEFAULT_WAIT_S
 
 SCHEDULES = ("gpipe", "1f1b")
@@ -159,7 +158,7 @@ class PipelineStage:
 
     def _forward(self, index: int, x: torch.Tensor | None, y: torch.Tensor | None, m: int) -> None:
         received = x if self.is_first else self._receive_activation()
-        start = time.perf_counter()
+        start = clock()
         if not self.is_first:
             received.requires_grad_(True)
         output = self.layers(received)
@@ -168,16 +167,16 @@ class PipelineStage:
             self._total_loss += output.item()
         self._stored[index] = (received, output)
         self.stats.peak_stored = max(self.stats.peak_stored, len(self._stored))
-        self.stats.events.append((self.stage, index, "F", start, time.perf_counter()))
+        self.stats.events.append((self.stage, index, "F", start, clock()))
         if not self.is_last:
             self._send_activation(output.detach())
 
     def _backward(self, index: int) -> None:
         received, output = self._stored.pop(index)
         gradient = None if self.is_last else self._receive(tuple(output.shape), output.dtype, +1)
-        start = time.perf_counter()
+        start = clock()
         output.backward(gradient)
-        self.stats.events.append((self.stage, index, "B", start, time.perf_counter()))
+        self.stats.events.append((self.stage, index, "B", start, clock()))
         if not self.is_first:
             self._send(received.grad, self.stage - 1)
 

@@ -16,7 +16,6 @@ import argparse
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from typing import Callable
 
 import torch

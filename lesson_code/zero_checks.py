@@ -9,7 +9,6 @@ The notebook, the tests and the benchmark run these through `launch.spawn` (or t
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -18,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code import data
 from lesson_code.comm import Communicator
-from lesson_code.devices import current_device
+from lesson_code.devices import clock, current_device
 from lesson_code.ddp import BucketedDDP, broadcast_parameters
 from lesson_code.ledger import CommLedger
 from lesson_code.models import GPTConfig, build_model
@@ -199,14 +198,14 @@ def time_steps(rank: int, world_size: int, run: ZeroRun, warmup: int = 2) -> dic
     for step in range(warmup + run.steps):
         ledger.clear()
         dist.barrier()
-        t0 = time.perf_counter()
+        t0 = clock()
         optimizer.zero_grad()
         loss = _loss(run, model, step, rank, world_size)
-        t1 = time.perf_counter()
+        t1 = clock()
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = clock()
         optimizer.step()
-        t3 = time.perf_counter()
+        t3 = clock()
         sent = ledger.bytes_sent
         if step >= warmup:
             for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t3 - t0)):

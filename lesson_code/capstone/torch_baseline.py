@@ -22,6 +22,7 @@ from lesson_code.capstone.cli import check_ranks_fit_corpus
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.corpus import batch_for_step, make_corpus
 from lesson_code.cli_args import positive_int
+from lesson_code.devices import current_device
 from lesson_code.models import MiniGPT
 
 
@@ -32,7 +33,7 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> list[float]:
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(config.seed + rank)
-    model = DistributedDataParallel(MiniGPT(config.gpt))
+    model = DistributedDataParallel(MiniGPT(config.gpt).to(current_device()))
     optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
                                         lr=config.lr)
     corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
@@ -41,7 +42,7 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> list[float]:
         optimizer.zero_grad()
         x, y = batch_for_step(corpus, step, rank, world_size, config.batch_per_rank,
                               config.gpt.context)
-        loss = model(x, y)[1]
+        loss = model(x.to(current_device()), y.to(current_device()))[1]
         loss.backward()
         optimizer.step()
         total = loss.detach().reshape(1)

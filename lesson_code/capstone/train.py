@@ -12,7 +12,6 @@ The loop itself knows nothing of reduce-scatter or files: it calls `optimizer.st
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
@@ -23,7 +22,7 @@ from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.corpus import batch_for_step, make_corpus
 from lesson_code.capstone.guard import DivergenceGuard
 from lesson_code.comm import Communicator
-from lesson_code.devices import current_device
+from lesson_code.devices import clock, current_device
 from lesson_code.ddp import broadcast_parameters
 from lesson_code.ledger import CommLedger
 from lesson_code.models import MiniGPT
@@ -70,7 +69,7 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     if start_from is not None:
         step = load_zero(start_from, model, optimizer, rank=rank, world_size=world_size)["next_step"]
     while step < config.steps:                                               # 4. the loop
-        started = time.perf_counter()
+        started = clock()
         optimizer.zero_grad()
         local = forward_backward(config, model, corpus, step, rank, world_size)
         loss = comm.all_reduce(local.reshape(1).clone(), op="avg").item()  # same on every rank
@@ -87,7 +86,7 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
         optimizer.lr = lr
         step += 1
         records.append({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
-                        "step_time_s": time.perf_counter() - started, "lr": lr,
+                        "step_time_s": clock() - started, "lr": lr,
                         "param_norm": _parameter_norm(model)})
         checkpointer.maybe_save(step, last_loss=loss)
     return {"rank": rank, "records": records, "events": events,

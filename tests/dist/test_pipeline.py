@@ -5,8 +5,6 @@ Tolerance: every gradient within 1e-6 absolute of the unsplit model on the whole
 process sums the whole batch at once: the same terms in another order, float32 rounding only.
 """
 
-from dataclasses import replace
-
 import pytest
 import torch
 
