@@ -21,6 +21,7 @@ SEED_MAX = 2**32 - 1  # torch takes 64-bit seeds; runs add rank and replica offs
 
 
 def _integer(text: str) -> int:
+    """`text` as an int; argparse's message for anything else (`int` alone says "invalid int")."""
     try:
         return int(text)
     except ValueError:
@@ -36,7 +37,7 @@ def positive_int(text: str) -> int:
 
 
 def non_negative_int(text: str) -> int:
-    """`type=` for values that may be 0 but not negative (seeds, offsets)."""
+    """`type=` for values that may be 0 but not negative (offsets, counts that may be empty)."""
     value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative: pass a whole number of 0 or more")

@@ -27,7 +27,8 @@ def parse(argv: list[str] | None) -> CapstoneConfig:
     parser.add_argument("--out-dir", default=defaults.out_dir, help="metrics, plot and checkpoints")
     parser.add_argument("--seed", type=seed_int, default=defaults.seed)
     parser.add_argument("--accumulation", type=positive_int, default=defaults.accumulation,
-                        help=f"micro-batches per step; divides the batch per rank ({defaults.batch_per_rank})")
+                        help=f"micro-batches per step, a divisor of the batch per rank "
+                             f"({defaults.batch_per_rank})")
     parser.add_argument("--lr-spike-step", type=positive_int, default=None,
                         help="inject a learning-rate spike at this step (tests the divergence guard)")
     args = parser.parse_args(argv)
