@@ -20,6 +20,7 @@ from lesson_code.ddp_checks import attention_key_bias_mask
 from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank
 from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
 from lesson_code.reference import in_one_rank
+from tolerances import FLOAT32_RELATIVE, relative_distance
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,11 +96,14 @@ def test_gradient_accumulation_over_4_micro_batches_equals_one_batch(clean_run, 
     results = launch.spawn(run_rank, config, world_size=4)
     assert max(abs(a - b) for a, b in zip(losses(results), losses(clean))) < 1e-5
     # Micro-batches sum the gradient in another order; Adam walks the attention key biases,
-    # whose true gradient is zero, on that rounding noise (see tests/dist/test_ddp.py).
+    # whose true gradient is zero, on that rounding noise (see tests/dist/test_ddp.py), so they
+    # are held only by the whole run's relative distance (tests/dist/tolerances.py).
     keys = attention_key_bias_mask(MiniGPT(config.gpt))
     diff = (results[0]["params"] - clean[0]["params"]).abs()
     assert diff[~keys].max() < 1e-5
-    assert diff[keys].max() <= 2 * config.lr * config.steps
+    torch.manual_seed(config.seed)  # rank 0's initial model, which the broadcast gives every rank
+    start = torch.cat([p.detach().reshape(-1).double() for p in MiniGPT(config.gpt).parameters()])
+    assert relative_distance(results[0]["params"], clean[0]["params"], start) < FLOAT32_RELATIVE
 
 
 def test_exercise_1_tensor_parallel_attention_matches_one_rank():
