@@ -2,7 +2,8 @@
 # Python 3.11, 3.12, 3.13 or 3.14:
 #   make book   creates .venv, installs the pinned dependencies, executes every notebook, builds _build/html
 #   make test   the whole suite: unit, distributed (real gloo ranks), notebooks (nbval), book build, browser
-# and, separately, make bench (figures, not tests) and make notebooks (re-execute, store outputs).
+# and, separately, make selfcheck (each lesson's check on this machine's CPUs or GPUs), make bench
+# (figures, not tests) and make notebooks (re-execute, store outputs).
 #
 # Python: torch 2.13.0 ships wheels for 3.10 to 3.14, but the pinned numpy 2.4, pandas 3.1 and
 # matplotlib 3.11 need 3.11 or later, so PYTHON_VERSIONS (pyproject's requires-python, checked
@@ -25,7 +26,7 @@ READY := $(VENV)/.ready
 # Compute Platform: CPU) give for pip.
 PIP_ARGS ?=
 
-.PHONY: book test bench notebooks clean
+.PHONY: book test selfcheck bench notebooks clean
 
 $(READY): pyproject.toml requirements.lock
 	@test -n "$(PYTHON)" || { echo "make: found no python3.11, python3.1[234] or python3 on PATH:" \
@@ -48,6 +49,9 @@ book: $(READY)
 
 test: $(READY)
 	$(BIN)/python -m pytest
+
+selfcheck: $(READY)
+	$(BIN)/python -m lesson_code.selfcheck
 
 bench: $(READY)
 	$(BIN)/python -m lesson_code.bench all

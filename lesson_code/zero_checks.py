@@ -3,7 +3,7 @@
 The notebook, the tests and the benchmark run these through `launch.spawn` (or torchrun). A
 `ZeroRun` (frozen dataclass) says what to train; `train_single_process` is the reference.
 
-    python -m lesson_code.zero_checks     # the seed's demo: an MLP, 20 steps on 4 ranks
+    python -m lesson_code.zero_checks     # an MLP, 20 steps on 4 ranks: losses, then memory
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The seed's demo: an MLP trained 20 steps on N ranks with ZeRO-1; losses, then memory."""
+    """The lesson's demo: an MLP trained 20 steps on N ranks with ZeRO-1; losses, then memory."""
     import argparse
 
     from lesson_code import cli_args, launch

@@ -25,7 +25,7 @@ class CapstoneConfig:
     batch_per_rank: int = 4
     corpus_tokens: int = 4 * 4 * 17   # one global batch of sequences: every step sees the corpus
     lr: float = 3e-3
-    accumulation: int = 1             # micro-batches per step (the seed's exercise 2)
+    accumulation: int = 1             # micro-batches per step (exercise 2)
     comm: str = "ring"                # "ring" (lesson 76) or "builtin" (gloo / NCCL)
     spike_factor: float = 2.0         # the divergence guard's limit on loss growth between steps
     lr_spike_step: int | None = None

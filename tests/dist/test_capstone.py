@@ -1,4 +1,4 @@
-"""Lesson 81's properties, each a test on real ranks (the seed's (a)-(d) and the issue's (e)-(f)).
+"""Lesson 81's properties, each a test on real ranks: (a)-(d) of the lesson, then (e)-(f).
 
 Tolerance for (a): each step's loss is at most the previous one plus 1e-6 (float32 rounding of a
 mean over 256 token losses); measured, every step falls by 0.09 or more.

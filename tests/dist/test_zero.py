@@ -156,7 +156,7 @@ def test_loading_another_ranks_shard_is_refused():
     assert all("does not match this rank" in m and "reshard" in m for m in messages)
 
 
-def test_the_seed_demo_runs_from_the_command_line():
+def test_the_lesson_demo_runs_from_the_command_line():
     import subprocess
     import sys
 

@@ -1,4 +1,4 @@
-"""memory: the ZeRO paper's and the seed's numbers, exactly."""
+"""memory: the ZeRO paper's numbers and lesson 78's, exactly."""
 
 import pytest
 
