@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
           f"DDP broadcast + ZeRO-1 + sharded checkpoint after step {config.checkpoint_step}")
     print(loss_table(first["records"]))
     for event in first["events"]:
-        print(f"divergence guard: {event['reason']}; rolled back to step {event['to_step']}")
+        print(f"divergence guard: {event['reason']}; rolled back to step {event['to_step']}"
+              if event["event"] == "rollback" else f"divergence guard: {event['message']}")
     print(memory_table(results))
     folder = first["checkpoints"].get(config.checkpoint_step)
     if folder is not None:

@@ -13,7 +13,9 @@ class CapstoneConfig:
 
     Faults for the lesson: `lr_spike_step` (numbered from 1, as in the loss table) multiplies the
     learning rate by `lr_spike_factor` for that one step (once; a replay after a rollback does
-    not repeat it).
+    not repeat it). `bad_batch_step` (numbered from 1) mislabels that step's batch every time it
+    is read, so its loss spikes again on every replay: the guard rolls back `guard_retries` times,
+    then skips the batch.
     """
 
     world_size: int = 4
@@ -30,9 +32,14 @@ class CapstoneConfig:
     spike_factor: float = 2.0         # the divergence guard's limit on loss growth between steps
     lr_spike_step: int | None = None
     lr_spike_factor: float = 1000.0
+    bad_batch_step: int | None = None
+    guard_retries: int = 1            # rollbacks for one step before its batch is skipped
     keep_last: int = 2
 
     def __post_init__(self):
+        if self.guard_retries < 0:
+            raise ValueError(f"guard_retries={self.guard_retries} must be 0 or more: the rollbacks "
+                             "one step may cause before its batch is skipped")
         if not 0 < self.checkpoint_step <= self.steps:
             raise ValueError(f"checkpoint_step={self.checkpoint_step} must be in 1..steps={self.steps}")
         if self.batch_per_rank % self.accumulation:

@@ -4,20 +4,31 @@ A NaN or infinite loss, or a loss more than `spike_factor` times the previous st
 run has left the rails (a bad batch, a learning rate too high for one step, a hardware fault).
 Stepping would write the damage into the weights and the optimizer's moments; rolling back to
 the last checkpoint and replaying from there loses a few steps instead of the run.
+
+A replay cures a fault that came from the run itself (a spike of the learning rate, a flipped
+bit), but not a bad batch: the replay reads the same batch and spikes again, for ever. So each
+step may cause at most `max_retries` rollbacks; after that its batch is skipped (the remedy
+large language model runs use for loss spikes that follow particular batches).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
 class DivergenceGuard:
-    """Remembers the last accepted loss; `check(loss)` returns a reason to roll back, or None."""
+    """Remembers the last accepted loss; `check(loss)` returns a reason to roll back, or None.
+
+    `action(step)` then says what to do about a rejected step: "rollback" the first
+    `max_retries` times that step is rejected, "skip" its batch after that.
+    """
 
     spike_factor: float = 2.0
     previous: float | None = None
+    max_retries: int = 1
+    retries: dict[int, int] = field(default_factory=dict)  # rollbacks caused so far, by step
 
     def check(self, loss: float) -> str | None:
         """None if `loss` may be stepped on (and remember it); otherwise why not.
@@ -31,3 +42,15 @@ class DivergenceGuard:
                     f"step's {self.previous:.4g}")
         self.previous = loss
         return None
+
+    def action(self, step: int) -> str:
+        """"rollback" or "skip" for a rejected `step` (numbered from 1), counting its rollbacks.
+
+        Bounded: a step that keeps failing is rolled back at most `max_retries` times, so a run
+        whose bad batch spikes on every replay ends instead of looping.
+        """
+        done = self.retries.get(step, 0)
+        if done < self.max_retries:
+            self.retries[step] = done + 1
+            return "rollback"
+        return "skip"

@@ -45,6 +45,8 @@ def forward_backward(config: CapstoneConfig, model, corpus, step: int, rank: int
                      world_size: int) -> torch.Tensor:
     """This rank's loss for `step`, its gradients accumulated over `config.accumulation` parts."""
     x, y = batch_for_step(corpus, step, rank, world_size, config.batch_per_rank, config.gpt.context)
+    if step + 1 == config.bad_batch_step:  # the injected bad batch: every target mislabelled
+        y = (y + 1) % config.gpt.vocab_size
     x, y = x.to(current_device()), y.to(current_device())
     total = torch.zeros((), device=current_device())
     for xm, ym in zip(x.chunk(config.accumulation), y.chunk(config.accumulation)):
@@ -58,12 +60,14 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     """Train `config.steps` steps on this rank; return its records. Collective: every rank.
 
     With `start_from` (a checkpoint folder) the run resumes there instead of starting at step 0.
+    A step the divergence guard rejects is rolled back to the last checkpoint at most
+    `config.guard_retries` times, then its batch is skipped; `events` records each decision.
     """
     model, comm, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
     checkpointer = Checkpointer(Path(config.out_dir) / "checkpoints", model, optimizer, rank=rank,
                                 world_size=world_size, save_after={config.checkpoint_step},
                                 keep_last=config.keep_last)                   # 3. checkpoints
-    guard = DivergenceGuard(config.spike_factor)
+    guard = DivergenceGuard(config.spike_factor, max_retries=config.guard_retries)
     corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
     step, records, events, spiked = 0, [], [], False
     if start_from is not None:
@@ -74,9 +78,16 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
         local = forward_backward(config, model, corpus, step, rank, world_size)
         loss = comm.all_reduce(local.reshape(1).clone(), op="avg").item()  # same on every rank
         reason = guard.check(loss)
-        if reason is not None:
+        if reason is not None and guard.action(step + 1) == "rollback":
             step, guard.previous = checkpointer.rollback()
             events.append({"event": "rollback", "loss": loss, "reason": reason, "to_step": step})
+            continue
+        if reason is not None:  # the same step failed after every rollback: its batch is bad
+            step += 1
+            events.append({"event": "skip", "loss": loss, "reason": reason, "step": step,
+                           "message": f"step {step}'s batch skipped: still rejected after "
+                                      f"{guard.max_retries} rollbacks ({reason})"})
+            checkpointer.maybe_save(step, last_loss=guard.previous)
             continue
         gradient_bytes = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
         lr = optimizer.lr

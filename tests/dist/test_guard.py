@@ -1,0 +1,39 @@
+"""The capstone's divergence guard against a fault that replays: a bad batch spikes on every retry.
+
+A learning-rate spike does not repeat after a rollback, so replaying from the checkpoint cures it
+(tests/dist/test_capstone.py). A mislabelled batch is read again, identically, on every replay:
+the guard must stop retrying after `guard_retries` rollbacks and skip that batch.
+"""
+
+import time
+
+import pytest
+
+from lesson_code import launch
+from lesson_code.capstone import CapstoneConfig, run_rank
+from lesson_code.capstone.guard import DivergenceGuard
+
+
+def test_a_bad_batch_is_skipped_after_bounded_rollbacks(tmp_path):
+    # spike_factor 1.3: a mislabelled batch at step 13 raises the loss by about half.
+    config = CapstoneConfig(out_dir=str(tmp_path), steps=14, bad_batch_step=13, spike_factor=1.3,
+                            guard_retries=2)
+    start = time.monotonic()
+    results = launch.spawn(run_rank, config, world_size=4, timeout_s=60)
+    assert time.monotonic() - start < 60
+    events = results[0]["events"]
+    assert [e["event"] for e in events] == ["rollback", "rollback", "skip"], events
+    assert all(e["to_step"] == 10 for e in events[:2])
+    assert events[2]["step"] == 13 and "skipped" in events[2]["message"]
+    steps = [row["step"] for row in results[0]["records"]]
+    assert 13 not in steps and steps[-1] == 14  # the bad batch never reached the optimizer
+    assert all(r["events"] == events for r in results)  # every rank decided alike
+
+
+def test_the_guard_bounds_the_rollbacks_of_each_step():
+    guard = DivergenceGuard(spike_factor=2.0, max_retries=2)
+    assert [guard.action(13) for _ in range(3)] == ["rollback", "rollback", "skip"]
+    assert guard.action(14) == "rollback"  # each step has its own count
+    assert DivergenceGuard(max_retries=0).action(1) == "skip"
+    with pytest.raises(ValueError, match="guard_retries=-1"):
+        CapstoneConfig(guard_retries=-1)
