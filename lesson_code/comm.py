@@ -12,6 +12,8 @@ they put on the wire is not counted). Both give the same results, within float s
 
 Collectives: every method is called on every rank, in the same order. Asynchronous ring
 all-reduces run, in the order they were started, on one background thread per communicator.
+A reduction that fails or times out leaves its messages half exchanged, so the communicator then
+refuses every later call (RuntimeError) rather than let them receive each other's messages.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class Communicator:
 
     `events` lists (op, nbytes, start, end) in time.perf_counter() seconds for every ring call when
     `record_events` is True (lesson 77 draws its overlap timeline from them).
-    Raises ValueError for an unknown kind.
+    Raises ValueError for an unknown kind or reduction op, and RuntimeError for any call after a
+    reduction failed or timed out (the communicator is then broken: end the run and start anew).
     """
 
     def __init__(self, kind: str = "ring", ledger: CommLedger | None = None, *, group=None,
@@ -61,6 +64,7 @@ class Communicator:
         self.record_events = record_events
         self.events: list[tuple[str, int, float, float]] = []
         self._thread: ThreadPoolExecutor | None = None
+        self._broken: str | None = None  # why this communicator may no longer be used
 
     @property
     def world_size(self) -> int:
@@ -72,6 +76,7 @@ class Communicator:
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduce `tensor` in place over all ranks ("sum" or "avg"); return it."""
+        self._check_call(op)
         if self.kind == "ring":
             return self._timed("all_reduce", tensor, lambda: collectives.ring_all_reduce(
                 tensor, op, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
@@ -80,21 +85,24 @@ class Communicator:
 
     def all_reduce_async(self, tensor: torch.Tensor, op: str = "sum") -> PendingReduce:
         """Start reducing `tensor` in place and return at once; call `.wait()` before reading it."""
+        self._check_call(op)
+        nbytes = tensor.numel() * tensor.element_size()
         if self.kind == "ring":
             if self._thread is None:
                 self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ring")
             future = self._thread.submit(self.all_reduce, tensor, op)
-            return PendingReduce(lambda timeout_s: future.result(timeout=timeout_s))
+            return self._pending(lambda timeout_s: future.result(timeout=timeout_s), nbytes)
         work = dist.all_reduce(tensor, group=self.group, async_op=True)
 
         def finish(timeout_s: float) -> None:
             work.wait(timedelta(seconds=timeout_s))
             if op == "avg":
                 tensor.div_(self.world_size)
-        return PendingReduce(finish)
+        return self._pending(finish, nbytes)
 
     def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """This rank's chunk `torch.tensor_split(reduced, N)[rank]` of the reduction of `tensor`."""
+        self._check_call(op)
         if self.kind == "ring":
             return self._timed("reduce_scatter", tensor, lambda: collectives.ring_reduce_scatter(
                 tensor, op, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
@@ -110,6 +118,7 @@ class Communicator:
 
     def all_gather(self, shard: torch.Tensor, sizes: list[int]) -> torch.Tensor:
         """Concatenation along dim 0 of every rank's shard; `sizes[r]` is rank r's length."""
+        self._check_call()
         if self.kind == "ring":
             return self._timed("all_gather", shard, lambda: collectives.ring_all_gather(
                 shard, sizes, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
@@ -117,6 +126,7 @@ class Communicator:
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         """Copy rank `src`'s `tensor` into `tensor` on every rank; return it."""
+        self._check_call()
         if self.kind == "ring":
             return self._timed("broadcast", tensor, lambda: collectives.broadcast(
                 tensor, src, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
@@ -130,9 +140,51 @@ class Communicator:
             self._thread.shutdown(wait=True)
             self._thread = None
 
+    def _check_call(self, op: str = "sum") -> None:
+        """Raise before any message is sent: for an unknown op, or once the communicator broke."""
+        if self._broken is not None:
+            raise RuntimeError(
+                f"this {self.kind} communicator can no longer be used: {self._broken}. Its messages "
+                "may still be in flight and would be received by a later collective in place of "
+                "its own, so every later call is refused. End the run on every rank and start a "
+                f"new one (a larger timeout_s than {self.timeout_s:g} s if the ranks were only slow)"
+            )
+        if op not in collectives.OPS:
+            raise ValueError(f"unknown reduction op {op!r}: use one of "
+                             f"{', '.join(repr(o) for o in collectives.OPS)}")
+
+    def _break(self, reason: str) -> None:
+        """Mark the communicator unusable and drop the reductions queued behind the failed one."""
+        if self._broken is None:
+            self._broken = reason
+        if self._thread is not None:
+            self._thread.shutdown(wait=False, cancel_futures=True)  # the running one cannot stop
+            self._thread = None
+
+    def _pending(self, wait: Callable[[float], None], nbytes: int) -> PendingReduce:
+        """A handle whose failed or timed-out wait breaks the communicator."""
+        def guarded_wait(timeout_s: float) -> None:
+            self._check_call()  # queued behind a reduction that failed: cancelled, never ran
+            try:
+                wait(timeout_s)
+            except TimeoutError:
+                self._break(f"an all-reduce of {nbytes} bytes timed out after {timeout_s:g} s")
+                raise
+            except Exception as error:
+                self._break(f"an all-reduce of {nbytes} bytes failed ({type(error).__name__}: "
+                            f"{error})")
+                raise
+        return PendingReduce(guarded_wait)
+
     def _timed(self, op: str, tensor: torch.Tensor, call: Callable[[], torch.Tensor]):
         start = time.perf_counter()
-        result = call()
+        try:
+            result = call()
+        except (ValueError, TypeError):  # refused before any message was sent
+            raise
+        except Exception as error:  # a ring step failed part-way: its peers' messages are stale
+            self._break(f"a ring {op} failed ({type(error).__name__}: {error})")
+            raise
         if self.record_events:
             self.events.append((op, tensor.numel() * tensor.element_size(), start,
                                 time.perf_counter()))
