@@ -89,6 +89,11 @@ class _DataParallel(nn.Module):
         # Like torch DDP, the decision to synchronise is taken at forward time: a backward whose
         # forward ran inside no_sync() does not synchronise, whatever the flag is by then.
         self._sync_this_backward = not self._no_sync
+        # A backward that raised (or a notebook cell interrupted) after its first gradient hook
+        # never reached _finish_backward: clear what it left, or this step would not synchronise.
+        if self._backward_started:
+            self._backward_started = False
+            self._discard_unfinished()
         return self.module(*args, **kwargs)
 
     @contextmanager
@@ -124,6 +129,26 @@ class _DataParallel(nn.Module):
     def _synchronise(self) -> None:
         raise NotImplementedError
 
+    def _discard_unfinished(self) -> None:
+        """Forget the state of a backward pass that did not finish."""
+
+    def _agree_on_missing(self, missing: list[torch.Tensor]) -> None:
+        """Raise the same RuntimeError on every rank if any rank's backward left out parameters.
+
+        Collective: call on every rank, after every reduction of this backward has finished (so
+        no message is left in flight). A one-element all-reduce per step, so that a fault seen
+        by one rank stops all of them at once instead of leaving the others blocked.
+        """
+        flag = torch.tensor([float(len(missing))], device=self.params[0].device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.comm.group)
+        if flag.item() == 0:
+            return
+        names = {id(p): name for name, p in self.module.named_parameters()}
+        gathered: list = [None] * dist.get_world_size(self.comm.group)
+        dist.all_gather_object(gathered, [names.get(id(p), "?") for p in missing],
+                               group=self.comm.group)
+        raise RuntimeError(_no_gradient_message(gathered))
+
 
 class NaiveDDP(_DataParallel):
     """After backward, all-reduce (average) each parameter's gradient, one call per parameter."""
@@ -132,10 +157,9 @@ class NaiveDDP(_DataParallel):
         pass  # nothing to do until the whole backward pass is over
 
     def _synchronise(self) -> None:
+        self._agree_on_missing([p for p in self.params if p.grad is None])
         start = time.perf_counter()
         for param in self.params:
-            if param.grad is None:
-                raise RuntimeError(_no_gradient_message(self.module, [param]))
             self.comm.all_reduce(param.grad, op="avg")
         self.stats["comm_s"] = self.stats["wait_s"] = time.perf_counter() - start
 
@@ -194,16 +218,22 @@ class BucketedDDP(_DataParallel):
 
     def _synchronise(self) -> None:
         unfinished = [p for b in self.buckets for p in b.params if id(p) in b.missing]
-        if unfinished:
-            for bucket in self.buckets:
-                if bucket.pending is not None:
-                    bucket.pending.wait(self.comm.timeout_s)  # leave no reduction in flight
-            self._reset_buckets()
-            raise RuntimeError(_no_gradient_message(self.module, unfinished))
+        # Start the buckets a missing gradient held back (zeros in its place), so that every
+        # rank runs the same reductions whatever happened here; then the ranks agree.
+        for bucket in self.buckets[self._next_to_start:]:
+            for param, view in zip(bucket.params, bucket.views):
+                if id(param) in bucket.missing:
+                    view.zero_()
+            bucket.pending = self.comm.all_reduce_async(bucket.flat, op="avg")
         start = time.perf_counter()
-        for bucket in self.buckets:
-            bucket.pending.wait(self.comm.timeout_s)
-        self.stats["wait_s"] = time.perf_counter() - start
+        try:
+            for bucket in self.buckets:
+                bucket.pending.wait(self.comm.timeout_s)
+            self.stats["wait_s"] = time.perf_counter() - start
+            self._agree_on_missing(unfinished)
+        except BaseException:
+            self._reset_buckets()
+            raise
         for bucket in self.buckets:
             for param, view in zip(bucket.params, bucket.views):
                 param.grad.copy_(view.view_as(param))
@@ -223,6 +253,16 @@ class BucketedDDP(_DataParallel):
             for index, (bucket, (_, _, start, end)) in enumerate(zip(self.buckets, events))
         ]
         self.stats["comm_s"] = sum(row["end"] - row["start"] for row in self.timeline)
+
+    def _discard_unfinished(self) -> None:
+        """Wait out the reductions a failed backward started (every rank started the same ones
+        if every rank failed alike; if not, the wait times out and the communicator says so)."""
+        try:
+            for bucket in self.buckets:
+                if bucket.pending is not None:
+                    bucket.pending.wait(self.comm.timeout_s)
+        finally:
+            self._reset_buckets()
 
     def _reset_buckets(self) -> None:
         self._next_to_start = 0
@@ -245,9 +285,11 @@ def _make_buckets(params: list[torch.Tensor], cap_bytes: int) -> list[_Bucket]:
     return buckets
 
 
-def _no_gradient_message(module: nn.Module, params: list[torch.Tensor]) -> str:
-    names = {id(p): name for name, p in module.named_parameters()}
-    listed = ", ".join(names.get(id(p), "?") for p in params[:5])
-    return (f"parameters received no gradient in this backward pass: {listed}. Every trainable "
-            "parameter must take part in the loss (torch DDP would need find_unused_parameters=True); "
-            "freeze unused ones with requires_grad_(False) before wrapping the model")
+def _no_gradient_message(names_by_rank: list[list[str]]) -> str:
+    """The error every rank raises: which parameters got no gradient on which rank, and the fix."""
+    listed = "; ".join(f"rank {rank}: {', '.join(names[:5])}"
+                       for rank, names in enumerate(names_by_rank) if names)
+    return (f"parameters received no gradient in this backward pass ({listed}), so no rank "
+            "synchronised its gradients. Every trainable parameter must take part in the loss on "
+            "every rank (torch DDP would need find_unused_parameters=True); freeze unused ones "
+            "with requires_grad_(False) before wrapping the model")
