@@ -51,9 +51,13 @@ def resolve_backend(backend: str, world_size: int) -> str:
     return backend
 
 
-def rank_device(backend: str, rank: int) -> torch.device:
-    """The device a rank's tensors live on: its own GPU under NCCL, the CPU under gloo."""
-    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+def rank_device(backend: str, local_rank: int) -> torch.device:
+    """The device a rank's tensors live on: its own GPU under NCCL, the CPU under gloo.
+
+    `local_rank` is the rank's index on its own node (torchrun's LOCAL_RANK; the rank itself
+    under `launch.spawn`, which runs on one machine), because GPUs are numbered per node.
+    """
+    return torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
 
 
 def current_device() -> torch.device:
@@ -79,7 +83,9 @@ def to_cpu(result: Any) -> Any:
         return result.detach().cpu()
     if isinstance(result, dict):
         return {key: to_cpu(value) for key, value in result.items()}
-    if isinstance(result, (list, tuple)) and not hasattr(result, "_fields"):
+    if isinstance(result, tuple) and hasattr(result, "_fields"):  # a named tuple
+        return type(result)(*(to_cpu(value) for value in result))
+    if isinstance(result, (list, tuple)):
         return type(result)(to_cpu(value) for value in result)
     return result
 
@@ -87,9 +93,10 @@ def to_cpu(result: Any) -> Any:
 def clock() -> float:
     """Seconds (time.perf_counter), read after this process's queued GPU work has finished.
 
-    GPU kernels run asynchronously: a timer read without waiting measures only their launch. On
-    the CPU there is nothing to wait for, and this is time.perf_counter() itself.
+    GPU kernels run asynchronously: a timer read without waiting measures only their launch. Only
+    the current stream is waited for, not NCCL's own streams, so a timed computation does not
+    absorb messages still in flight. On the CPU this is time.perf_counter() itself.
     """
     if current_device().type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.current_stream().synchronize()
     return time.perf_counter()

@@ -45,6 +45,10 @@ class Peers:
         self.world_size = dist.get_world_size(group)
         self.timeout = timedelta(seconds=timeout_s)
         self.counter = counter
+        # Under NCCL a send may wait on the GPU until its receive is posted, and a receive queued
+        # before a send on one stream blocks that send: each step's messages are posted as one
+        # group there (batch_isend_irecv). gloo runs them one by one (its batches can hang).
+        self.batched = dist.get_backend(group) == "nccl"
 
     def global_rank(self, group_rank: int) -> int:
         if self.group is None:
@@ -57,6 +61,9 @@ class Peers:
 
         Empty tensors are skipped on both sides (both sides derive the same sizes, so they agree).
         """
+        if self.batched:
+            self._post_together([(recv, source)], [(send, to)])
+            return
         works = [self._post_recv(recv, source), self._post_send(send, to)]
         for work in works:
             if work is not None:
@@ -74,6 +81,12 @@ class Peers:
         sends = torch.tensor_split(send, _piece_count(send))
         recvs = torch.tensor_split(recv, _piece_count(recv))
         adds = torch.tensor_split(add_to_received, len(recvs)) if add_to_received is not None else None
+        if self.batched:
+            self._post_together([(piece, self.left) for piece in recvs],
+                                [(piece, self.right) for piece in sends])
+            if add_to_received is not None:
+                recv.add_(add_to_received)
+            return
         # Receives first: a large isend may write inline, and the left neighbour waits on us.
         receiving = [self._post_recv(piece, self.left) for piece in recvs]
         sending = [self._post_send(piece, self.right) for piece in sends]
@@ -85,6 +98,20 @@ class Peers:
         for work in sending:
             if work is not None:
                 work.wait(self.timeout)
+
+    def _post_together(self, recvs: list, sends: list) -> None:
+        """Post (tensor, group rank) receives and sends as one NCCL group; wait for all, bounded."""
+        ops = []
+        for tensor, source in recvs:
+            if tensor is not None and tensor.numel():
+                self.counter.received(tensor.numel() * tensor.element_size())
+                ops.append(dist.P2POp(dist.irecv, tensor, self.global_rank(source), self.group))
+        for tensor, to in sends:
+            if tensor is not None and tensor.numel():
+                self.counter.sent(tensor.numel() * tensor.element_size())
+                ops.append(dist.P2POp(dist.isend, tensor, self.global_rank(to), self.group))
+        for work in dist.batch_isend_irecv(ops) if ops else []:
+            work.wait(self.timeout)
 
     def _post_send(self, tensor: torch.Tensor | None, to: int):
         if tensor is None or tensor.numel() == 0:

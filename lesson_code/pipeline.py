@@ -120,6 +120,10 @@ class PipelineStage:
         self.loss_fn = loss_fn
         self.timeout = timedelta(seconds=timeout_s)
         self.is_first, self.is_last = stage == 0, stage == num_stages - 1
+        # Under NCCL two neighbours' sends to each other can wait for each other's receives on
+        # the GPU, so there every send goes out in one group (batch_isend_irecv) with the
+        # stage's next receive, as torch.distributed.pipelining does. gloo posts them one by one.
+        self.batched = dist.is_initialized() and dist.get_backend() == "nccl"
 
     def train_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None,
                    micro_batches: int, schedule: str) -> PipelineStats:
@@ -132,13 +136,14 @@ class PipelineStage:
             raise ValueError(f"unknown schedule {schedule!r}: use one of {', '.join(SCHEDULES)}")
         x_parts = split_micro_batches(inputs, micro_batches) if self.is_first else [None] * micro_batches
         y_parts = split_micro_batches(targets, micro_batches) if self.is_last else [None] * micro_batches
-        self.stats, self._stored, self._sends = PipelineStats(), {}, []
+        self.stats, self._stored, self._sends, self._pending = PipelineStats(), {}, [], []
         self._total_loss = 0.0
         for kind, index in self.order(schedule, micro_batches):
             if kind == "F":
                 self._forward(index, x_parts[index], y_parts[index], micro_batches)
             else:
                 self._backward(index)
+        self._post_pending()
         for work, _ in self._sends:
             work.wait(self.timeout)
         if self.is_last:
@@ -157,6 +162,8 @@ class PipelineStage:
         return steps + [("B", i) for i in range(m - warmup, m)]
 
     def _forward(self, index: int, x: torch.Tensor | None, y: torch.Tensor | None, m: int) -> None:
+        if self.is_first:
+            self._post_pending()  # no receive here to carry the sends of the last step
         received = x if self.is_first else self._receive_activation()
         start = clock()
         if not self.is_first:
@@ -173,6 +180,8 @@ class PipelineStage:
 
     def _backward(self, index: int) -> None:
         received, output = self._stored.pop(index)
+        if self.is_last:
+            self._post_pending()
         gradient = None if self.is_last else self._receive(tuple(output.shape), output.dtype, +1)
         start = clock()
         output.backward(gradient)
@@ -185,7 +194,17 @@ class PipelineStage:
         # the sends are collected and waited for (bounded) once the step's receives are done.
         # The tensor is kept with its request until then.
         tensor = tensor.contiguous()
+        if self.batched:  # posted with the next receive, or by _post_pending
+            self._pending.append((dist.P2POp(dist.isend, tensor, self.ranks[to]), tensor))
+            return
         self._sends.append((dist.isend(tensor, self.ranks[to]), tensor))
+
+    def _post_pending(self, receive: dist.P2POp | None = None) -> None:
+        """Under NCCL: post the pending sends (and `receive`) as one group and wait, bounded."""
+        ops = [op for op, _ in self._pending] + ([receive] if receive is not None else [])
+        self._pending = []
+        for work in dist.batch_isend_irecv(ops) if ops else []:
+            work.wait(self.timeout)
 
     def _send_activation(self, output: torch.Tensor) -> None:
         """Send the header describing `output`, then `output`, to the next stage."""
@@ -209,6 +228,9 @@ class PipelineStage:
 
     def _receive(self, shape: tuple[int, ...], dtype: torch.dtype, offset: int = -1) -> torch.Tensor:
         buffer = torch.empty(shape, dtype=dtype, device=current_device())
+        if self.batched:
+            self._post_pending(dist.P2POp(dist.irecv, buffer, self.ranks[self.stage + offset]))
+            return buffer
         dist.irecv(buffer, self.ranks[self.stage + offset]).wait(self.timeout)
         return buffer
 

@@ -18,16 +18,19 @@ from typing import Any, Callable
 from lesson_code import launch
 
 
-def in_one_rank(fn: Callable[..., Any], *args: Any,
+def in_one_rank(fn: Callable[..., Any], *args: Any, like_world_size: int = 4,
                 timeout_s: float = launch.DEFAULT_TIMEOUT_S) -> Any:
     """Return `fn(*args)` computed in one fresh rank process (world size 1, one torch thread).
 
-    `fn` must be importable by the rank (a module-level function, not a lambda or a notebook
-    function). Raises what `launch.spawn` raises: ValueError, RankFailedError with the rank's
-    traceback, RankCrashedError, RankTimeoutError.
+    The process uses the backend, so the device, that `launch.spawn` would give
+    `like_world_size` ranks (the lessons use 4): a machine with one GPU runs 4 ranks on the CPU,
+    and so their reference too. `fn` must be importable by the rank (a module-level function,
+    not a lambda or a notebook function). Raises what `launch.spawn` raises: ValueError,
+    RankFailedError with the rank's traceback, RankCrashedError, RankTimeoutError.
     """
     launch.check_importable(fn)
-    return launch.spawn(_call, fn, args, world_size=1, timeout_s=timeout_s)[0]
+    backend = launch.resolve_backend("auto", like_world_size)
+    return launch.spawn(_call, fn, args, world_size=1, backend=backend, timeout_s=timeout_s)[0]
 
 
 def _call(rank: int, world_size: int, fn: Callable[..., Any], args: tuple) -> Any:

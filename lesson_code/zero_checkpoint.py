@@ -21,6 +21,7 @@ from torch import nn
 
 from lesson_code.checkpoint import (REPLICATED, read_manifest, read_verified, save_sharded,
                                     load_sharded, shard_name)
+from lesson_code.devices import current_device
 from lesson_code.zero import ZeroOptimizer
 
 FLAT_KEYS = ["master", "exp_avg", "exp_avg_sq"]
@@ -35,6 +36,8 @@ def save_zero(root: Path | str, model: nn.Module, optimizer: ZeroOptimizer, *, s
     state = optimizer.state_dict()
     shard = {key: state[key] for key in FLAT_KEYS}
     shard["rng_state"] = torch.get_rng_state()
+    if current_device().type == "cuda":  # a GPU's own generator (dropout there draws from it)
+        shard["cuda_rng_state"] = torch.cuda.get_rng_state(current_device())
     layout = {"numel": state["shard"]["numel"], "start": state["shard"]["start"],
               "length": state["shard"]["shard_numel"], "padding": state["shard"]["padding"],
               "flat": FLAT_KEYS}
@@ -71,6 +74,8 @@ def load_zero(folder: Path | str, model: nn.Module, optimizer: ZeroOptimizer, *,
             raise ValueError(f"{Path(folder) / REPLICATED}: weight {name!r} differs from the fp32 "
                              "master shards cast to the model's dtype; the checkpoint is inconsistent")
     torch.set_rng_state(shard["rng_state"])
+    if "cuda_rng_state" in shard and current_device().type == "cuda":
+        torch.cuda.set_rng_state(shard["cuda_rng_state"], current_device())
     return extra
 
 
