@@ -144,10 +144,10 @@ class Communicator:
         """Raise before any message is sent: for an unknown op, or once the communicator broke."""
         if self._broken is not None:
             raise RuntimeError(
-                f"this {self.kind} communicator can no longer be used: {self._broken}. Its messages "
-                "may still be in flight and would be received by a later collective in place of "
-                "its own, so every later call is refused. End the run on every rank and start a "
-                f"new one (a larger timeout_s than {self.timeout_s:g} s if the ranks were only slow)"
+                f"this {self.kind} communicator can no longer be used: {self._broken}. Its "
+                "messages may still be in flight and would be received by a later collective in "
+                "place of its own, so every later call is refused. End the run on every rank and "
+                f"start a new one (with timeout_s above {self.timeout_s:g} s if ranks were slow)"
             )
         if op not in collectives.OPS:
             raise ValueError(f"unknown reduction op {op!r}: use one of "

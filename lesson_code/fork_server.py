@@ -1,0 +1,71 @@
+"""Keep the fork server that starts the ranks in step with the code on disk (lessons 76-81).
+
+`launch.spawn` forks every rank from one server process that imported torch and the rank
+function's package once (so a run starts in a fraction of a second). Ranks forked from it run the
+code it imported: an edit to the package made in a running Jupyter kernel would never reach them.
+So when the server starts, the size and modification time of every source file of the packages it
+preloads is recorded; before each run they are compared with the files on disk, and a server
+whose files changed is stopped, so that multiprocessing starts a fresh one that imports the new
+code. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from multiprocessing import forkserver
+
+# What each running fork server preloaded, by its process id. The fork server itself is
+# process-wide state of multiprocessing; this mirrors it, and holds one entry at a time.
+_SOURCES: dict[int, dict[str, tuple[int, int]]] = {}
+
+
+def restart_if_stale(preload: list[str]) -> None:
+    """Start the fork server with `preload`, first stopping one whose preloaded sources changed.
+
+    Call only while no rank process is running (`spawn` never leaves one). Uses multiprocessing's
+    own server object; where its interface differs (another Python), nothing is checked.
+    """
+    server = getattr(forkserver, "_forkserver", None)
+    if server is None or not hasattr(server, "_stop") or not hasattr(server, "_forkserver_pid"):
+        return
+    recorded = _SOURCES.get(server._forkserver_pid)
+    if recorded is not None and source_fingerprint(list(recorded)) != recorded:
+        server._stop()
+    running = server._forkserver_pid
+    server.ensure_running()
+    if server._forkserver_pid != running or server._forkserver_pid not in _SOURCES:
+        _SOURCES.clear()
+        _SOURCES[server._forkserver_pid] = source_fingerprint(package_sources(preload))
+
+
+def package_sources(module_names: list[str]) -> list[str]:
+    """The .py files of the top-level packages of `module_names` (torch's excepted).
+
+    A server that preloads `lesson_code.collectives` has also imported what that module imports
+    from its package, so the whole package is watched, not only the one file.
+    """
+    files: set[str] = set()
+    for name in module_names:
+        top = sys.modules.get(name.split(".")[0])
+        if top is None or top.__name__ == "torch":
+            continue
+        for folder in getattr(top, "__path__", []):
+            for root, _, names in os.walk(folder):
+                files.update(os.path.join(root, n) for n in names if n.endswith(".py"))
+        path = getattr(top, "__file__", None)
+        if not hasattr(top, "__path__") and path and os.path.isfile(path):
+            files.add(path)
+    return sorted(files)
+
+
+def source_fingerprint(paths: list[str]) -> dict[str, tuple[int, int]]:
+    """(modification time in ns, size) of each file; a file gone since reads as (0, -1)."""
+    fingerprint = {}
+    for path in paths:
+        try:
+            status = os.stat(path)
+            fingerprint[path] = (status.st_mtime_ns, status.st_size)
+        except OSError:
+            fingerprint[path] = (0, -1)
+    return fingerprint

@@ -1,0 +1,231 @@
+"""The rank processes behind `launch.spawn`: start, watch, collect, stop (lessons 76-81).
+
+`launch.spawn` decides what to run; this module owns the processes that run it:
+
+- `start_context`: a fork server that has imported torch once (ranks start in a fraction of a
+  second), restarted when the package files it imported have changed since, so that code edited
+  in a running notebook kernel reaches the ranks;
+- `rank_main`: the body of a rank; it exits within moments of the caller dying, even of SIGKILL,
+  and its output is captured (`lesson_code.rank_output`);
+- `collect_results`: waits, bounded, for every rank, forwarding what the ranks print;
+- `stop_all`: leaves no process behind.
+Standard library and torch only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import multiprocessing.connection as mp_connection
+import os
+import pickle
+import select
+import signal
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from lesson_code.devices import to_cpu
+from lesson_code.fork_server import restart_if_stale
+from lesson_code.rank_errors import RankCrashedError, RankFailedError, RankTimeoutError
+from lesson_code.rank_output import RankOutput, flush_rank_output, redirect_rank_output
+
+CAUSE_GRACE_S = 1.0  # after a rank's error, how long to watch for a crash that caused it
+FORWARD_EVERY_S = 0.2  # how often the caller copies what the ranks printed to its own streams
+PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
+# Set in every rank before torch is imported there: c10d's hostname and socket warnings would
+# otherwise fill notebook outputs on machines without DNS; torchrun sets OMP_NUM_THREADS=1 itself.
+# When the caller is `python -m lesson_code.<lesson>`, multiprocessing re-runs that module in each
+# rank as __mp_main__ and runpy warns that it is already imported (it is: the rank function's
+# module imports it); the second run only defines functions, so that one warning is silenced.
+CHILD_ENVIRONMENT = {
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+    "OMP_NUM_THREADS": "1",
+    "PYTHONWARNINGS": "ignore::RuntimeWarning:runpy",
+}
+
+
+def rank_main(call: bytes, rank, world_size, backend, init_method, timeout_s, writer,
+              output_paths: tuple[str, str]) -> None:
+    """Body of one rank process: join the group, run fn, send back ("ok", bytes) or ("error", text).
+
+    `call` is the pickled (fn, args), unpickled here so that a failure to import fn's module is
+    reported with its traceback like any other error of the rank.
+    """
+    exit_with_caller(writer)
+    redirect_rank_output(*output_paths)
+    torch.set_num_threads(1)
+    try:
+        fn, args = pickle.loads(call)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(
+            backend, init_method=init_method, rank=rank, world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        result = fn(rank, world_size, *args)
+        message = ("ok", pickle.dumps(to_cpu(result)))  # by value: no memory shared with the rank
+    except BaseException:  # noqa: BLE001 - every failure, KeyboardInterrupt included, is reported
+        flush_rank_output()
+        writer.send(("error", traceback.format_exc()))
+        writer.close()
+        # Skip interpreter teardown: destroying a group whose peers are mid-collective can block.
+        os._exit(1)
+    flush_rank_output()
+    writer.send(message)
+    writer.close()
+    try:
+        # Leave together: a rank that tore its group down while a peer was still connecting
+        # (a function with no collective) would make that peer fail.
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - a peer failed; the caller reports that peer
+        os._exit(1)
+
+
+def exit_with_caller(writer) -> None:
+    """Make this rank exit within moments of the process that spawned it dying, SIGKILL included.
+
+    A rank blocked in a collective would otherwise live on until its timeout (minutes) after a
+    notebook kernel is killed. Two watches: on Linux the kernel sends SIGKILL when the parent
+    process dies (prctl PR_SET_PDEATHSIG); and, everywhere poll() exists, a thread waits for
+    the caller's end of the result pipe to close, which happens however the caller ends (the
+    parent of a rank started by the fork server is that server, which outlives the caller).
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass  # the pipe watch below still applies
+    if hasattr(select, "poll"):
+        watched = os.dup(writer.fileno())  # stays open after the rank closes its writer
+        threading.Thread(target=_exit_when_closed, args=(watched,), name="caller-watch",
+                         daemon=True).start()
+
+
+def _exit_when_closed(fd: int) -> None:
+    """Block until the reading end of the pipe `fd` writes to is closed, then exit the process."""
+    poller = select.poll()
+    poller.register(fd, 0)  # no events asked for: POLLERR / POLLHUP come anyway, on close
+    while True:
+        if any(event & (select.POLLERR | select.POLLHUP | select.POLLNVAL)
+               for _, event in poller.poll()):
+            os._exit(1)
+
+
+def collect_results(processes, readers, world_size: int, timeout_s: float,
+                    output: RankOutput) -> list[Any]:
+    """Wait, bounded by timeout_s, for every rank's message; raise on the first failure.
+
+    When one rank dies, its peers soon fail too ("connection closed") and may report first. So
+    after the first error the others get CAUSE_GRACE_S more to show a crash, which is the likelier
+    cause; otherwise the first error reported is raised. What the ranks print is forwarded.
+    """
+    deadline = time.monotonic() + timeout_s
+    results: dict[int, Any] = {}
+    failed: set[int] = set()
+    first_error: RankFailedError | None = None
+    rank_of = {id(reader): rank for rank, reader in enumerate(readers)}
+    rank_of.update({process.sentinel: rank for rank, process in enumerate(processes)})
+    while len(results) + len(failed) < world_size:
+        output.forward()
+        remaining = deadline - time.monotonic()
+        if first_error is not None:
+            remaining = min(remaining, first_error.raised_at + CAUSE_GRACE_S - time.monotonic())
+            if remaining <= 0:
+                raise first_error
+        elif remaining <= 0:
+            still_running = sorted(set(range(world_size)) - set(results))
+            raise RankTimeoutError(still_running, world_size, timeout_s,
+                                   {rank: output.tail(rank) for rank in still_running})
+        waiting = [rank for rank in range(world_size) if rank not in results and rank not in failed]
+        waitables = [readers[rank] for rank in waiting] + [processes[rank].sentinel for rank in waiting]
+        for ready in mp_connection.wait(waitables, timeout=min(remaining, FORWARD_EVERY_S)):
+            rank = rank_of[ready if isinstance(ready, int) else id(ready)]
+            if rank in results or rank in failed:
+                continue
+            kind, payload = read_message(readers[rank], processes[rank], rank, world_size, output)
+            if kind == "error":
+                failed.add(rank)
+                first_error = first_error or RankFailedError(rank, world_size, payload,
+                                                             output.tail(rank))
+            elif kind == "ok":
+                results[rank] = pickle.loads(payload)
+    if first_error is not None:
+        raise first_error
+    return [results[rank] for rank in range(world_size)]
+
+
+def read_message(reader, process, rank: int, world_size: int,
+                 output: RankOutput) -> tuple[str, Any]:
+    """Read a rank's message; a rank that exited without one is reported as crashed."""
+    try:
+        if reader.poll(0.5 if not process.is_alive() else 0):
+            return reader.recv()
+    except (EOFError, OSError):
+        pass
+    if process.is_alive():
+        return "pending", None
+    process.join(1.0)
+    raise RankCrashedError(rank, world_size, process.exitcode, output.tail(rank))
+
+
+def stop_all(processes, grace_s: float) -> None:
+    """Stop every rank process: wait briefly for clean exits, then SIGTERM, then SIGKILL."""
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(1.0)
+        if process.is_alive():
+            process.kill()
+            process.join(5.0)
+    for process in processes:
+        process.close()
+
+
+def start_context(start_method: str | None, fn: Callable[..., Any]):
+    """Multiprocessing context for the ranks; the fork server preloads torch and fn's module.
+
+    A fork server that preloaded package files changed since (edited in a running notebook) is
+    restarted first: ranks forked from it would run the old code.
+    """
+    methods = mp.get_all_start_methods()
+    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(
+            f"start_method {method!r} is not supported: use 'forkserver' or 'spawn' (plain fork "
+            "from a process that already ran threaded torch ops makes ranks hang)"
+        )
+    context = mp.get_context(method)
+    if method == "forkserver":
+        preload = ["torch", "torch.distributed", __name__, fn.__module__]
+        context.set_forkserver_preload(preload)
+        with child_environment():  # the server's environment is the ranks' environment
+            restart_if_stale(preload)
+    return context
+
+
+@contextmanager
+def child_environment() -> Iterator[None]:
+    """Set CHILD_ENVIRONMENT while ranks (and the fork server) start, then restore the caller's."""
+    saved = {key: os.environ.get(key) for key in CHILD_ENVIRONMENT}
+    os.environ.update(CHILD_ENVIRONMENT)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,157 @@
+"""launch.spawn when its caller or its code changes under it: a killed caller, an edited package,
+output that must reach the caller, and scripts the ranks cannot import. Real processes throughout.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch.distributed as dist
+
+from lesson_code import launch
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+# --- rank functions (module level, so spawned ranks can import them) -------------------------
+
+def block_forever(rank, world_size, pid_dir):
+    Path(pid_dir, str(rank)).write_text(str(os.getpid()))
+    if rank == 0:
+        time.sleep(3600)
+    dist.barrier()  # the others wait in a collective for rank 0, as in a real hang
+    return rank
+
+
+def print_then_fail(rank, world_size):
+    print(f"rank {rank} computed 42 on stdout")
+    print(f"rank {rank} warns on stderr", file=sys.stderr)
+    if rank == 1:
+        raise ValueError("rank one fails after printing")
+    dist.barrier()
+    return rank
+
+
+def print_then_abort(rank, world_size):
+    print("about to abort", file=sys.stderr, flush=True)
+    if rank == 1:
+        os.abort()
+    dist.barrier()
+    return rank
+
+
+def print_and_return(rank, world_size):
+    print(f"hello from rank {rank}")
+    return rank
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+def run_python(code, cwd, timeout=120, stdin=None):
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]))
+    command = [sys.executable, "-"] if stdin else [sys.executable, "-c", code]
+    return subprocess.run(command, input=stdin, cwd=cwd, env=environment, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+def test_ranks_exit_within_seconds_when_their_caller_is_killed(tmp_path):
+    code = textwrap.dedent(f"""
+        from lesson_code import launch
+        import test_launch_faults as t
+        launch.spawn(t.block_forever, {str(tmp_path)!r}, world_size=2, timeout_s=600)
+    """)
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]))
+    caller = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=environment)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ranks = [int(p.read_text()) for p in tmp_path.iterdir()]
+        assert len(ranks) == 2, "the ranks did not start"
+        helpers = [c.pid for c in psutil.Process(caller.pid).children(recursive=True)]
+        caller.send_signal(signal.SIGKILL)  # as when a notebook kernel is killed
+        caller.wait(10)
+        killed_at = time.monotonic()
+        while any(alive(pid) for pid in ranks + helpers) and time.monotonic() - killed_at < 10:
+            time.sleep(0.1)
+        survivors = [pid for pid in ranks + helpers if alive(pid)]
+        assert not survivors, f"processes outlived their killed caller by 10 s: {survivors}"
+    finally:
+        caller.kill()
+        for pid in [int(p.read_text()) for p in tmp_path.iterdir()]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_code_edited_after_a_first_run_reaches_the_ranks_of_the_next(tmp_path):
+    package = tmp_path / "editedpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "work.py").write_text("def answer(rank, world_size):\n    return 1\n")
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from pathlib import Path
+        from lesson_code import launch
+        from editedpkg import work
+        print("first", launch.spawn(work.answer, world_size=1, timeout_s=60))
+        source = Path(work.__file__)
+        source.write_text(source.read_text().replace("return 1", "return 22"))
+        print("second", launch.spawn(work.answer, world_size=1, timeout_s=60))
+    """)
+    completed = run_python(code, tmp_path)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "first [1]" in completed.stdout and "second [22]" in completed.stdout, completed.stdout
+
+
+def test_a_failing_rank_brings_what_it_printed_with_its_error(capsys):
+    with pytest.raises(launch.RankFailedError) as caught:
+        launch.spawn(print_then_fail, world_size=2, timeout_s=60)
+    error = caught.value
+    assert "rank one fails after printing" in error.rank_traceback
+    assert "rank 1 computed 42 on stdout" in error.output
+    assert "rank 1 warns on stderr" in error.output
+    assert "last output of rank 1" in str(error) and "rank 1 warns on stderr" in str(error)
+
+
+def test_a_crashed_rank_brings_what_it_printed_with_its_error():
+    with pytest.raises(launch.RankCrashedError) as caught:
+        launch.spawn(print_then_abort, world_size=2, timeout_s=60)
+    assert caught.value.rank == 1 and "about to abort" in str(caught.value)
+
+
+def test_a_successful_run_shows_what_the_ranks_printed(capsys):
+    assert launch.spawn(print_and_return, world_size=2, timeout_s=60) == [0, 1]
+    printed = capsys.readouterr().out
+    assert "hello from rank 0" in printed and "hello from rank 1" in printed
+
+
+def test_a_script_read_from_standard_input_is_told_how_to_run(tmp_path):
+    script = textwrap.dedent("""
+        from lesson_code import launch
+        def work(rank, world_size):
+            return rank
+        if __name__ == "__main__":
+            launch.spawn(work, world_size=2, timeout_s=30)
+    """)
+    completed = run_python(None, tmp_path, stdin=script)
+    assert completed.returncode != 0
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError") and "standard input" in last, completed.stderr[-2000:]
+    assert "python that_file.py" in last
