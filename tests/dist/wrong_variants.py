@@ -5,6 +5,8 @@ a reduce-scatter or in a bucket's copy back). Ranks still agree with each other,
 comparison with the reference can catch it.
 """
 
+from contextlib import contextmanager
+
 import torch
 
 from lesson_code import ddp_checks, zero_checks
@@ -30,19 +32,24 @@ class OffByOneBuckets(BucketedDDP):
         super()._synchronise()
 
 
+@contextmanager
+def replaced(module, name: str, variant):
+    """`module.name` is `variant` inside the block (in this rank process only), then restored."""
+    original = getattr(module, name)
+    setattr(module, name, variant)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
 def train_wrong_zero(rank, world_size, run):
     """zero_checks.train_on_rank with OffByOneZero in place of ZeroOptimizer."""
-    original, zero_checks.ZeroOptimizer = zero_checks.ZeroOptimizer, OffByOneZero
-    try:
+    with replaced(zero_checks, "ZeroOptimizer", OffByOneZero):
         return zero_checks.train_on_rank(rank, world_size, run)
-    finally:
-        zero_checks.ZeroOptimizer = original
 
 
 def train_wrong_ddp(rank, world_size, run):
     """ddp_checks.train_ranks with OffByOneBuckets in place of BucketedDDP."""
-    original, ddp_checks.BucketedDDP = ddp_checks.BucketedDDP, OffByOneBuckets
-    try:
+    with replaced(ddp_checks, "BucketedDDP", OffByOneBuckets):
         return ddp_checks.train_ranks(rank, world_size, run)
-    finally:
-        ddp_checks.BucketedDDP = original
