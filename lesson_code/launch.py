@@ -121,8 +121,8 @@ def check_importable(fn: Callable[..., Any]) -> None:
     """Raise ValueError unless the ranks can import `fn` (not a lambda, not from a notebook).
 
     A function of `__main__` is importable only when `__main__` is a script file: not in a
-    notebook or a Python prompt, not under `python -c`, not read from standard input
-    (`python - <<EOF`, whose __file__ is "<stdin>").
+    notebook or a Python prompt, not under `python -c`. A script read from standard input
+    (`python - <<EOF`, whose __file__ is "<stdin>") can spawn nothing: each rank would re-run it.
     """
     if not callable(fn):
         raise ValueError(f"fn must be a function defined in a module, got {fn!r}")
@@ -133,15 +133,20 @@ def check_importable(fn: Callable[..., Any]) -> None:
             "define it at the top level of a module, e.g. in lesson_code, and pass that function"
         )
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file == "<stdin>":  # multiprocessing would re-run "<stdin>" as a file in every rank
+        raise ValueError(
+            "cannot spawn ranks from a script read from standard input (`python - <<EOF`): "
+            "every rank re-runs the caller's main script, and standard input is no file it can "
+            "read again. Save the script to a file and run `python that_file.py`, spawning "
+            f"under `if __name__ == '__main__':` ({name} is the function it tried to run)"
+        )
     from_file = bool(main_file) and os.path.isfile(main_file)
     if getattr(fn, "__module__", None) == "__main__" and not from_file:
-        where = ("a script read from standard input" if main_file == "<stdin>" else
-                 "a notebook, a Python prompt or `python -c`")
         raise ValueError(
-            f"{name} is defined in {where}, which the rank processes cannot import: put it "
-            "at the top level of a module (e.g. in lesson_code) and pass that function, or save "
-            "the script to a file and run `python that_file.py`, spawning under "
-            "`if __name__ == '__main__':`"
+            f"{name} is defined in a notebook, a Python prompt or `python -c`, which the rank "
+            "processes cannot import: put it at the top level of a module (e.g. in lesson_code) "
+            "and pass that function, or save the script to a file and run `python "
+            "that_file.py`, spawning under `if __name__ == '__main__':`"
         )
 
 

@@ -142,13 +142,16 @@ def test_a_successful_run_shows_what_the_ranks_printed(capsys):
     assert "hello from rank 0" in printed and "hello from rank 1" in printed
 
 
-def test_a_script_read_from_standard_input_is_told_how_to_run(tmp_path):
-    script = textwrap.dedent("""
+@pytest.mark.parametrize("function", ["work", "test_launch_faults.print_and_return"])
+def test_a_script_read_from_standard_input_is_told_how_to_run(tmp_path, function):
+    # Even a function from a module fails there: every rank re-runs the caller's script.
+    script = textwrap.dedent(f"""
         from lesson_code import launch
+        import test_launch_faults
         def work(rank, world_size):
             return rank
         if __name__ == "__main__":
-            launch.spawn(work, world_size=2, timeout_s=30)
+            launch.spawn({function}, world_size=2, timeout_s=30)
     """)
     completed = run_python(None, tmp_path, stdin=script)
     assert completed.returncode != 0
