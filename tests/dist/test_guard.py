@@ -5,8 +5,6 @@ A learning-rate spike does not repeat after a rollback, so replaying from the ch
 the guard must stop retrying after `guard_retries` rollbacks and skip that batch.
 """
 
-import time
-
 import pytest
 
 from lesson_code import launch
@@ -18,9 +16,7 @@ def test_a_bad_batch_is_skipped_after_bounded_rollbacks(tmp_path):
     # spike_factor 1.3: a mislabelled batch at step 13 raises the loss by about half.
     config = CapstoneConfig(out_dir=str(tmp_path), steps=14, bad_batch_step=13, spike_factor=1.3,
                             guard_retries=2)
-    start = time.monotonic()
-    results = launch.spawn(run_rank, config, world_size=4, timeout_s=60)
-    assert time.monotonic() - start < 60
+    results = launch.spawn(run_rank, config, world_size=4, timeout_s=60)  # looped for ever before
     events = results[0]["events"]
     assert [e["event"] for e in events] == ["rollback", "rollback", "skip"], events
     assert all(e["to_step"] == 10 for e in events[:2])
