@@ -8,11 +8,12 @@ from pathlib import Path
 from lesson_code.bench import capstone as capstone_bench
 from lesson_code.bench import collectives as collectives_bench
 from lesson_code.bench import ddp as ddp_bench
+from lesson_code.bench import launch as launch_bench
 from lesson_code.bench import zero as zero_bench
 from lesson_code.cli_args import positive_int
 
 BENCHMARKS = {"collectives": collectives_bench.run, "ddp": ddp_bench.run, "zero": zero_bench.run,
-              "capstone": capstone_bench.run}
+              "capstone": capstone_bench.run, "launch": launch_bench.run}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,11 +82,11 @@ def test_results_come_back_by_rank(tmp_path):
     assert os.environ.get("TORCH_CPP_LOG_LEVEL") == log_level_before  # the caller's env is restored
 
 
-def test_a_raising_rank_is_named_with_its_traceback_within_seconds(tmp_path):
-    start = time.monotonic()
+def test_a_raising_rank_is_named_with_its_traceback(tmp_path):
+    # The others block in a collective: had the launcher waited for them, the call would have
+    # ended at timeout_s with RankTimeoutError. (How long it takes: python -m lesson_code.bench launch.)
     with pytest.raises(launch.RankFailedError) as caught:
         launch.spawn(raise_on_rank_one, str(tmp_path), world_size=4, timeout_s=120)
-    assert time.monotonic() - start < 15, "the blocked ranks were not ended promptly"
     error = caught.value
     assert error.rank == 1
     assert "rank 1 of 4" in str(error)
@@ -99,8 +99,7 @@ def test_a_hanging_rank_ends_the_call_at_the_timeout(tmp_path):
     start = time.monotonic()
     with pytest.raises(launch.RankTimeoutError) as caught:
         launch.spawn(hang_on_rank_two, str(tmp_path), world_size=4, timeout_s=3)
-    elapsed = time.monotonic() - start
-    assert 3 <= elapsed < 15
+    assert time.monotonic() - start >= 3  # not before the timeout
     assert caught.value.ranks == [2]
     assert "ranks [2] of 4" in str(caught.value)
     assert_nothing_left(tmp_path)
