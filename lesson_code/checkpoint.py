@@ -285,6 +285,8 @@ def _attempt(action: Callable[[], Any], what: str, path: Path) -> tuple[Any, Exc
     except OSError as error:
         return None, CheckpointError(f"could not {what} {path}: {error}; check the disk (space, "
                                      f"permissions) and that every rank sees {path.parent}")
+    except Exception as error:  # noqa: BLE001 - any failure must reach the other ranks' agreement
+        return None, CheckpointError(f"could not {what} {path}: {type(error).__name__}: {error}")
 
 
 def _check_rank(rank: int, world_size: Any, group) -> None:

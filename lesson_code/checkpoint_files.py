@@ -25,7 +25,7 @@ from typing import Iterator
 
 import torch
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the manifest's sha256 in manifest.sha256 (1 kept it inside)
 MANIFEST = "manifest.json"
 MANIFEST_SHA256 = "manifest.sha256"
 LOCK = ".lock"
@@ -136,6 +136,7 @@ def read_manifest(folder: Path | str) -> dict:
     try:
         recorded = (Path(folder) / MANIFEST_SHA256).read_text(encoding="ascii").split()[0]
     except (FileNotFoundError, IndexError, UnicodeDecodeError):
+        _refuse_another_version(path, payload)
         raise ManifestDamagedError(
             f"{Path(folder) / MANIFEST_SHA256} is missing or holds no readable sha256, so {path} "
             "cannot be checked: restore both from a copy, or load an earlier checkpoint") from None
@@ -145,12 +146,29 @@ def read_manifest(folder: Path | str) -> dict:
             f"{path} is damaged: its sha256 is {digest[:16]}... but {MANIFEST_SHA256} records "
             f"{recorded[:16]}...; the file was cut short, flipped or edited since the save. "
             "Restore it from a copy, or load an earlier checkpoint")
-    manifest = json.loads(payload)
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise FormatVersionError(
-            f"{path} has format version {manifest.get('format_version')!r}; this code reads "
-            f"version {FORMAT_VERSION}: load it with the lesson_code version that wrote it")
+    try:
+        manifest = json.loads(payload)
+    except ValueError as error:
+        raise ManifestDamagedError(f"{path} matches its sha256 but is not JSON ({error}): it was "
+                                   "not written by this code; load another checkpoint") from None
+    _refuse_another_version(path, payload)
     return manifest
+
+
+def _refuse_another_version(path: Path, payload: bytes) -> None:
+    """Raise FormatVersionError when `payload` parses as a manifest of another format version.
+
+    Checked before the checksum file is required too: a version 1 checkpoint has none (its
+    checksum sat inside the manifest), and should be told so rather than called damaged.
+    """
+    try:
+        version = json.loads(payload).get("format_version")
+    except (ValueError, AttributeError):
+        return
+    if version != FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path} has format version {version!r}; this code reads version {FORMAT_VERSION}: "
+            "load it with the lesson_code version that wrote it")
 
 
 def check_entry(folder: Path, entry: dict, payload: bytes | None = None) -> None:

@@ -46,7 +46,7 @@ class RankCrashedError(SpawnError):
         self.exitcode = exitcode
         self.output = output
         if exitcode is not None and exitcode < 0:
-            how = f"was killed by {signal.Signals(-exitcode).name}"
+            how = f"was killed by {_signal_name(-exitcode)}"
             hint = ("gloo aborts a process (SIGABRT) when ranks pass tensors of different shapes "
                     "to one collective: check that every rank calls the same collectives with "
                     "equal shapes" if exitcode == -signal.SIGABRT else
@@ -73,3 +73,11 @@ class RankTimeoutError(SpawnError):
             "were stopped. A rank that never joins a collective blocks the others: check that every "
             "rank calls the same collectives in the same order, or pass a larger timeout_s.",
             self.outputs))
+
+
+def _signal_name(number: int) -> str:
+    """"SIGKILL" for 9; "signal 34" for a signal without a name (the real-time ones)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -191,7 +191,8 @@ def stop_all(processes, grace_s: float) -> None:
             process.kill()
             process.join(5.0)
     for process in processes:
-        process.close()
+        if not process.is_alive():  # one stuck in the kernel after SIGKILL cannot be closed yet
+            process.close()
 
 
 def start_context(start_method: str | None, fn: Callable[..., Any]):

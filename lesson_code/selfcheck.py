@@ -5,7 +5,7 @@ are GPUs talking over NCCL (`launch` chooses; `--backend` forces one). Each chec
 lesson's code with PyTorch's own implementation or with one process on the whole batch, with the
 tolerance its tests use, so a pass here means the lesson's claims hold on this machine.
 
-    python -m lesson_code.selfcheck                  # 4 ranks (one per GPU where there are GPUs)
+    python -m lesson_code.selfcheck                  # 4 ranks (one per GPU where there are 2 or more)
     python -m lesson_code.selfcheck --backend gloo   # the CPU path, even on a GPU machine
     make selfcheck
 """
@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lessons", nargs="+", choices=list(CHECKS), default=list(CHECKS))
     args = parser.parse_args(argv)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    world_size = args.world_size or (min(gpus, 4) if gpus and args.backend != "gloo" else 4)
+    # NCCL needs a GPU per rank: with one GPU the distributed paths need more ranks than GPUs,
+    # so the default is then 4 CPU ranks (--backend nccl --world-size 1 uses the GPU alone).
+    world_size = args.world_size or (min(gpus, 4) if gpus >= 2 and args.backend != "gloo" else 4)
+    if gpus == 1 and args.world_size is None and args.backend == "auto":
+        print("one GPU: NCCL needs one GPU per rank, so these checks run on 4 CPU ranks (gloo)")
     failures = 0
     for lesson in args.lessons:
         name = CHECKS[lesson][0]

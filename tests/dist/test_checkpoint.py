@@ -30,7 +30,7 @@ def saved(tmp_path_factory):
 def test_manifest_records_layout_hashes_and_versions(saved):
     root, _ = saved
     manifest = json.loads((step_folder(root, 10) / "manifest.json").read_text())
-    assert manifest["format_version"] == 1 and manifest["step"] == 10 and manifest["world_size"] == 4
+    assert manifest["format_version"] == checkpoint.FORMAT_VERSION and manifest["step"] == 10 and manifest["world_size"] == 4
     shards = [f for f in manifest["files"] if f["rank"] is not None]
     assert [f["layout"]["start"] for f in shards] == [0, 1731, 3462, 5193]
     assert all(f["layout"]["padding"] == 2 and f["layout"]["numel"] == 6922 for f in shards)
@@ -111,6 +111,10 @@ CORRUPTIONS = {
     "unknown format version": (lambda f: edit_manifest(f, lambda m: m.update(format_version=99),
                                                        rehash=True),
                                checkpoint.FormatVersionError, "has format version 99"),
+    # Version 1 kept the manifest's checksum inside it: told its version, not called damaged.
+    "format version 1": (lambda f: (edit_manifest(f, lambda m: m.update(format_version=1)),
+                                    (f / "manifest.sha256").unlink()),
+                         checkpoint.FormatVersionError, "has format version 1"),
 }
 
 

@@ -61,6 +61,12 @@ def run_python(code, cwd, timeout=120, stdin=None):
                           text=True, timeout=timeout)
 
 
+def written_pids(folder):
+    """The pids the ranks have finished writing into `folder` (a file may still be empty)."""
+    texts = [path.read_text().strip() for path in folder.iterdir()]
+    return [int(text) for text in texts if text]
+
+
 def alive(pid):
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -80,9 +86,9 @@ def test_ranks_exit_within_seconds_when_their_caller_is_killed(tmp_path):
     caller = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=environment)
     try:
         deadline = time.monotonic() + 120
-        while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
+        while len(written_pids(tmp_path)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        ranks = [int(p.read_text()) for p in tmp_path.iterdir()]
+        ranks = written_pids(tmp_path)
         assert len(ranks) == 2, "the ranks did not start"
         helpers = [c.pid for c in psutil.Process(caller.pid).children(recursive=True)]
         caller.send_signal(signal.SIGKILL)  # as when a notebook kernel is killed
@@ -94,7 +100,7 @@ def test_ranks_exit_within_seconds_when_their_caller_is_killed(tmp_path):
         assert not survivors, f"processes outlived their killed caller by 10 s: {survivors}"
     finally:
         caller.kill()
-        for pid in [int(p.read_text()) for p in tmp_path.iterdir()]:
+        for pid in written_pids(tmp_path):
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 

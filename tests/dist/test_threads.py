@@ -56,3 +56,17 @@ def test_lesson_81_tensor_parallel_against_one_rank(caller_threads):
     split = launch.spawn(tensor_parallel_loss, config, world_size=2)
     assert split[0] == split[1]  # both ranks sum the same partial outputs in the same ring order
     assert abs(split[0] - in_one_rank(single_rank_loss, config)) < 1e-5
+
+
+def test_a_reference_has_the_same_bits_whatever_the_caller_threads():
+    # What the comparisons above rely on: the reference does not move with the caller's threads
+    # (trained in the caller instead, it moves by 4.5e-8 between 1 and 2 threads here).
+    saved, references = torch.get_num_threads(), []
+    try:
+        for threads in (1, 8):
+            torch.set_num_threads(threads)
+            references.append(in_one_rank(adam_reference, ZeroRun(model="gpt", steps=3)))
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(references[0]["params"], references[1]["params"])
+    assert references[0]["losses"] == references[1]["losses"]
