@@ -70,13 +70,27 @@ def crash_while_writing(rank: int, world_size: int, root: str, step: int, value:
 
 
 def save_repeatedly(rank: int, world_size: int, root: str, value: float, times: int,
-                    numel: int, start_at: float) -> int:
-    """From wall-clock time `start_at` on, save checkpoint step 1 (shards full of `value`) `times`
-    times. Collective. Two runs given the same `start_at` save into one folder at once."""
-    time.sleep(max(0.0, start_at - time.time()))
+                    numel: int, ready_dir: str, runs: int = 2) -> list[tuple[float, float]]:
+    """Save checkpoint step 1 (shards full of `value`) `times` times, once `runs` runs are ready.
+
+    Collective. Each run's rank 0 announces itself with a file in `ready_dir` and waits (at most
+    120 s) for the other runs' files, so that all runs start saving together. Returns the
+    wall-clock (start, end) of each save call, for the caller to check that the runs overlapped.
+    """
+    if rank == 0:
+        (Path(ready_dir) / f"ready-{value}").write_text("")
+        deadline = time.monotonic() + 120
+        while len(list(Path(ready_dir).iterdir())) < runs:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the other runs never became ready in {ready_dir}")
+            time.sleep(0.01)
+    dist.barrier()
+    spans = []
     for _ in range(times):
+        started = time.time()
         save_small(rank, world_size, root, 1, value, numel=numel)
-    return times
+        spans.append((started, time.time()))
+    return spans
 
 
 def load_and_report(rank: int, world_size: int, folders: list[str]) -> dict:

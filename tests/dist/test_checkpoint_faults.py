@@ -2,12 +2,12 @@
 in one folder, one damaged shard on 4 ranks, durability of each rank's renames, unshared folders."""
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -100,25 +100,31 @@ def test_the_next_save_of_that_step_keeps_the_copy_until_it_replaces_it(tmp_path
 def test_two_runs_saving_the_same_step_into_one_folder_leave_one_whole_checkpoint(tmp_path):
     """Two real launches (2 ranks each) save step 1 into one folder, 20 times each, at once."""
     code = textwrap.dedent("""
-        import sys
+        import json, sys
         from lesson_code import checkpoint_faults, launch
         if __name__ == "__main__":
-            launch.spawn(checkpoint_faults.save_repeatedly, sys.argv[1], float(sys.argv[2]), 20,
-                         1 << 18, float(sys.argv[3]), world_size=2, timeout_s=200)
+            spans = launch.spawn(checkpoint_faults.save_repeatedly, sys.argv[1], float(sys.argv[2]),
+                                 20, 1 << 18, sys.argv[3], world_size=2, timeout_s=200)[0]
+            print(json.dumps(spans))
     """)
-    start_at = str(time.time() + 15)  # both runs start saving at this moment, after start-up
-    runs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), value, start_at],
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    root = tmp_path / "checkpoints"
+    runs = [subprocess.Popen([sys.executable, "-c", code, str(root), value, str(ready)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
             for value in ("1", "2")]
     outputs = [run.communicate(timeout=300)[0] for run in runs]
     assert [run.returncode for run in runs] == [0, 0], outputs
-    folder = step_folder(tmp_path, 1)
+    spans = [json.loads(output.strip().splitlines()[-1]) for output in outputs]
+    # The runs did save at once: each one's first save began before the other's last one ended.
+    assert spans[0][0][0] < spans[1][-1][1] and spans[1][0][0] < spans[0][-1][1], spans
+    folder = step_folder(root, 1)
     loaded = [load_sharded(folder, rank=rank, world_size=2) for rank in range(2)]
     value = loaded[0][2]["extra"]["value"]
     assert value in (1.0, 2.0)
     assert all(torch.all(shard["value"] == value) for shard, _, _ in loaded), "a mix of two runs"
-    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["step-00000001"]
+    assert [p.name for p in root.iterdir() if p.is_dir()] == ["step-00000001"]
 
 
 def test_a_corrupted_shard_makes_all_4_ranks_raise_the_same_error_at_once(two_steps, tmp_path):
