@@ -10,7 +10,7 @@ Both start from `broadcast_parameters` and honour `no_sync()` for gradient accum
     loss = model(x, y)[1]; loss.backward()              # gradients arrive averaged
     optimizer.step()
 
-Run the lesson's checks: `python -m lesson_code.ddp_checks` (4 ranks) or under torchrun.
+Run the lesson's checks: `python -m lesson_code.ddp_lab` (4 ranks) or under torchrun.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from lesson_code.comm import Communicator, PendingReduce
-from lesson_code.ledger import CommLedger
+from lesson_code.collectives.comm import Communicator, PendingReduce
+from lesson_code.collectives.ledger import CommLedger
 
 
 def broadcast_parameters(module: nn.Module, src: int = 0, comm: Communicator | None = None) -> None:

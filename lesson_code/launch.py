@@ -7,7 +7,7 @@ From Python or a notebook, run a package function on 4 fresh ranks and collect w
 
 From a shell, the same worker functions run under torchrun, each process being one rank:
 
-    torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives
+    torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives_lab
 
 `spawn` never hangs and never leaves a rank behind: a rank that raises ends the run within
 seconds with its traceback, a rank that hangs ends it at `timeout_s`, and every rank process is
@@ -164,7 +164,7 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
     if not under_torchrun():
         raise ValueError(
             "RANK and WORLD_SIZE are not set: start this under torchrun, e.g. "
-            "`torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives`, "
+            "`torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives_lab`, "
             "or use launch.spawn from Python"
         )
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

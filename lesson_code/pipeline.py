@@ -12,7 +12,7 @@ hang on gloo). Two schedules order the work on each stage:
 Each stage records timed events (stage, micro-batch, "F" or "B", start, end), from which the
 lesson measures the bubble: the fraction of time a stage sits idle, (P - 1) / (m + P - 1) in theory.
 
-    python -m lesson_code.pipeline_checks      # 4 stages, both schedules, checked against torch
+    python -m lesson_code.pipeline_lab      # 4 stages, both schedules, checked against torch
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from lesson_code.devices import clock, current_device
-from lesson_code.p2p import DEFAULT_WAIT_S
+from lesson_code.collectives.p2p import DEFAULT_WAIT_S
 
 SCHEDULES = ("gpipe", "1f1b")
 # An activation travels after a header of HEADER_LENGTH int64s: its dtype's index in

@@ -7,8 +7,8 @@ rank in the last bits, by an amount that depends on the reader's machine. `in_on
 a reference in a fresh one-rank process instead: one thread, the ranks' environment, and the same
 device the ranks use (a GPU under NCCL), whatever the caller's thread count.
 
-    from lesson_code import reference, zero_checks
-    single = reference.in_one_rank(zero_checks.train_single_process, ZeroRun())
+    from lesson_code import reference, zero_lab
+    single = reference.in_one_rank(zero_lab.train_single_process, ZeroRun())
 """
 
 from __future__ import annotations

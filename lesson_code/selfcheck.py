@@ -21,16 +21,16 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from lesson_code import collective_checks, ddp_checks, launch, pipeline_checks, zero_checks
+from lesson_code import collectives_lab, ddp_lab, launch, pipeline_lab, zero_lab
 from lesson_code.capstone import CapstoneConfig, run_rank
-from lesson_code.checkpoint_checks import round_trip
+from lesson_code.checkpoint_lab import round_trip
 from lesson_code.cli_args import positive_int
 from lesson_code.devices import current_device
 
 
 def collectives_within_bound(rank: int, world_size: int) -> dict:
     """Lesson 76: every ring primitive against torch.distributed's, float32 and int64 tensors."""
-    results = [collective_checks.compare_with_builtin(rank, world_size, 1001, dtype)
+    results = [collectives_lab.compare_with_builtin(rank, world_size, 1001, dtype)
                for dtype in ("float32", "int64")]
     worst = max(op["max_abs_diff"] for result in results for op in result.values())
     return {"ok": all(op["within"] for result in results for op in result.values()),
@@ -39,7 +39,7 @@ def collectives_within_bound(rank: int, world_size: int) -> dict:
 
 def ddp_matches_one_process(rank: int, world_size: int) -> dict:
     """Lesson 77: bucketed DDP (SGD, MLP, 5 steps) against one process on the whole batch."""
-    row = ddp_checks.compare_all_on_rank(rank, world_size, [ddp_checks.DDPRun(steps=5)])[0]
+    row = ddp_lab.compare_all_on_rank(rank, world_size, [ddp_lab.DDPRun(steps=5)])[0]
     return {"ok": row["ranks_identical"] and row["max_param_diff"] < 1e-6,
             "detail": f"ranks identical {row['ranks_identical']}, "
                       f"max |param - one process| {row['max_param_diff']:.1e} (< 1e-6)"}
@@ -47,9 +47,9 @@ def ddp_matches_one_process(rank: int, world_size: int) -> dict:
 
 def zero_matches_adam(rank: int, world_size: int) -> dict:
     """Lesson 78: ZeRO-1 (MLP, 5 steps) against torch.optim.Adam on one process."""
-    run = zero_checks.ZeroRun(steps=5)
-    result = zero_checks.train_on_rank(rank, world_size, run)
-    reference = zero_checks.train_single_process(run)
+    run = zero_lab.ZeroRun(steps=5)
+    result = zero_lab.train_on_rank(rank, world_size, run)
+    reference = zero_lab.train_single_process(run)
     diff = (result["params"] - reference["params"]).abs().max().item()
     identical = _all_ranks(result["digests"][-1])
     return {"ok": identical and diff < 1e-5,
@@ -58,9 +58,9 @@ def zero_matches_adam(rank: int, world_size: int) -> dict:
 
 def pipeline_matches_unsplit(rank: int, world_size: int) -> dict:
     """Lesson 79: one 1F1B step (4 micro-batches) against the unsplit model's gradients."""
-    run = pipeline_checks.PipeRun()
-    stage = pipeline_checks.pipeline_step(rank, world_size, run)
-    reference = pipeline_checks.reference_step(run)["grads"]
+    run = pipeline_lab.PipeRun()
+    stage = pipeline_lab.pipeline_step(rank, world_size, run)
+    reference = pipeline_lab.reference_step(run)["grads"]
     local = max((grad - reference[name]).abs().max().item() for name, grad in stage["grads"].items())
     worst = torch.tensor([local], device=current_device())
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
@@ -72,7 +72,7 @@ def checkpoint_round_trip(rank: int, world_size: int) -> dict:
     """Lesson 80: save a ZeRO run's shards, load them into fresh objects, compare every byte."""
     with tempfile.TemporaryDirectory(prefix="selfcheck-") as root:
         folder = _same_on_all_ranks(root)
-        equal = round_trip(rank, world_size, zero_checks.ZeroRun(steps=3), folder)
+        equal = round_trip(rank, world_size, zero_lab.ZeroRun(steps=3), folder)
         dist.barrier()  # nobody deletes the folder while another rank still reads it
     ok = _all_ranks(all(equal.values()))
     return {"ok": ok, "detail": f"parameters, master, moments, RNG and step restored bit for bit: {ok}"}

@@ -11,7 +11,7 @@ all-reduces the whole gradient and slices, which costs half as much traffic agai
 
 The flat parameter buffer is padded with zeros to a multiple of N so that every shard has the same
 length (`padding` says how many); lesson 80 strips the padding when it saves a checkpoint.
-Run the lesson's demo: `python -m lesson_code.zero_checks` (4 ranks) or under torchrun.
+Run the lesson's demo: `python -m lesson_code.zero_lab` (4 ranks) or under torchrun.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import math
 import torch
 from torch import nn
 
-from lesson_code.comm import Communicator
-from lesson_code.ledger import CommLedger
+from lesson_code.collectives.comm import Communicator
+from lesson_code.collectives.ledger import CommLedger
 
 
 def flatten_params(module: nn.Module) -> torch.Tensor:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lesson_code import collective_checks, cost_model, launch
+from lesson_code import collectives_lab, launch
+from lesson_code.collectives import cost_model
 
 SIZES = [2 ** k for k in range(10, 27, 2)]  # 1 KiB, 4 KiB, ..., 64 MiB
 QUICK_SIZES = [2 ** 10, 2 ** 16, 2 ** 20]
@@ -48,7 +49,7 @@ def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
     """Measure on `world_size` ranks, print the comparison and write collectives.csv."""
     sizes = QUICK_SIZES if quick else SIZES
     trials = 3 if quick else 7
-    rows = launch.spawn(collective_checks.time_primitives, sizes, trials, 0.05 if quick else 0.2,
+    rows = launch.spawn(collectives_lab.time_primitives, sizes, trials, 0.05 if quick else 0.2,
                         world_size=world_size, timeout_s=3600)[0]
     table = comparison_table(rows, world_size)
     path = Path(out_dir) / "collectives.csv"

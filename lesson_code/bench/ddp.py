@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from lesson_code import launch
-from lesson_code.ddp_checks import DDPRun, time_steps
+from lesson_code.ddp_lab import DDPRun, time_steps
 from lesson_code.models import GPTConfig, build_model, count_parameters
 
 BENCH_GPT = GPTConfig(n_embd=256, n_layer=6, n_head=8, context=64)

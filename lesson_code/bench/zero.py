@@ -18,7 +18,7 @@ import pandas as pd
 from lesson_code import launch
 from lesson_code.bench.ddp import BENCH_GPT
 from lesson_code.models import GPTConfig
-from lesson_code.zero_checks import ZeroRun, time_steps
+from lesson_code.zero_lab import ZeroRun, time_steps
 
 VARIANTS = ["ddp", "zero", "naive_zero", "torch_zero"]
 

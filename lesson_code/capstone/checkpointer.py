@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 
 from lesson_code.checkpoint import CheckpointError
-from lesson_code.checkpoint_tools import latest_checkpoint, prune_checkpoints, recover_checkpoints
-from lesson_code.zero_checkpoint import FLAT_KEYS, load_zero, save_zero
+from lesson_code.checkpoint.tools import latest_checkpoint, prune_checkpoints, recover_checkpoints
+from lesson_code.checkpoint.zero import FLAT_KEYS, load_zero, save_zero
 
 
 class Checkpointer:

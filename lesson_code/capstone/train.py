@@ -21,13 +21,13 @@ from lesson_code.capstone.checkpointer import Checkpointer
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.corpus import batch_for_step, make_corpus
 from lesson_code.capstone.guard import DivergenceGuard
-from lesson_code.comm import Communicator
+from lesson_code.collectives.comm import Communicator
 from lesson_code.devices import clock, current_device
 from lesson_code.ddp import broadcast_parameters
-from lesson_code.ledger import CommLedger
+from lesson_code.collectives.ledger import CommLedger
 from lesson_code.models import MiniGPT
 from lesson_code.zero import ZeroOptimizer
-from lesson_code.zero_checkpoint import FLAT_KEYS, load_zero
+from lesson_code.checkpoint.zero import FLAT_KEYS, load_zero
 
 
 def build(config: CapstoneConfig, rank: int, world_size: int, seed_offset: int = 0):

@@ -2,7 +2,7 @@
 
 The ring figure is drawn from `collectives.ring_chunk_indices`, the same function the ring uses,
 so the picture cannot drift from the code. The other figures take rows measured by
-`collective_checks.time_primitives` or ledger totals from `collective_checks.measure_ledgers`.
+`collectives_lab.time_primitives` or ledger totals from `collectives_lab.measure_ledgers`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from lesson_code import cost_model
+from lesson_code.collectives import cost_model
 from lesson_code.collectives import ring_chunk_indices
 from lesson_code.plots import check_language, use_course_style
 

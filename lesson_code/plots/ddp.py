@@ -1,7 +1,7 @@
 """Figures of lesson 77: the overlap timeline of a bucketed step, and time per phase per wrapper.
 
-Both are drawn from measurements: `ddp_checks.overlap_timeline` (events of one real step on every
-rank) and `ddp_checks.time_steps` (median seconds per phase).
+Both are drawn from measurements: `ddp_lab.overlap_timeline` (events of one real step on every
+rank) and `ddp_lab.time_steps` (median seconds per phase).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
 def phase_breakdown_figure(phases: dict[str, dict[str, float]], lang: str = "en") -> Figure:
     """Stacked bar per wrapper: forward, backward, wait (exposed communication), optimizer.
 
-    `phases[name]` maps phase names to seconds (as returned by ddp_checks.time_steps); for torch
+    `phases[name]` maps phase names to seconds (as returned by ddp_lab.time_steps); for torch
     DDP the wait is not separable and is part of backward.
     """
     labels = LABELS[check_language(lang)]

@@ -1,6 +1,6 @@
 """Figures of lesson 79: Gantt charts of measured pipeline steps, and the bubble against m.
 
-Drawn from events measured on real ranks by `pipeline_checks.timed_steps`:
+Drawn from events measured on real ranks by `pipeline_lab.timed_steps`:
 (stage, micro-batch, "F" or "B", start, end), in seconds from the step's start.
 """
 

@@ -1,7 +1,7 @@
 """Figures of lesson 78: memory per rank of DDP and ZeRO stages against N, and measured vs formula.
 
 The first two are drawn from `lesson_code.memory` (arithmetic); the third from bytes measured on
-real ranks by `zero_checks.memory_profile`.
+real ranks by `zero_lab.memory_profile`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from lesson_code import launch
-from lesson_code.ddp_checks import attention_key_bias_mask
+from lesson_code.ddp_lab import attention_key_bias_mask
 from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank
 from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
 from lesson_code.reference import in_one_rank

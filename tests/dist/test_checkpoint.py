@@ -7,13 +7,13 @@ import shutil
 import pytest
 import torch
 
-from lesson_code import checkpoint, checkpoint_checks, launch
+from lesson_code import checkpoint, checkpoint_lab, launch
 from lesson_code.checkpoint import load_sharded, step_folder
-from lesson_code.checkpoint_tools import (CheckpointPolicy, latest_checkpoint, list_checkpoints,
+from lesson_code.checkpoint.tools import (CheckpointPolicy, latest_checkpoint, list_checkpoints,
                                           prune_checkpoints, reshard)
 from lesson_code.models import build_model
-from lesson_code.zero_checkpoint import consolidate
-from lesson_code.zero_checks import ZeroRun, _loss, train_single_process
+from lesson_code.checkpoint.zero import consolidate
+from lesson_code.zero_lab import ZeroRun, _loss, train_single_process
 
 RUN = ZeroRun(steps=20)
 
@@ -22,7 +22,7 @@ RUN = ZeroRun(steps=20)
 def saved(tmp_path_factory):
     """A 20-step run on 4 ranks that saved after steps 10 and 15."""
     root = tmp_path_factory.mktemp("ckpt")
-    results = launch.spawn(checkpoint_checks.train_with_checkpoints, RUN, str(root), [10, 15],
+    results = launch.spawn(checkpoint_lab.train_with_checkpoints, RUN, str(root), [10, 15],
                            world_size=4)
     return root, results
 
@@ -42,7 +42,7 @@ def test_manifest_records_layout_hashes_and_versions(saved):
 
 def test_resuming_at_step_10_reproduces_the_run_that_never_stopped(saved):
     root, straight = saved
-    resumed = launch.spawn(checkpoint_checks.resume_training, RUN, str(step_folder(root, 10)),
+    resumed = launch.spawn(checkpoint_lab.resume_training, RUN, str(step_folder(root, 10)),
                            world_size=4)
     for a, b in zip(straight, resumed):
         assert torch.equal(a["params"], b["params"])
@@ -50,13 +50,13 @@ def test_resuming_at_step_10_reproduces_the_run_that_never_stopped(saved):
 
 
 def test_save_then_load_is_bit_for_bit(tmp_path):
-    checks = launch.spawn(checkpoint_checks.round_trip, ZeroRun(steps=3), str(tmp_path), world_size=3)
+    checks = launch.spawn(checkpoint_lab.round_trip, ZeroRun(steps=3), str(tmp_path), world_size=3)
     assert all(all(rank.values()) for rank in checks), checks
 
 
 def test_a_rank_killed_during_a_save_leaves_the_previous_checkpoint(tmp_path):
     with pytest.raises(launch.RankCrashedError) as caught:
-        launch.spawn(checkpoint_checks.crash_during_save, ZeroRun(), str(tmp_path), 1, world_size=4)
+        launch.spawn(checkpoint_lab.crash_during_save, ZeroRun(), str(tmp_path), 1, world_size=4)
     assert caught.value.rank == 1 and "SIGKILL" in str(caught.value)
     folder, skipped = latest_checkpoint(tmp_path)
     assert folder == step_folder(tmp_path, 2)
@@ -140,7 +140,7 @@ def test_reshard_4_to_2_ranks_and_train_on(saved, tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     layouts = [f["layout"] for f in manifest["files"] if f["rank"] is not None]
     assert [(l["start"], l["length"], l["padding"]) for l in layouts] == [(0, 3461, 0), (3461, 3461, 0)]
-    resumed = launch.spawn(checkpoint_checks.resume_training, RUN, str(folder), world_size=2)
+    resumed = launch.spawn(checkpoint_lab.resume_training, RUN, str(folder), world_size=2)
     assert all(torch.equal(r["params"], resumed[0]["params"]) for r in resumed)
     # Another world size sums gradients in another order: float32 tolerance, as in lesson 78.
     assert (resumed[0]["params"] - straight[0]["params"]).abs().max() < 1e-5

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lesson_code import checkpoint, checkpoint_faults, checkpoint_tools, launch
+from lesson_code import checkpoint, launch
+from lesson_code.checkpoint import faults as checkpoint_faults
+from lesson_code.checkpoint import tools as checkpoint_tools
 from lesson_code.checkpoint import load_sharded, shard_name, step_folder
 
 SHARED_FOLDER = "every rank must see the same folder: use a shared filesystem"
@@ -101,7 +103,8 @@ def test_two_runs_saving_the_same_step_into_one_folder_leave_one_whole_checkpoin
     """Two real launches (2 ranks each) save step 1 into one folder, 20 times each, at once."""
     code = textwrap.dedent("""
         import json, sys
-        from lesson_code import checkpoint_faults, launch
+        from lesson_code import launch
+        from lesson_code.checkpoint import faults as checkpoint_faults
         if __name__ == "__main__":
             spans = launch.spawn(checkpoint_faults.save_repeatedly, sys.argv[1], float(sys.argv[2]),
                                  20, 1 << 18, sys.argv[3], world_size=2, timeout_s=200)[0]

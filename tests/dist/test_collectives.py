@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from lesson_code import collective_checks, collectives, launch
-from lesson_code.ledger import CommLedger
+from lesson_code import collectives_lab, collectives, launch
+from lesson_code.collectives.ledger import CommLedger
 
 
 def lengths_for(world_size):
@@ -16,9 +16,9 @@ def lengths_for(world_size):
 
 
 def check_every_length(rank, world_size):
-    return {(length, dtype): collective_checks.compare_with_builtin(rank, world_size, length,
+    return {(length, dtype): collectives_lab.compare_with_builtin(rank, world_size, length,
                                                                     dtype, seed=length)
-            for length in lengths_for(world_size) for dtype in collective_checks.DTYPES}
+            for length in lengths_for(world_size) for dtype in collectives_lab.DTYPES}
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
@@ -36,7 +36,7 @@ def test_primitives_equal_the_builtins(world_size):
 
 
 def ledgers_for(rank, world_size, numel, dtype):
-    return collective_checks.measure_ledgers(rank, world_size, numel, dtype)
+    return collectives_lab.measure_ledgers(rank, world_size, numel, dtype)
 
 
 @pytest.mark.parametrize("world_size", [2, 4, 5])
@@ -64,7 +64,7 @@ def test_ledger_counts_match_the_formulas_when_n_divides(world_size):
 @pytest.mark.parametrize("numel, dtype", [(1001, "float32"), (3, "bfloat16"), (7, "int64")])
 def test_ledger_totals_hold_for_uneven_chunks(numel, dtype):
     world_size = 4
-    element = torch.empty(0, dtype=collective_checks.DTYPES[dtype]).element_size()
+    element = torch.empty(0, dtype=collectives_lab.DTYPES[dtype]).element_size()
     nbytes = numel * element
     ledgers = launch.spawn(ledgers_for, numel, dtype, world_size=world_size)
     # Each rank sends every chunk but one in each phase, so the sum over ranks is exact.

@@ -20,11 +20,11 @@ import pytest
 import torch
 from torch import nn
 
-from lesson_code import ddp_checks, launch
-from lesson_code.comm import Communicator
+from lesson_code import ddp_lab, launch
+from lesson_code.collectives.comm import Communicator
 from lesson_code.ddp import BucketedDDP, NaiveDDP, _make_buckets, broadcast_parameters
-from lesson_code.ddp_checks import DDPRun, make_batch, train_ranks, train_single_process
-from lesson_code.ledger import CommLedger
+from lesson_code.ddp_lab import DDPRun, make_batch, train_ranks, train_single_process
+from lesson_code.collectives.ledger import CommLedger
 from lesson_code.models import MLP, build_model, count_parameters
 from lesson_code.reference import in_one_rank
 from tolerances import FLOAT32_RELATIVE, relative_distance
@@ -39,10 +39,10 @@ def assert_matches(result, reference, run):
     if run.optimizer == "sgd":
         assert diff.max() < 1e-6, diff.max()
         return
-    keys = ddp_checks.attention_key_bias_mask(build_model(run.model, run.seed, run.gpt))
+    keys = ddp_lab.attention_key_bias_mask(build_model(run.model, run.seed, run.gpt))
     assert diff[~keys].max() < 1e-4, diff[~keys].max()
     start = build_model(run.model, run.seed, run.gpt)
-    distance = relative_distance(result["params"], reference["params"], ddp_checks.flat_parameters(start))
+    distance = relative_distance(result["params"], reference["params"], ddp_lab.flat_parameters(start))
     assert distance < FLOAT32_RELATIVE, distance
 
 
@@ -73,18 +73,18 @@ def test_wrappers_equal_one_process_and_torch_ddp(model, optimizer, references):
 
 
 def test_key_bias_gradient_is_rounding_noise():
-    gradients = ddp_checks.key_bias_gradients()
+    gradients = ddp_lab.key_bias_gradients()
     assert gradients["key bias"] < 1e-6
     assert gradients["query bias"] > 1e-4 and gradients["value bias"] > 1e-4  # these do learn
 
 
 def test_broadcast_demo_and_ledger_per_step():
-    norms = launch.spawn(ddp_checks.broadcast_demo, world_size=3)
+    norms = launch.spawn(ddp_lab.broadcast_demo, world_size=3)
     assert len({row["norm before"] for row in norms}) == 3
     assert {row["norm after"] for row in norms} == {norms[0]["norm before"]}
     run = DDPRun(model="gpt", bucket_cap_mb=0.05)
-    naive = launch.spawn(ddp_checks.ledger_per_step, replace(run, wrapper="naive"), world_size=4)
-    bucketed = launch.spawn(ddp_checks.ledger_per_step, run, world_size=4)
+    naive = launch.spawn(ddp_lab.ledger_per_step, replace(run, wrapper="naive"), world_size=4)
+    bucketed = launch.spawn(ddp_lab.ledger_per_step, run, world_size=4)
     parameters = len(list(build_model("gpt", 0).parameters()))
     assert naive[0]["all-reduce calls"] == parameters
     assert bucketed[0]["all-reduce calls"] < parameters
@@ -155,7 +155,7 @@ def test_a_parameter_without_gradient_is_reported_by_name():
 
 
 def test_the_sync_decision_is_taken_at_forward_time():
-    outcomes = launch.spawn(ddp_checks.no_sync_timing_demo, world_size=2)[0]
+    outcomes = launch.spawn(ddp_lab.no_sync_timing_demo, world_size=2)[0]
     # Forward inside no_sync: the backward after it does not synchronise (ranks now disagree).
     assert outcomes["forward inside no_sync"] is False
     # Forward outside: the backward synchronises even though the flag is set by then.
@@ -195,5 +195,5 @@ def test_the_bounds_catch_a_gradient_applied_one_element_off(optimizer, referenc
     assert all(torch.equal(r["params"], wrong[0]["params"]) for r in wrong)  # ranks still agree
     with pytest.raises(AssertionError):
         assert_matches(wrong[0], references(run), run)
-    start = ddp_checks.flat_parameters(build_model("gpt", 0))
+    start = ddp_lab.flat_parameters(build_model("gpt", 0))
     assert relative_distance(wrong[0]["params"], references(run)["params"], start) > 0.5

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from lesson_code import launch
-from lesson_code.comm import KINDS, Communicator
+from lesson_code.collectives.comm import KINDS, Communicator
 from lesson_code.ddp import BucketedDDP, NaiveDDP
 
 WRAPPERS = {"naive": NaiveDDP, "bucketed": lambda m: BucketedDDP(m, bucket_cap_mb=1e-6)}

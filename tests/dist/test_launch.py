@@ -149,7 +149,7 @@ def test_a_lesson_module_runs_unchanged_under_torchrun():
     torchrun = Path(sys.executable).with_name("torchrun")
     environment = dict(os.environ, TORCH_CPP_LOG_LEVEL="ERROR", OMP_NUM_THREADS="1")
     completed = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "lesson_code.collectives",
+        [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "lesson_code.collectives_lab",
          "--length", "37"],
         cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300,
     )

@@ -8,11 +8,11 @@ process sums the whole batch at once: the same terms in another order, float32 r
 import pytest
 import torch
 
-from lesson_code import launch, pipeline_checks
+from lesson_code import launch, pipeline_lab
 from lesson_code.models import MLP, as_layers, build_model
 from lesson_code.pipeline import (PipelineStage, bubble_fraction, partition_layers,
                                   split_micro_batches, theoretical_bubble)
-from lesson_code.pipeline_checks import PipeRun, reference_step
+from lesson_code.pipeline_lab import PipeRun, reference_step
 from lesson_code.reference import in_one_rank
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -23,10 +23,10 @@ MICRO_BATCHES = (1, 2, 4, 8)
 def test_both_schedules_match_the_unsplit_model(model, stages):
     runs = [PipeRun(model=model, schedule=s, micro_batches=m)
             for s in ("gpipe", "1f1b") for m in MICRO_BATCHES]
-    per_rank = launch.spawn(pipeline_checks.pipeline_steps, runs, world_size=stages)
+    per_rank = launch.spawn(pipeline_lab.pipeline_steps, runs, world_size=stages)
     for index, run in enumerate(runs):
         results = [rank_results[index] for rank_results in per_rank]
-        check = pipeline_checks.compare_with_reference(results, in_one_rank(reference_step, run))
+        check = pipeline_lab.compare_with_reference(results, in_one_rank(reference_step, run))
         assert check["all_layers_once"], run
         assert check["max_grad_diff"] < 1e-6, (run, check)
         assert check["loss_diff"] < 1e-6, (run, check)
@@ -48,8 +48,8 @@ def test_both_schedules_match_the_unsplit_model(model, stages):
 @pytest.mark.parametrize("stages", [2, 4])
 def test_same_gradients_as_torch_distributed_pipelining(schedule, stages):
     run = PipeRun(schedule=schedule, micro_batches=4)
-    ours = launch.spawn(pipeline_checks.pipeline_step, run, world_size=stages)
-    theirs = launch.spawn(pipeline_checks.torch_pipelining_step, run, world_size=stages)
+    ours = launch.spawn(pipeline_lab.pipeline_step, run, world_size=stages)
+    theirs = launch.spawn(pipeline_lab.torch_pipelining_step, run, world_size=stages)
     for a, b in zip(ours, theirs):
         assert a["grads"].keys() == b["grads"].keys()
         for name in a["grads"]:
@@ -59,7 +59,7 @@ def test_same_gradients_as_torch_distributed_pipelining(schedule, stages):
 
 def test_two_dimensional_data_and_pipeline_parallelism():
     run = PipeRun(schedule="1f1b", micro_batches=2)
-    results = launch.spawn(pipeline_checks.data_and_pipeline_step, run, 2, world_size=4)
+    results = launch.spawn(pipeline_lab.data_and_pipeline_step, run, 2, world_size=4)
     reference = in_one_rank(reference_step, run)
     assert [(r["replica"], r["stage"]) for r in results] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for r in results:
@@ -116,7 +116,7 @@ def steps_of_two_batch_sizes(rank, world_size, dtype_name, misalign_targets=Fals
     """
     from lesson_code import data
     from lesson_code.models import loss_function
-    from lesson_code.pipeline_checks import stage_module
+    from lesson_code.pipeline_lab import stage_module
 
     dtype = getattr(torch, dtype_name)
     module = stage_module(PipeRun(), rank, world_size)[0].to(dtype)

@@ -16,11 +16,11 @@ import torch
 from lesson_code import launch
 from lesson_code.capstone import CapstoneConfig
 from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
-from lesson_code.ddp_checks import DDPRun, train_ranks
-from lesson_code.ddp_checks import train_single_process as ddp_reference
+from lesson_code.ddp_lab import DDPRun, train_ranks
+from lesson_code.ddp_lab import train_single_process as ddp_reference
 from lesson_code.reference import in_one_rank
-from lesson_code.zero_checks import ZeroRun, train_on_rank
-from lesson_code.zero_checks import train_single_process as adam_reference
+from lesson_code.zero_lab import ZeroRun, train_on_rank
+from lesson_code.zero_lab import train_single_process as adam_reference
 
 
 @pytest.fixture(params=[1, 2, 8], ids=lambda n: f"caller-threads-{n}")

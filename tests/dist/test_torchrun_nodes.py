@@ -145,8 +145,8 @@ def test_the_capstone_on_two_nodes_prints_the_losses_of_the_spawned_run(tmp_path
 
 
 def test_a_lesson_that_joins_the_group_twice_runs_on_two_nodes(tmp_path):
-    # zero_checks calls launch.run three times in one process: the group is joined once.
-    results = run_two_nodes(["lesson_code.zero_checks", "--steps", "2"], tmp_path / "logs")
+    # zero_lab calls launch.run three times in one process: the group is joined once.
+    results = run_two_nodes(["lesson_code.zero_lab", "--steps", "2"], tmp_path / "logs")
     found = reports(results, "lesson 78")
     assert len(found) == 1
     assert "on 4 ranks" in found[0]
@@ -154,7 +154,7 @@ def test_a_lesson_that_joins_the_group_twice_runs_on_two_nodes(tmp_path):
 
 
 def test_collectives_on_two_nodes(tmp_path):
-    results = run_two_nodes(["lesson_code.collectives", "--length", "37"], tmp_path / "logs")
+    results = run_two_nodes(["lesson_code.collectives_lab", "--length", "37"], tmp_path / "logs")
     found = reports(results, "lesson 76")
     assert len(found) == 1
     assert "4 ranks" in found[0] and "all results equal the built-ins" in found[0]

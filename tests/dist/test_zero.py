@@ -20,13 +20,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lesson_code import launch, zero_checks
-from lesson_code.ddp_checks import attention_key_bias_mask
+from lesson_code import launch, zero_lab
+from lesson_code.ddp_lab import attention_key_bias_mask
 from lesson_code.models import build_model, count_parameters
 from lesson_code.reference import in_one_rank
 from tolerances import BFLOAT16_RELATIVE, FLOAT32_RELATIVE, relative_distance
 from wrong_variants import train_wrong_zero
-from lesson_code.zero_checks import ZeroRun, train_on_rank, train_single_process
+from lesson_code.zero_lab import ZeroRun, train_on_rank, train_single_process
 
 MLP_PARAMETERS = 6922  # 2 mod 4, 1 mod 3: the flat buffer needs padding
 
@@ -146,13 +146,13 @@ def test_bfloat16_parameters_with_an_fp32_master():
 
 @pytest.mark.parametrize("optimizer", ["zero", "naive_zero"])
 def test_state_dict_round_trip_resumes_bit_for_bit(optimizer):
-    result = launch.spawn(zero_checks.resume_matches, ZeroRun(optimizer=optimizer), 5,
+    result = launch.spawn(zero_lab.resume_matches, ZeroRun(optimizer=optimizer), 5,
                           world_size=3)
     assert all(r["params_equal"] and r["state_equal"] and r["steps"] == (10, 10) for r in result)
 
 
 def test_loading_another_ranks_shard_is_refused():
-    messages = launch.spawn(zero_checks.load_mismatched_shard, world_size=2)
+    messages = launch.spawn(zero_lab.load_mismatched_shard, world_size=2)
     assert all("does not match this rank" in m and "reshard" in m for m in messages)
 
 
@@ -160,7 +160,7 @@ def test_the_lesson_demo_runs_from_the_command_line():
     import subprocess
     import sys
 
-    completed = subprocess.run([sys.executable, "-m", "lesson_code.zero_checks", "--steps", "3"],
+    completed = subprocess.run([sys.executable, "-m", "lesson_code.zero_lab", "--steps", "3"],
                                capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "parameters identical on all ranks after every step: True" in completed.stdout

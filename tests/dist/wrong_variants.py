@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import torch
 
-from lesson_code import ddp_checks, zero_checks
+from lesson_code import ddp_lab, zero_lab
 from lesson_code.ddp import BucketedDDP
 from lesson_code.zero import ZeroOptimizer
 
@@ -44,12 +44,12 @@ def replaced(module, name: str, variant):
 
 
 def train_wrong_zero(rank, world_size, run):
-    """zero_checks.train_on_rank with OffByOneZero in place of ZeroOptimizer."""
-    with replaced(zero_checks, "ZeroOptimizer", OffByOneZero):
-        return zero_checks.train_on_rank(rank, world_size, run)
+    """zero_lab.train_on_rank with OffByOneZero in place of ZeroOptimizer."""
+    with replaced(zero_lab, "ZeroOptimizer", OffByOneZero):
+        return zero_lab.train_on_rank(rank, world_size, run)
 
 
 def train_wrong_ddp(rank, world_size, run):
-    """ddp_checks.train_ranks with OffByOneBuckets in place of BucketedDDP."""
-    with replaced(ddp_checks, "BucketedDDP", OffByOneBuckets):
-        return ddp_checks.train_ranks(rank, world_size, run)
+    """ddp_lab.train_ranks with OffByOneBuckets in place of BucketedDDP."""
+    with replaced(ddp_lab, "BucketedDDP", OffByOneBuckets):
+        return ddp_lab.train_ranks(rank, world_size, run)

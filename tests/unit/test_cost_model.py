@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from lesson_code import cost_model
+from lesson_code.collectives import cost_model
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8, 64])

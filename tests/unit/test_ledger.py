@@ -2,7 +2,7 @@
 
 import pytest
 
-from lesson_code.ledger import CommLedger, TrafficCounter
+from lesson_code.collectives.ledger import CommLedger, TrafficCounter
 
 
 def test_totals_group_entries_by_operation():

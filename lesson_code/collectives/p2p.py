@@ -4,7 +4,7 @@
 `isend`/`irecv`, waiting on each with a bound (never forever) and counting the bytes in a ledger.
 `ring_step` is one step of a ring: send to the right neighbour, receive from the left.
 
-Used inside ranks started by `lesson_code.launch`; see `lesson_code.collectives` for the algorithms.
+Used inside ranks started by `lesson_code.launch`; see `lesson_code.collectives.ring` for the algorithms.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from lesson_code.ledger import TrafficCounter
+from lesson_code.collectives.ledger import TrafficCounter
 
 DEFAULT_WAIT_S = 120.0
 # A ring step splits a chunk into pieces of at least PIECE_BYTES (at most MAX_PIECES of them).

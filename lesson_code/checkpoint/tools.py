@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from lesson_code.checkpoint import (FORMAT_VERSION, REPLICATED, CheckpointError,
+from lesson_code.checkpoint.shards import (FORMAT_VERSION, REPLICATED, CheckpointError,
                                     ManifestMissingError, locked, publish, read_manifest,
                                     read_verified, recover_step, shard_name, staging_folder,
                                     step_folder, verify_checkpoint, versions, write_file,

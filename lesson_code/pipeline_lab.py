@@ -3,7 +3,7 @@
 The notebook, tests and CLI run these through `launch.spawn` (or torchrun). A `PipeRun` says what
 to run; `reference_step` is the unsplit model on the whole batch in one process.
 
-    python -m lesson_code.pipeline_checks     # 4 stages, GPipe and 1F1B, against the references
+    python -m lesson_code.pipeline_lab     # 4 stages, GPipe and 1F1B, against the references
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
     averages its gradients with the same stage of the other replicas (a ring all-reduce inside
     the stage's data-parallel group). Returns this stage's gradients.
     """
-    from lesson_code.comm import Communicator
+    from lesson_code.collectives.comm import Communicator
 
     pipeline_size = world_size // data_parallel
     grid = torch.arange(world_size).view(data_parallel, pipeline_size)
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     from lesson_code import cli_args, launch
     from lesson_code.reference import in_one_rank
 
-    parser = argparse.ArgumentParser(prog="python -m lesson_code.pipeline_checks",
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.pipeline_lab",
                                      description=main.__doc__)
     parser.add_argument("--world-size", type=cli_args.positive_int, default=4,
                         help="pipeline stages, one per rank")

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lesson_code.checkpoint import (REPLICATED, read_manifest, read_verified, save_sharded,
+from lesson_code.checkpoint.shards import (REPLICATED, read_manifest, read_verified, save_sharded,
                                     load_sharded, shard_name)
 from lesson_code.devices import current_device
 from lesson_code.zero import ZeroOptimizer

@@ -3,7 +3,7 @@
 The notebook, the tests and the benchmark run these through `launch.spawn` (or torchrun). A
 `ZeroRun` (frozen dataclass) says what to train; `train_single_process` is the reference.
 
-    python -m lesson_code.zero_checks     # an MLP, 20 steps on 4 ranks: losses, then memory
+    python -m lesson_code.zero_lab     # an MLP, 20 steps on 4 ranks: losses, then memory
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code import data
-from lesson_code.comm import Communicator
+from lesson_code.collectives.comm import Communicator
 from lesson_code.devices import clock, current_device
 from lesson_code.ddp import BucketedDDP, broadcast_parameters
-from lesson_code.ledger import CommLedger
+from lesson_code.collectives.ledger import CommLedger
 from lesson_code.models import GPTConfig, build_model
 from lesson_code.zero import MasterAdam, NaiveZeroOptimizer, ZeroOptimizer, flatten_params
 
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from lesson_code import cli_args, launch
 
-    parser = argparse.ArgumentParser(prog="python -m lesson_code.zero_checks", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.zero_lab", description=main.__doc__)
     parser.add_argument("--world-size", type=cli_args.positive_int, default=4)
     parser.add_argument("--steps", type=cli_args.positive_int, default=20)
     args = parser.parse_args(argv)

@@ -5,7 +5,7 @@ wake-ups, the network's round trip), beta the time per byte (1 / bandwidth). A c
 sequence of such messages, so its time is (messages on the critical path) * alpha + (bytes on the
 critical path) * beta. Pure arithmetic, no torch:
 
-    python -c "from lesson_code import cost_model as c; print(c.predict('all_reduce', 2**26, 4, 1e-4, 1e-9))"
+    python -c "from lesson_code.collectives import cost_model as c; print(c.predict('all_reduce', 2**26, 4, 1e-4, 1e-9))"
 
 Formulas (N ranks, n bytes in the tensor):
 

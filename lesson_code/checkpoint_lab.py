@@ -1,7 +1,7 @@
 """Rank functions of lesson 80: save and resume ZeRO training, crash a save, compare with DCP.
 
 The notebook and tests run these through `launch.spawn`. Training is lesson 78's ZeRO-1 (a
-`zero_checks.ZeroRun`); checkpoints go under a root folder the caller gives (a temporary one in
+`zero_lab.ZeroRun`); checkpoints go under a root folder the caller gives (a temporary one in
 the notebook: files a lesson writes never land in the repository).
 
     launch.spawn(train_with_checkpoints, ZeroRun(steps=20), "/tmp/ckpt", [10], world_size=4)
@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lesson_code import checkpoint_files
+from lesson_code.checkpoint import files as checkpoint_files
 from lesson_code.devices import clock, current_device
-from lesson_code.zero_checkpoint import FLAT_KEYS, load_zero, save_zero
-from lesson_code.zero_checks import ZeroRun, _loss, _model, build_optimizer, parameter_digest
+from lesson_code.checkpoint.zero import FLAT_KEYS, load_zero, save_zero
+from lesson_code.zero_lab import ZeroRun, _loss, _model, build_optimizer, parameter_digest
 
 
 def _train(run: ZeroRun, model, optimizer, rank: int, world_size: int, first: int, last: int,

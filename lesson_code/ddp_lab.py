@@ -4,7 +4,7 @@ The notebook, the tests and the benchmark run these through `launch.spawn` (or t
 compare with `train_single_process`, the same training on one process and the full batch.
 A `DDPRun` (frozen dataclass) says what to train; vary it with `dataclasses.replace`.
 
-    python -m lesson_code.ddp_checks          # 4 ranks: our wrappers and torch DDP vs one process
+    python -m lesson_code.ddp_lab          # 4 ranks: our wrappers and torch DDP vs one process
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code import data
-from lesson_code.comm import Communicator
+from lesson_code.collectives.comm import Communicator
 from lesson_code.devices import clock, current_device
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
-from lesson_code.ledger import CommLedger
+from lesson_code.collectives.ledger import CommLedger
 from lesson_code.models import GPTConfig, build_model
 
 WRAPPERS = ("naive", "bucketed", "torch")
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from lesson_code import cli_args, launch
 
-    parser = argparse.ArgumentParser(prog="python -m lesson_code.ddp_checks", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.ddp_lab", description=main.__doc__)
     parser.add_argument("--world-size", type=cli_args.positive_int, default=4)
     parser.add_argument("--steps", type=cli_args.positive_int, default=10)
     args = parser.parse_args(argv)

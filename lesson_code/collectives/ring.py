@@ -9,10 +9,10 @@ all-gather moves exactly the bytes of one all-reduce: 2(N-1)/N x size per rank.
 Chunking follows `torch.tensor_split(tensor, N)` along dim 0: chunk r belongs to rank r, so chunks
 may differ by one row when N does not divide the length, and may be empty when N exceeds it.
 
-Run the lesson's checks on 4 ranks, from a shell or under torchrun:
+Run the lesson's checks on 4 ranks, from a shell or under torchrun (see `collectives_lab`):
 
-    python -m lesson_code.collectives
-    torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives
+    python -m lesson_code.collectives_lab
+    torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives_lab
 
 Floating-point sums: a ring adds the N contributions to a chunk in an order that depends on the
 chunk's position in the ring, and gloo's built-in all-reduce uses its own order. Float addition is
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from lesson_code.ledger import CommLedger, TrafficCounter
-from lesson_code.p2p import DEFAULT_WAIT_S, Peers
+from lesson_code.collectives.ledger import CommLedger, TrafficCounter
+from lesson_code.collectives.p2p import DEFAULT_WAIT_S, Peers
 
 OPS = ("sum", "avg")
 
@@ -239,39 +239,3 @@ def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
         tensor.copy_(work)
     counter.commit()
     return tensor
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Check every primitive against torch.distributed on N ranks and print one line per dtype."""
-    import argparse
-
-    from lesson_code import cli_args, collective_checks, launch
-
-    parser = argparse.ArgumentParser(prog="python -m lesson_code.collectives",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--world-size", type=cli_args.positive_int, default=4, help="ranks to "
-                        "spawn (ignored under torchrun, which decides)")
-    parser.add_argument("--length", type=cli_args.positive_int, default=1001,
-                        help="elements per tensor")
-    args = parser.parse_args(argv)
-    results = launch.run(collective_checks.compare_all_dtypes, args.length,
-                         world_size=args.world_size)
-    if not launch.is_reporting_process():
-        return 0
-    failures = []
-    print(f"lesson 76: ring primitives against torch.distributed, {len(results)} ranks, "
-          f"{args.length} elements")
-    for dtype in results[0]:
-        worst = {op: max(rank_result[dtype][op]["max_abs_diff"] for rank_result in results)
-                 for op in results[0][dtype]}
-        ok = all(rank_result[dtype][op]["within"] for rank_result in results for op in worst)
-        failures += [] if ok else [dtype]
-        print(f"  {dtype:9s} " + "  ".join(f"{op}={diff:.2g}" for op, diff in worst.items())
-              + ("" if ok else "  OUTSIDE THE BOUND"))
-    print("all results equal the built-ins within the float summation bound" if not failures
-          else f"mismatch for {failures}")
-    return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

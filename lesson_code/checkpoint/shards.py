@@ -30,8 +30,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from lesson_code.checkpoint_files import (  # noqa: F401 - re-exported: checkpoint.CheckpointError etc.
-    FORMAT_VERSION, MANIFEST, MANIFEST_SHA256, CheckpointError, FolderNotSharedError,
+from lesson_code.checkpoint.files import (
+    FORMAT_VERSION, MANIFEST, CheckpointError, FolderNotSharedError,
     FormatVersionError, ManifestDamagedError, ManifestMissingError, ShardCorruptedError,
     ShardMissingError, WorldSizeMismatchError, fsync_directory, locked, manifest_fingerprint,
     read_manifest, read_verified, verify_checkpoint, versions, write_atomically, write_file,

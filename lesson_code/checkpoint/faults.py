@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lesson_code.checkpoint import CheckpointError, load_sharded, save_sharded
+from lesson_code.checkpoint.shards import CheckpointError, load_sharded, save_sharded
 
 NUMEL = 1024
 
@@ -61,7 +61,7 @@ def crash_while_writing(rank: int, world_size: int, root: str, step: int, value:
     Collective: call on every rank; never returns normally.
     """
     if rank == crash_rank:
-        from lesson_code import checkpoint_files
+        from lesson_code.checkpoint import files as checkpoint_files
 
         def die(path, payload) -> None:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -26,9 +26,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from lesson_code import collectives
-from lesson_code.ledger import CommLedger
-from lesson_code.p2p import DEFAULT_WAIT_S
+from lesson_code.collectives import ring
+from lesson_code.collectives.ledger import CommLedger
+from lesson_code.collectives.p2p import DEFAULT_WAIT_S
 
 KINDS = ("ring", "builtin")
 
@@ -78,7 +78,7 @@ class Communicator:
         """Reduce `tensor` in place over all ranks ("sum" or "avg"); return it."""
         self._check_call(op)
         if self.kind == "ring":
-            return self._timed("all_reduce", tensor, lambda: collectives.ring_all_reduce(
+            return self._timed("all_reduce", tensor, lambda: ring.ring_all_reduce(
                 tensor, op, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
         dist.all_reduce(tensor, group=self.group)
         return tensor.div_(self.world_size) if op == "avg" else tensor
@@ -104,7 +104,7 @@ class Communicator:
         """This rank's chunk `torch.tensor_split(reduced, N)[rank]` of the reduction of `tensor`."""
         self._check_call(op)
         if self.kind == "ring":
-            return self._timed("reduce_scatter", tensor, lambda: collectives.ring_reduce_scatter(
+            return self._timed("reduce_scatter", tensor, lambda: ring.ring_reduce_scatter(
                 tensor, op, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
         n = self.world_size
         if tensor.shape[0] % n == 0:
@@ -120,7 +120,7 @@ class Communicator:
         """Concatenation along dim 0 of every rank's shard; `sizes[r]` is rank r's length."""
         self._check_call()
         if self.kind == "ring":
-            return self._timed("all_gather", shard, lambda: collectives.ring_all_gather(
+            return self._timed("all_gather", shard, lambda: ring.ring_all_gather(
                 shard, sizes, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
         return builtin_all_gather(shard, sizes, self.group)
 
@@ -128,7 +128,7 @@ class Communicator:
         """Copy rank `src`'s `tensor` into `tensor` on every rank; return it."""
         self._check_call()
         if self.kind == "ring":
-            return self._timed("broadcast", tensor, lambda: collectives.broadcast(
+            return self._timed("broadcast", tensor, lambda: ring.broadcast(
                 tensor, src, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
         dist.broadcast(tensor, dist.get_global_rank(self.group, src) if self.group else src,
                        group=self.group)
@@ -149,9 +149,9 @@ class Communicator:
                 "place of its own, so every later call is refused. End the run on every rank and "
                 f"start a new one (with timeout_s above {self.timeout_s:g} s if ranks were slow)"
             )
-        if op not in collectives.OPS:
+        if op not in ring.OPS:
             raise ValueError(f"unknown reduction op {op!r}: use one of "
-                             f"{', '.join(repr(o) for o in collectives.OPS)}")
+                             f"{', '.join(repr(o) for o in ring.OPS)}")
 
     def _break(self, reason: str) -> None:
         """Mark the communicator unusable and drop the reductions queued behind the failed one."""

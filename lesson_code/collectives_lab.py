@@ -4,9 +4,11 @@ The notebook, the tests and the benchmark call these through the launcher; they 
 because a spawned rank cannot import a notebook. Each returns plain Python values, so results cross
 process boundaries by value.
 
-    from lesson_code import launch, collective_checks as checks
-    launch.spawn(checks.compare_with_builtin, 1001, "float32", world_size=4)
-    launch.spawn(checks.measure_ledgers, 2**18, world_size=4)
+    from lesson_code import launch, collectives_lab
+    launch.spawn(collectives_lab.compare_with_builtin, 1001, "float32", world_size=4)
+
+    python -m lesson_code.collectives_lab          # every primitive against torch.distributed
+    torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives_lab
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import collectives
-from lesson_code.comm import builtin_all_gather
+from lesson_code.collectives.comm import builtin_all_gather
 from lesson_code.devices import clock, current_device
-from lesson_code.ledger import CommLedger
+from lesson_code.collectives.ledger import CommLedger
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64,
           "bfloat16": torch.bfloat16, "int64": torch.int64}
@@ -236,3 +238,39 @@ def _timed(fn, tensor: torch.Tensor, repeats: int) -> float:
     for _ in range(repeats):
         fn(tensor)
     return (clock() - start) / repeats
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check every primitive against torch.distributed on N ranks and print one line per dtype."""
+    import argparse
+
+    from lesson_code import cli_args, launch
+
+    parser = argparse.ArgumentParser(prog="python -m lesson_code.collectives_lab",
+                                     description=main.__doc__)
+    parser.add_argument("--world-size", type=cli_args.positive_int, default=4, help="ranks to "
+                        "spawn (ignored under torchrun, which decides)")
+    parser.add_argument("--length", type=cli_args.positive_int, default=1001,
+                        help="elements per tensor")
+    args = parser.parse_args(argv)
+    results = launch.run(compare_all_dtypes, args.length,
+                         world_size=args.world_size)
+    if not launch.is_reporting_process():
+        return 0
+    failures = []
+    print(f"lesson 76: ring primitives against torch.distributed, {len(results)} ranks, "
+          f"{args.length} elements")
+    for dtype in results[0]:
+        worst = {op: max(rank_result[dtype][op]["max_abs_diff"] for rank_result in results)
+                 for op in results[0][dtype]}
+        ok = all(rank_result[dtype][op]["within"] for rank_result in results for op in worst)
+        failures += [] if ok else [dtype]
+        print(f"  {dtype:9s} " + "  ".join(f"{op}={diff:.2g}" for op, diff in worst.items())
+              + ("" if ok else "  OUTSIDE THE BOUND"))
+    print("all results equal the built-ins within the float summation bound" if not failures
+          else f"mismatch for {failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,20 @@
+"""Lesson 76: collective primitives built from point-to-point messages.
+
+    ring.py        ring all-reduce, reduce-scatter, all-gather, tree broadcast, naive all-reduce
+    p2p.py         `Peers`: bounded isend/irecv between ranks (the only place messages are sent)
+    ledger.py      `CommLedger`: calls, messages and bytes each rank sends
+    comm.py        `Communicator`: one switch between these rings and torch.distributed's own
+    cost_model.py  the alpha-beta model: predicted time, messages and bytes per algorithm
+
+What the lesson runs with them (checks against torch.distributed, timings, ledgers) is in
+`lesson_code.collectives_lab`; `python -m lesson_code.collectives_lab` runs the checks.
+
+    from lesson_code import collectives
+    collectives.ring_all_reduce(tensor, "sum")      # call on every rank
+"""
+
+from lesson_code.collectives.ring import (OPS, broadcast, naive_all_reduce, ring_all_gather,
+                                          ring_all_reduce, ring_chunk_indices, ring_reduce_scatter)
+
+__all__ = ["OPS", "broadcast", "naive_all_reduce", "ring_all_gather", "ring_all_reduce",
+           "ring_chunk_indices", "ring_reduce_scatter"]
