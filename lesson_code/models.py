@@ -157,12 +157,17 @@ def as_layers(model: nn.Module) -> list[nn.Module]:
     raise ValueError(f"no layer list for {type(model).__name__}: use an MLP or a MiniGPT")
 
 
-def loss_function(model: nn.Module):
-    """The model's loss as a function of (output of its last layer, targets)."""
-    if isinstance(model, MiniGPT):
+def loss_function(kind: str):
+    """The loss of model kind "mlp" or "gpt" as a function of (its last layer's output, targets).
+
+    Pipeline stages apply it after the last stage; the loss of a whole model is `model(x, y)[1]`.
+    """
+    if kind == "gpt":
         return lambda logits, targets: F.cross_entropy(logits.view(-1, logits.shape[-1]),
                                                        targets.reshape(-1))
-    return F.cross_entropy
+    if kind == "mlp":
+        return F.cross_entropy
+    raise ValueError(f"unknown model kind {kind!r}: use 'mlp' or 'gpt'")
 
 
 def count_parameters(module: nn.Module) -> int:
@@ -174,11 +179,12 @@ def build_model(kind: str, seed: int, config: GPTConfig | None = None,
                 device: torch.device | str = "cpu") -> nn.Module:
     """A freshly initialised "mlp" or "gpt" from `seed`, the same on every rank that asks.
 
-    Initialised on the CPU (the same numbers on every machine), then moved to `device`.
+    Initialised on the CPU (the same numbers on every machine), then moved to `device`. The
+    caller's random state is left as it was: the seed applies to this model only.
     """
-    torch.manual_seed(seed)
-    if kind == "mlp":
-        return MLP().to(device)
-    if kind == "gpt":
-        return MiniGPT(config or GPTConfig()).to(device)
-    raise ValueError(f"unknown model kind {kind!r}: use 'mlp' or 'gpt'")
+    if kind not in ("mlp", "gpt"):
+        raise ValueError(f"unknown model kind {kind!r}: use 'mlp' or 'gpt'")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = MLP() if kind == "mlp" else MiniGPT(config or GPTConfig())
+    return model.to(device)

@@ -66,7 +66,7 @@ def reference_step(run: PipeRun) -> dict:
     """
     layers = nn.Sequential(*as_layers(build_model(run.model, run.seed, run.gpt, current_device())))
     x, y = _batch(run)
-    loss = loss_function(build_model(run.model, run.seed, run.gpt))(layers(x), y)
+    loss = loss_function(run.model)(layers(x), y)
     loss.backward()
     return {"loss": loss.item(), "grads": layer_gradients(layers, 0)}
 
@@ -78,7 +78,7 @@ def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
     model), its layer range, the loss (last stage), its timed events and peak stored activations.
     """
     module, (start, end) = stage_module(run, rank, world_size)
-    loss_fn = loss_function(build_model(run.model, run.seed, run.gpt))
+    loss_fn = loss_function(run.model)
     stage = PipelineStage(module, rank, world_size, loss_fn)
     x, y = _batch(run)
     stats = stage.train_step(x if rank == 0 else None, y if rank == world_size - 1 else None,
@@ -100,7 +100,7 @@ def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
     stage = TorchStage(module, rank, world_size, current_device())
     schedule_class = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B
     schedule = schedule_class(stage, run.micro_batches,
-                              loss_fn=loss_function(build_model(run.model, run.seed, run.gpt)))
+                              loss_fn=loss_function(run.model))
     x, y = _batch(run)
     losses: list[torch.Tensor] = []
     if rank == 0:
@@ -121,7 +121,7 @@ def timed_steps(rank: int, world_size: int, run: PipeRun, steps: int = 2) -> dic
     """
     module, _ = stage_module(run, rank, world_size)
     stage = PipelineStage(module, rank, world_size,
-                          loss_function(build_model(run.model, run.seed, run.gpt)))
+                          loss_function(run.model))
     x, y = _batch(run)
     for _ in range(steps):
         module.zero_grad()
@@ -170,7 +170,7 @@ def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
     stage_groups = [dist.new_group(grid[:, s].tolist()) for s in range(pipeline_size)]
     module, (start, _) = stage_module(run, stage, pipeline_size)
     pipeline = PipelineStage(module, stage, pipeline_size,
-                             loss_function(build_model(run.model, run.seed, run.gpt)),
+                             loss_function(run.model),
                              ranks=grid[replica].tolist())
     x, y = data.local_slice(_batch(run), replica, data_parallel)
     stats = pipeline.train_step(x if stage == 0 else None,

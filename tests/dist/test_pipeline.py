@@ -120,7 +120,7 @@ def steps_of_two_batch_sizes(rank, world_size, dtype_name, misalign_targets=Fals
 
     dtype = getattr(torch, dtype_name)
     module = stage_module(PipeRun(), rank, world_size)[0].to(dtype)
-    stage = PipelineStage(module, rank, world_size, loss_function(build_model("gpt", 0)))
+    stage = PipelineStage(module, rank, world_size, loss_function("gpt"))
     losses = []
     for batch_size in (16, 8):
         x, y = data.make_batch("gpt", batch_size, 0)
@@ -140,7 +140,7 @@ def unsplit_loss(dtype_name, batch_size):
     model = build_model("gpt", 0).to(getattr(torch, dtype_name))
     x, y = data.make_batch("gpt", batch_size, 0)
     with torch.no_grad():
-        return loss_function(model)(torch.nn.Sequential(*as_layers(model))(x), y).item()
+        return loss_function("gpt")(torch.nn.Sequential(*as_layers(model))(x), y).item()
 
 
 def loss_tolerance(dtype_name, loss):
