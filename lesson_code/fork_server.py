@@ -15,9 +15,9 @@ import os
 import sys
 from multiprocessing import forkserver
 
-# What each running fork server preloaded, by its process id. The fork server itself is
-# process-wide state of multiprocessing; this mirrors it, and holds one entry at a time.
-_SOURCES: dict[int, dict[str, tuple[int, int]]] = {}
+# The record of what a fork server preloaded is kept on multiprocessing's own server object, as
+# (server process id, fingerprint): it lives and dies with the server it describes.
+RECORD = "lesson_code_preloaded_sources"
 
 
 def restart_if_stale(preload: list[str]) -> None:
@@ -29,14 +29,14 @@ def restart_if_stale(preload: list[str]) -> None:
     server = getattr(forkserver, "_forkserver", None)
     if server is None or not hasattr(server, "_stop") or not hasattr(server, "_forkserver_pid"):
         return
-    recorded = _SOURCES.get(server._forkserver_pid)
-    if recorded is not None and source_fingerprint(list(recorded)) != recorded:
+    pid, recorded = getattr(server, RECORD, (None, None))
+    if pid == server._forkserver_pid and recorded is not None \
+            and source_fingerprint(list(recorded)) != recorded:
         server._stop()
-    running = server._forkserver_pid
     server.ensure_running()
-    if server._forkserver_pid != running or server._forkserver_pid not in _SOURCES:
-        _SOURCES.clear()
-        _SOURCES[server._forkserver_pid] = source_fingerprint(package_sources(preload))
+    if getattr(server, RECORD, (None, None))[0] != server._forkserver_pid:
+        setattr(server, RECORD,
+                (server._forkserver_pid, source_fingerprint(package_sources(preload))))
 
 
 def package_sources(module_names: list[str]) -> list[str]:

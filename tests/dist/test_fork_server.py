@@ -1,0 +1,42 @@
+"""An edit to a package reaches the ranks of the next run, in the same (notebook-like) process.
+
+The fork server imports the rank function's package once; a run after an edit must not fork
+from a server that still holds the old code.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+SCRIPT = textwrap.dedent('''
+    import os, sys, time
+    from lesson_code import launch
+    import edited_package.ranks as ranks
+
+    first = launch.spawn(ranks.version, world_size=2)
+    path = os.path.join(sys.argv[1], "edited_package", "ranks.py")
+    time.sleep(0.05)  # a later modification time, even on coarse clocks
+    with open(path, "w") as handle:
+        handle.write("def version(rank, world_size):\\n    return 'edited'\\n")
+    second = launch.spawn(ranks.version, world_size=2)
+    print(first, second)
+''')
+
+
+def test_an_edited_package_reaches_the_next_run(tmp_path):
+    package = tmp_path / "edited_package"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "ranks.py").write_text("def version(rank, world_size):\n    return 'original'\n")
+    old = time.time() - 60  # so that the edit below is surely newer
+    os.utime(package / "ranks.py", (old, old))
+    # On the path of every process, the fork server's included, as a reader's own package is.
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    completed = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True,
+                               text=True, timeout=300, env=environment)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.split("\n")[-2] == "['original', 'original'] ['edited', 'edited']", \
+        completed.stdout
