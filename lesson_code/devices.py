@@ -3,7 +3,8 @@
 Every rank function builds its model, data and buffers on `current_device()`, so the same code
 runs on a laptop (gloo, CPU) and on a GPU machine (NCCL), where a CPU tensor in a collective
 fails. Results travel back to the caller on the CPU (`to_cpu`). Imported by `lesson_code.launch`,
-which re-exports these names; only the standard library and torch are imported here.
+which re-exports these names; it imports only the standard library, torch and
+`lesson_code.validate`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from lesson_code.validate import require_choice, require_positive_int
 
 BACKENDS = ("auto", "gloo", "nccl")
 # What "auto" means can be fixed from outside: LESSON_CODE_BACKEND=gloo keeps a GPU machine on
@@ -28,13 +31,8 @@ def resolve_backend(backend: str, world_size: int) -> str:
     one device per rank, else gloo (CPU). Raises ValueError for a world size that is not a
     positive int, an unknown backend, or NCCL without one GPU per rank.
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(
-            f"world_size must be a positive int, got {world_size!r}: pass the number of ranks, "
-            "for example world_size=4"
-        )
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    require_positive_int("world_size", world_size, "the number of ranks, for example world_size=4")
+    require_choice("backend", backend, BACKENDS)
     if backend == "auto" and os.environ.get(BACKEND_VARIABLE, "auto") != "auto":
         backend = os.environ[BACKEND_VARIABLE]
         if backend not in BACKENDS:

@@ -51,6 +51,7 @@ from lesson_code.rank_processes import (  # noqa: F401 - CHILD_ENVIRONMENT etc. 
     start_context,
     stop_all,
 )
+from lesson_code.validate import require_positive
 
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -81,8 +82,7 @@ def spawn(
     """
     backend = resolve_backend(backend, world_size)
     check_importable(fn)
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+    require_positive("timeout_s", timeout_s, "the seconds the ranks may run, such as 120")
     call = pickle.dumps((fn, args))  # unpickled in the rank, where a failure is reported
     context = start_context(start_method, fn)
     store_dir = tempfile.mkdtemp(prefix="lesson_code_store_")
