@@ -52,12 +52,17 @@ class ZeroRun:
             raise ValueError(f"unknown dtype {self.dtype!r}: use one of {tuple(DTYPES)}")
 
 
-def _model(run: ZeroRun, seed_offset: int = 0):
+def run_model(run: ZeroRun, seed_offset: int = 0):
+    """The model `run` trains, built from `run.seed + seed_offset`, in `run.dtype`, on this
+    process's device. Ranks pass an offset (their rank) to start apart: only the optimizer's
+    initial broadcast makes them equal."""
     return build_model(run.model, run.seed + seed_offset, run.gpt,
                        current_device()).to(DTYPES[run.dtype])
 
 
-def _loss(run: ZeroRun, model, step: int, rank: int = 0, world_size: int = 1):
+def run_loss(run: ZeroRun, model, step: int, rank: int = 0, world_size: int = 1):
+    """`model`'s loss on this rank's slice of the global batch of `step` (the whole batch for one
+    process); the MLP's features are cast to the model's dtype first."""
     batch = data.make_batch(run.model, run.batch_size, step, run.seed, run.gpt, current_device())
     x, y = data.local_slice(batch, rank, world_size)
     if x.is_floating_point():
@@ -71,7 +76,7 @@ def train_single_process(run: ZeroRun) -> dict:
 
     Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
     """
-    model = _model(run)
+    model = run_model(run)
     if run.dtype == "float32":
         optimizer = torch.optim.Adam(model.parameters(), lr=run.lr, weight_decay=run.weight_decay)
     else:
@@ -80,7 +85,7 @@ def train_single_process(run: ZeroRun) -> dict:
     losses = []
     for step in range(run.steps):
         optimizer.zero_grad()
-        loss = _loss(run, model, step)
+        loss = run_loss(run, model, step)
         loss.backward()
         if run.max_grad_norm is not None and run.dtype == "float32":
             torch.nn.utils.clip_grad_norm_(model.parameters(), run.max_grad_norm)
@@ -124,13 +129,13 @@ def train_on_rank(rank: int, world_size: int, run: ZeroRun) -> dict:
     step, and its ledger totals of one step.
     """
     ledger = CommLedger()
-    model, optimizer = build_optimizer(run, _model(run, seed_offset=rank), rank, world_size, ledger)
+    model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size, ledger)
     inner = getattr(model, "module", model)
     losses, digests = [], []
     for step in range(run.steps):
         ledger.clear()
         optimizer.zero_grad()
-        loss = _loss(run, model, step, rank, world_size)
+        loss = run_loss(run, model, step, rank, world_size)
         loss.backward()
         optimizer.step()
         total = loss.detach().to(torch.float64).reshape(1)
@@ -153,15 +158,15 @@ def resume_matches(rank: int, world_size: int, run: ZeroRun, stop_at: int) -> di
     """
     finals = []
     for interrupted in (False, True):
-        model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+        model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
         for step in range(run.steps):
             if interrupted and step == stop_at:
                 saved = optimizer.state_dict()
-                model, optimizer = build_optimizer(run, _model(run, seed_offset=1 + rank),
+                model, optimizer = build_optimizer(run, run_model(run, seed_offset=1 + rank),
                                                    rank, world_size)
                 optimizer.load_state_dict(saved)
             optimizer.zero_grad()
-            _loss(run, model, step, rank, world_size).backward()
+            run_loss(run, model, step, rank, world_size).backward()
             optimizer.step()
         finals.append((flatten_params(model), optimizer.state_dict()))
     (a, state_a), (b, state_b) = finals
@@ -174,7 +179,7 @@ def resume_matches(rank: int, world_size: int, run: ZeroRun, stop_at: int) -> di
 def load_mismatched_shard(rank: int, world_size: int) -> str:
     """The error a rank gets when it loads another rank's shard. Collective: every rank."""
     run = ZeroRun()
-    model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+    model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
     state = optimizer.state_dict()
     state["shard"]["rank"] = (rank + 1) % world_size
     try:
@@ -192,7 +197,7 @@ def time_steps(rank: int, world_size: int, run: ZeroRun, warmup: int = 2) -> dic
     variants the reduce-scatter and all-gather run inside the optimizer step.
     """
     ledger = CommLedger()
-    model, optimizer = build_optimizer(run, _model(run), rank, world_size, ledger)
+    model, optimizer = build_optimizer(run, run_model(run), rank, world_size, ledger)
     phases = {name: [] for name in ("forward", "backward", "optimizer", "step")}
     sent = 0
     for step in range(warmup + run.steps):
@@ -200,7 +205,7 @@ def time_steps(rank: int, world_size: int, run: ZeroRun, warmup: int = 2) -> dic
         dist.barrier()
         t0 = clock()
         optimizer.zero_grad()
-        loss = _loss(run, model, step, rank, world_size)
+        loss = run_loss(run, model, step, rank, world_size)
         t1 = clock()
         loss.backward()
         t2 = clock()
@@ -219,9 +224,9 @@ def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:
 
     Collective: call on every rank. Each figure is read from tensor storage, never computed.
     """
-    model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+    model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
     inner = getattr(model, "module", model)
-    _loss(run, model, 0, rank, world_size).backward()
+    run_loss(run, model, 0, rank, world_size).backward()
     grads = sum(p.grad.untyped_storage().nbytes() for p in inner.parameters() if p.grad is not None)
     optimizer.step()
     if run.optimizer == "torch_zero":
