@@ -1,8 +1,10 @@
-"""Rank functions that check and measure lesson 76's primitives (run under launch.spawn or torchrun).
+"""Lesson 76's lab: rank functions that check and time the primitives of `lesson_code.collectives`.
 
-The notebook, the tests and the benchmark call these through the launcher; they live in the package
-because a spawned rank cannot import a notebook. Each returns plain Python values, so results cross
-process boundaries by value.
+The algorithms live in the `lesson_code.collectives` package (ring.py, p2p.py, ledger.py, comm.py,
+cost_model.py); what the lesson runs with them is here: checks against torch.distributed, ledgers
+of the bytes each rank moves, and timings. The notebook, the tests and the benchmark call these
+through the launcher (a spawned rank cannot import a notebook). Each returns plain Python values,
+so results cross process boundaries by value.
 
     from lesson_code import launch, collectives_lab
     launch.spawn(collectives_lab.compare_with_builtin, 1001, "float32", world_size=4)
@@ -14,18 +16,17 @@ process boundaries by value.
 from __future__ import annotations
 
 import os
-import statistics
+from functools import partial
 
 import torch
 import torch.distributed as dist
 
 from lesson_code import collectives
 from lesson_code.collectives.comm import builtin_all_gather
-from lesson_code.devices import clock, current_device
 from lesson_code.collectives.ledger import CommLedger
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64,
-          "bfloat16": torch.bfloat16, "int64": torch.int64}
+from lesson_code.devices import current_device
+from lesson_code.experiment import DTYPES, median_seconds
+from lesson_code.validate import require_choice, require_positive
 
 
 def describe_rank(rank: int, world_size: int) -> dict:
@@ -57,8 +58,7 @@ def make_input(rank: int, length: int, dtype_name: str, seed: int = 0) -> torch.
 
     Drawn on the CPU (the same numbers on every machine), then moved to this process's device.
     """
-    if dtype_name not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype_name!r}: use one of {', '.join(DTYPES)}")
+    require_choice("dtype", dtype_name, tuple(DTYPES))
     generator = torch.Generator().manual_seed(seed * 7919 + rank)
     if dtype_name == "int64":
         tensor = torch.randint(-100, 100, (length,), generator=generator)
@@ -129,12 +129,14 @@ def _builtin_all_gather(shard: torch.Tensor, world_size: int) -> torch.Tensor:
 
 
 def _builtin_broadcast(tensor: torch.Tensor, src: int) -> torch.Tensor:
+    """torch.distributed's broadcast from `src`, returning the tensor like the ring's."""
     dist.broadcast(tensor, src)
     return tensor
 
 
 def _difference(ours: torch.Tensor, reference: torch.Tensor,
                 bound: torch.Tensor | None) -> dict[str, float]:
+    """Largest |ours - reference|, largest allowed (`bound`, or 0 when None), and whether within."""
     if ours.shape != reference.shape:
         raise AssertionError(f"shape {tuple(ours.shape)} differs from the built-in's "
                              f"{tuple(reference.shape)}")
@@ -144,6 +146,20 @@ def _difference(ours: torch.Tensor, reference: torch.Tensor,
     allowed = bound if bound is not None else torch.zeros_like(diff)
     return {"max_abs_diff": diff.max().item(), "allowed": allowed.max().item(),
             "within": bool((diff <= allowed).all())}
+
+
+def worst_differences(results: list[dict]) -> dict[str, dict[str, float]]:
+    """{dtype: {primitive: largest |ours - built-in| over the ranks}} from `compare_all_dtypes`."""
+    return {dtype: {op: max(rank_result[dtype][op]["max_abs_diff"] for rank_result in results)
+                    for op in results[0][dtype]}
+            for dtype in results[0]}
+
+
+def failing_dtypes(results: list[dict]) -> list[str]:
+    """The dtypes for which some rank's difference exceeds its bound, from `compare_all_dtypes`."""
+    return [dtype for dtype in results[0]
+            if not all(difference["within"] for rank_result in results
+                       for difference in rank_result[dtype].values())]
 
 
 def measure_ledgers(rank: int, world_size: int, numel: int,
@@ -165,7 +181,7 @@ def measure_ledgers(rank: int, world_size: int, numel: int,
 
 
 def _ring_ops(world_size: int) -> dict:
-    """Each benchmarked operation as (function of a prepared tensor, how to prepare it)."""
+    """Each timed operation as (function of a prepared tensor, how to prepare it from the input)."""
     def shard_of(x):
         return torch.tensor_split(x, world_size)[dist.get_rank()].clone()
 
@@ -177,16 +193,16 @@ def _ring_ops(world_size: int) -> dict:
         dist.reduce_scatter_single(x.new_empty(x.shape[0] // world_size), x)
 
     return {
-        "ring all_reduce": (collectives.ring_all_reduce, None),
-        "gloo all_reduce": (dist.all_reduce, None),
-        "naive all_reduce": (collectives.naive_all_reduce, None),
-        "ring reduce_scatter": (collectives.ring_reduce_scatter, None),
-        "gloo reduce_scatter": (scatter_builtin, None),
+        "ring all_reduce": (collectives.ring_all_reduce, torch.clone),
+        "gloo all_reduce": (dist.all_reduce, torch.clone),
+        "naive all_reduce": (collectives.naive_all_reduce, torch.clone),
+        "ring reduce_scatter": (collectives.ring_reduce_scatter, torch.clone),
+        "gloo reduce_scatter": (scatter_builtin, torch.clone),
         "ring all_gather": (lambda shard: collectives.ring_all_gather(
             shard, [shard.shape[0]] * world_size), shard_of),
         "gloo all_gather": (gather_builtin, shard_of),
-        "tree broadcast": (collectives.broadcast, None),
-        "gloo broadcast": (lambda x: dist.broadcast(x, 0), None),
+        "tree broadcast": (collectives.broadcast, torch.clone),
+        "gloo broadcast": (lambda x: dist.broadcast(x, 0), torch.clone),
     }
 
 
@@ -194,50 +210,42 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
                     min_trial_s: float = 0.05, ops: list[str] | None = None) -> list[dict]:
     """Time ring and built-in collectives on float32 tensors of `sizes` bytes (full tensor).
 
-    Collective: call on every rank. A trial runs an operation `repeats` times back to back
-    (repeats chosen so a trial lasts about `min_trial_s`, equal on all ranks); its time is the
-    slowest rank's mean. Trials of all operations are interleaved, so a burst of noise on the
-    machine hits them alike, and the reported time is the median trial.
-    Returns rows {op, nbytes, seconds, repeats}. Sizes must be multiples of 4 * world_size.
+    Collective: call on every rank. For each size and operation, a trial calls it `repeats` times
+    back to back, `repeats` chosen so a trial lasts about `min_trial_s` and agreed on by all ranks
+    (from the slowest rank's first call, so that every rank makes the same calls);
+    `experiment.median_seconds` times `trials` trials, every rank starting each together. The
+    reported time is the slowest rank's median: a collective ends when its last rank does.
+    Returns rows {op, nbytes, seconds, repeats}. Raises ValueError for an unknown op name or a
+    size that is not a multiple of 4 * world_size.
     """
     table = _ring_ops(world_size)
     chosen = ops or list(table)
-    rows = []
+    for op in chosen:
+        require_choice("operation", op, tuple(table))
+    require_positive("min_trial_s", min_trial_s, "the seconds one trial should last, such as 0.05")
     for nbytes in sizes:
         if nbytes % (4 * world_size):
             raise ValueError(f"size {nbytes} B is not a multiple of 4 * world_size = "
                              f"{4 * world_size}: pick sizes that split evenly")
+    rows = []
+    for nbytes in sizes:
         x = make_input(0, nbytes // 4, "float32")
-        prepared = {op: (table[op][1](x) if table[op][1] else x.clone()) for op in chosen}
-        repeats = {op: _repeats_for(table[op][0], prepared[op], min_trial_s) for op in chosen}
-        samples: dict[str, list[float]] = {op: [] for op in chosen}
-        for _ in range(trials):
-            for op in chosen:
-                samples[op].append(_timed(table[op][0], prepared[op], repeats[op]))
-        slowest = torch.tensor([samples[op] for op in chosen], dtype=torch.float64,
-                               device=x.device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # per trial, the slowest rank counts
-        for op, times in zip(chosen, slowest.tolist()):
-            rows.append({"op": op, "nbytes": nbytes, "seconds": statistics.median(times),
-                         "repeats": repeats[op]})
+        for op in chosen:
+            primitive, prepare = table[op]
+            call = partial(primitive, prepare(x))
+            once = _slowest_rank(median_seconds(call, trials=1))  # after the Timer's warm-up
+            repeats = max(1, min(100, round(min_trial_s / max(once, 1e-9))))
+            seconds = median_seconds(call, trials=trials, repeats=repeats)
+            rows.append({"op": op, "nbytes": nbytes, "seconds": _slowest_rank(seconds),
+                         "repeats": repeats})
     return rows
 
 
-def _repeats_for(fn, tensor: torch.Tensor, min_trial_s: float) -> int:
-    """Calls per trial so one trial lasts about min_trial_s; the same number on every rank."""
-    fn(tensor)  # warm-up: first calls pay for connection set-up and allocation
-    once = torch.tensor([_timed(fn, tensor, 1)], dtype=torch.float64, device=tensor.device)
-    dist.all_reduce(once, op=dist.ReduceOp.MAX)
-    return max(1, min(100, round(min_trial_s / max(once.item(), 1e-9))))
-
-
-def _timed(fn, tensor: torch.Tensor, repeats: int) -> float:
-    """Mean seconds per call over `repeats` calls, all ranks starting together."""
-    dist.barrier()
-    start = clock()
-    for _ in range(repeats):
-        fn(tensor)
-    return (clock() - start) / repeats
+def _slowest_rank(seconds: float) -> float:
+    """The largest of every rank's `seconds`. Collective: call on every rank."""
+    slowest = torch.tensor([seconds], dtype=torch.float64, device=current_device())
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.item()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,16 +265,12 @@ def main(argv: list[str] | None = None) -> int:
                          world_size=args.world_size)
     if not launch.is_reporting_process():
         return 0
-    failures = []
+    failures = failing_dtypes(results)
     print(f"lesson 76: ring primitives against torch.distributed, {len(results)} ranks, "
           f"{args.length} elements")
-    for dtype in results[0]:
-        worst = {op: max(rank_result[dtype][op]["max_abs_diff"] for rank_result in results)
-                 for op in results[0][dtype]}
-        ok = all(rank_result[dtype][op]["within"] for rank_result in results for op in worst)
-        failures += [] if ok else [dtype]
+    for dtype, worst in worst_differences(results).items():
         print(f"  {dtype:9s} " + "  ".join(f"{op}={diff:.2g}" for op, diff in worst.items())
-              + ("" if ok else "  OUTSIDE THE BOUND"))
+              + ("  OUTSIDE THE BOUND" if dtype in failures else ""))
     print("all results equal the built-ins within the float summation bound" if not failures
           else f"mismatch for {failures}")
     return 1 if failures else 0

@@ -14,6 +14,8 @@ Collectives: every method is called on every rank, in the same order. Asynchrono
 all-reduces run, in the order they were started, on one background thread per communicator.
 A reduction that fails or times out leaves its messages half exchanged, so the communicator then
 refuses every later call (RuntimeError) rather than let them receive each other's messages.
+The rings themselves are checked by `python -m lesson_code.collectives_lab` (lesson 76). Lessons
+77 and 78 run a Communicator: `python -m lesson_code.ddp_lab`, `python -m lesson_code.zero_lab`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch.distributed as dist
 from lesson_code.collectives import ring
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
+from lesson_code.validate import require_choice
 
 KINDS = ("ring", "builtin")
 
@@ -58,8 +61,7 @@ class Communicator:
 
     def __init__(self, kind: str = "ring", ledger: CommLedger | None = None, *, group=None,
                  timeout_s: float = DEFAULT_WAIT_S, record_events: bool = False):
-        if kind not in KINDS:
-            raise ValueError(f"unknown communicator kind {kind!r}: use one of {', '.join(KINDS)}")
+        require_choice("communicator kind", kind, KINDS)
         self.kind, self.ledger, self.group, self.timeout_s = kind, ledger, group, timeout_s
         self.record_events = record_events
         self.events: list[tuple[str, int, float, float]] = []
@@ -68,18 +70,19 @@ class Communicator:
 
     @property
     def world_size(self) -> int:
+        """Ranks in this communicator's group."""
         return dist.get_world_size(self.group)
 
     @property
     def rank(self) -> int:
+        """This rank's place in the group."""
         return dist.get_rank(self.group)
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduce `tensor` in place over all ranks ("sum" or "avg"); return it."""
         self._check_call(op)
         if self.kind == "ring":
-            return self._timed("all_reduce", tensor, lambda: ring.ring_all_reduce(
-                tensor, op, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
+            return self._ring("all_reduce", ring.ring_all_reduce, tensor, op)
         dist.all_reduce(tensor, group=self.group)
         return tensor.div_(self.world_size) if op == "avg" else tensor
 
@@ -104,8 +107,7 @@ class Communicator:
         """This rank's chunk `torch.tensor_split(reduced, N)[rank]` of the reduction of `tensor`."""
         self._check_call(op)
         if self.kind == "ring":
-            return self._timed("reduce_scatter", tensor, lambda: ring.ring_reduce_scatter(
-                tensor, op, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
+            return self._ring("reduce_scatter", ring.ring_reduce_scatter, tensor, op)
         n = self.world_size
         if tensor.shape[0] % n == 0:
             output = tensor.new_empty((tensor.shape[0] // n, *tensor.shape[1:]))
@@ -120,16 +122,14 @@ class Communicator:
         """Concatenation along dim 0 of every rank's shard; `sizes[r]` is rank r's length."""
         self._check_call()
         if self.kind == "ring":
-            return self._timed("all_gather", shard, lambda: ring.ring_all_gather(
-                shard, sizes, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
+            return self._ring("all_gather", ring.ring_all_gather, shard, sizes)
         return builtin_all_gather(shard, sizes, self.group)
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         """Copy rank `src`'s `tensor` into `tensor` on every rank; return it."""
         self._check_call()
         if self.kind == "ring":
-            return self._timed("broadcast", tensor, lambda: ring.broadcast(
-                tensor, src, group=self.group, ledger=self.ledger, timeout_s=self.timeout_s))
+            return self._ring("broadcast", ring.broadcast, tensor, src)
         dist.broadcast(tensor, dist.get_global_rank(self.group, src) if self.group else src,
                        group=self.group)
         return tensor
@@ -149,9 +149,7 @@ class Communicator:
                 "place of its own, so every later call is refused. End the run on every rank and "
                 f"start a new one (with timeout_s above {self.timeout_s:g} s if ranks were slow)"
             )
-        if op not in ring.OPS:
-            raise ValueError(f"unknown reduction op {op!r}: use one of "
-                             f"{', '.join(repr(o) for o in ring.OPS)}")
+        require_choice("reduction op", op, ring.OPS)
 
     def _break(self, reason: str) -> None:
         """Mark the communicator unusable and drop the reductions queued behind the failed one."""
@@ -176,10 +174,16 @@ class Communicator:
                 raise
         return PendingReduce(guarded_wait)
 
-    def _timed(self, op: str, tensor: torch.Tensor, call: Callable[[], torch.Tensor]):
+    def _ring(self, op: str, primitive: Callable[..., torch.Tensor], tensor: torch.Tensor,
+              *args) -> torch.Tensor:
+        """`primitive(tensor, *args)` with this communicator's group, ledger and timeout.
+
+        Records the call in `events` when asked; a failure part-way breaks the communicator.
+        """
         start = time.perf_counter()
         try:
-            result = call()
+            result = primitive(tensor, *args, group=self.group, ledger=self.ledger,
+                               timeout_s=self.timeout_s)
         except (ValueError, TypeError):  # refused before any message was sent
             raise
         except Exception as error:  # a ring step failed part-way: its peers' messages are stale

@@ -3,7 +3,9 @@
 A message of n bytes costs alpha + n * beta: alpha is the fixed latency of one message (software,
 wake-ups, the network's round trip), beta the time per byte (1 / bandwidth). A collective is a
 sequence of such messages, so its time is (messages on the critical path) * alpha + (bytes on the
-critical path) * beta. Pure arithmetic, no torch:
+critical path) * beta. Arithmetic only (numpy for the fit), no torch and no ranks: lesson 76's
+notebook fits it to the times `lesson_code.collectives_lab.time_primitives` measures. Try it from
+a shell:
 
     python -c "from lesson_code.collectives import cost_model as c; print(c.predict('all_reduce', 2**26, 4, 1e-4, 1e-9))"
 
@@ -23,6 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from lesson_code.validate import require_choice, require_positive, require_positive_int
+
 ALGORITHMS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "naive_all_reduce")
 
 # nccl-tests (PERFORMANCE.md): bus bandwidth = algorithm bandwidth x this factor, so that busbw
@@ -36,10 +42,9 @@ _BUS_FACTOR = {
 
 
 def _check(algorithm: str, world_size: int) -> None:
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    """Raise ValueError for an algorithm not in ALGORITHMS or a world size below 1."""
+    require_choice("algorithm", algorithm, ALGORITHMS)
+    require_positive_int("world_size", world_size, "the number of ranks, such as 4")
 
 
 def message_count(algorithm: str, world_size: int) -> int:
@@ -96,21 +101,21 @@ def fit_alpha_beta(algorithm: str, world_size: int, sizes: list[float],
     """Least-squares fit of alpha and beta to measured times of `algorithm` at several sizes.
 
     The model is linear in (alpha, beta): t = m * alpha + b(n) * beta, with m messages and b(n)
-    bytes on the critical path. Raises ValueError with fewer than two distinct sizes.
+    bytes on the critical path, so `numpy.linalg.lstsq` solves it (columns scaled to 1 first, as
+    b(n) is millions of times m). Raises ValueError with fewer than two distinct sizes, or with
+    one rank, where nothing is sent and there is nothing to fit.
     """
     if len(sizes) != len(seconds) or len(set(sizes)) < 2:
         raise ValueError(f"need at least two distinct sizes with one time each, got {sizes}")
-    m = message_count(algorithm, world_size)
-    xs = [bytes_per_rank(algorithm, n, world_size) for n in sizes]
-    # Normal equations of t_i = m * alpha + x_i * beta.
-    k = len(xs)
-    sx, sy = sum(xs), sum(seconds)
-    sxx = sum(x * x for x in xs)
-    sxy = sum(x * y for x, y in zip(xs, seconds))
-    beta = (k * sxy - sx * sy) / (k * sxx - sx * sx)
-    intercept = (sy - beta * sx) / k
-    alpha = intercept / m if m else 0.0
-    return AlphaBeta(alpha=alpha, beta=beta)
+    if message_count(algorithm, world_size) == 0:
+        raise ValueError(f"{algorithm} on world_size {world_size} sends no message, so there is "
+                         "no alpha or beta to fit: measure on 2 or more ranks")
+    design = np.array([[message_count(algorithm, world_size),
+                        bytes_per_rank(algorithm, n, world_size)] for n in sizes], dtype=float)
+    scale = np.abs(design).max(axis=0)
+    solution = np.linalg.lstsq(design / scale, np.asarray(seconds, dtype=float), rcond=None)[0]
+    alpha, beta = solution / scale
+    return AlphaBeta(alpha=float(alpha), beta=float(beta))
 
 
 def bandwidths(algorithm: str, nbytes: float, seconds: float, world_size: int) -> tuple[float, float]:
@@ -119,9 +124,7 @@ def bandwidths(algorithm: str, nbytes: float, seconds: float, world_size: int) -
     algbw = nbytes / seconds; busbw = algbw x (2(N-1)/N for all-reduce, (N-1)/N for
     reduce-scatter and all-gather, 1 for broadcast), where nbytes is the full tensor's size.
     """
-    if algorithm not in _BUS_FACTOR:
-        raise ValueError(f"no bus factor for {algorithm!r}: use one of {', '.join(_BUS_FACTOR)}")
-    if seconds <= 0:
-        raise ValueError(f"seconds must be positive, got {seconds!r}")
+    require_choice("nccl-tests algorithm", algorithm, tuple(_BUS_FACTOR))
+    require_positive("seconds", seconds, "the measured time of one call, above 0")
     algbw = nbytes / seconds
     return algbw, algbw * _BUS_FACTOR[algorithm](world_size)

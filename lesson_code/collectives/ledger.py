@@ -9,7 +9,9 @@ reduce-scatter plus an all-gather moves exactly what one all-reduce moves: 2(N-1
     ring_all_reduce(tensor, ledger=ledger)      # inside a rank
     ledger.totals()                              # {"all_reduce": {"calls": 1, "bytes_sent": ...}}
 
-No torch.distributed here: a ledger is plain bookkeeping, filled in by the code that communicates.
+No torch.distributed here: a ledger is plain bookkeeping, filled in by the code that communicates
+(`lesson_code.collectives.p2p`). `collectives_lab.measure_ledgers` fills one per rank for the
+lesson's tables; `python -m lesson_code.collectives_lab` runs the primitives on 4 ranks.
 """
 
 from __future__ import annotations
@@ -82,10 +84,12 @@ class TrafficCounter:
         self.messages_sent = self.messages_received = 0
 
     def sent(self, nbytes: int) -> None:
+        """Count one message of `nbytes` bytes sent."""
         self.bytes_sent += nbytes
         self.messages_sent += 1
 
     def received(self, nbytes: int) -> None:
+        """Count one message of `nbytes` bytes received."""
         self.bytes_received += nbytes
         self.messages_received += 1
 

@@ -4,7 +4,8 @@
 `isend`/`irecv`, waiting on each with a bound (never forever) and counting the bytes in a ledger.
 `ring_step` is one step of a ring: send to the right neighbour, receive from the left.
 
-Used inside ranks started by `lesson_code.launch`; see `lesson_code.collectives.ring` for the algorithms.
+Used inside ranks started by `lesson_code.launch`; `lesson_code.collectives.ring` builds the
+algorithms on it, and `python -m lesson_code.collectives_lab` checks them on 4 ranks.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Peers:
         self.batched = dist.get_backend(group) == "nccl"
 
     def global_rank(self, group_rank: int) -> int:
+        """The rank in the default group of rank `group_rank` of this group."""
         if self.group is None:
             return group_rank
         return dist.get_global_rank(self.group, group_rank)
@@ -64,10 +66,7 @@ class Peers:
         if self.batched:
             self._post_together([(recv, source)], [(send, to)])
             return
-        works = [self._post_recv(recv, source), self._post_send(send, to)]
-        for work in works:
-            if work is not None:
-                work.wait(self.timeout)
+        self._wait_all([self._post(dist.irecv, recv, source), self._post(dist.isend, send, to)])
 
     def ring_step(self, send: torch.Tensor, recv: torch.Tensor,
                   add_to_received: torch.Tensor | None = None) -> None:
@@ -88,47 +87,49 @@ class Peers:
                 recv.add_(add_to_received)
             return
         # Receives first: a large isend may write inline, and the left neighbour waits on us.
-        receiving = [self._post_recv(piece, self.left) for piece in recvs]
-        sending = [self._post_send(piece, self.right) for piece in sends]
+        receiving = [self._post(dist.irecv, piece, self.left) for piece in recvs]
+        sending = [self._post(dist.isend, piece, self.right) for piece in sends]
         for index, work in enumerate(receiving):
-            if work is not None:
-                work.wait(self.timeout)
+            self._wait_all([work])
             if adds is not None:
                 recvs[index].add_(adds[index])
-        for work in sending:
-            if work is not None:
-                work.wait(self.timeout)
+        self._wait_all(sending)
 
     def _post_together(self, recvs: list, sends: list) -> None:
         """Post (tensor, group rank) receives and sends as one NCCL group; wait for all, bounded."""
         ops = []
-        for tensor, source in recvs:
-            if tensor is not None and tensor.numel():
-                self.counter.received(tensor.numel() * tensor.element_size())
-                ops.append(dist.P2POp(dist.irecv, tensor, self.global_rank(source), self.group))
-        for tensor, to in sends:
-            if tensor is not None and tensor.numel():
-                self.counter.sent(tensor.numel() * tensor.element_size())
-                ops.append(dist.P2POp(dist.isend, tensor, self.global_rank(to), self.group))
-        for work in dist.batch_isend_irecv(ops) if ops else []:
-            work.wait(self.timeout)
+        for post, pairs in ((dist.irecv, recvs), (dist.isend, sends)):
+            for tensor, peer in pairs:
+                if self._count(post, tensor):
+                    ops.append(dist.P2POp(post, tensor, self.global_rank(peer), self.group))
+        self._wait_all(dist.batch_isend_irecv(ops) if ops else [])
 
-    def _post_send(self, tensor: torch.Tensor | None, to: int):
+    def _count(self, post, tensor: torch.Tensor | None) -> bool:
+        """Count `tensor` as sent (post is dist.isend) or received; False when there is nothing."""
         if tensor is None or tensor.numel() == 0:
-            return None
-        self.counter.sent(tensor.numel() * tensor.element_size())
-        return dist.isend(tensor, self.global_rank(to), group=self.group)
+            return False
+        nbytes = tensor.numel() * tensor.element_size()
+        (self.counter.sent if post is dist.isend else self.counter.received)(nbytes)
+        return True
 
-    def _post_recv(self, tensor: torch.Tensor | None, source: int):
-        if tensor is None or tensor.numel() == 0:
+    def _post(self, post, tensor: torch.Tensor | None, peer: int):
+        """Start `post` (dist.isend or dist.irecv) of `tensor` with group rank `peer`, or None."""
+        if not self._count(post, tensor):
             return None
-        self.counter.received(tensor.numel() * tensor.element_size())
-        return dist.irecv(tensor, self.global_rank(source), group=self.group)
+        return post(tensor, self.global_rank(peer), group=self.group)
+
+    def _wait_all(self, works: list) -> None:
+        """Wait for each started message (None: nothing was posted), each wait bounded."""
+        for work in works:
+            if work is not None:
+                work.wait(self.timeout)
 
     @property
     def right(self) -> int:
+        """The group rank this rank sends to in a ring step."""
         return (self.rank + 1) % self.world_size
 
     @property
     def left(self) -> int:
+        """The group rank this rank receives from in a ring step."""
         return (self.rank - 1) % self.world_size

@@ -9,7 +9,8 @@ all-gather moves exactly the bytes of one all-reduce: 2(N-1)/N x size per rank.
 Chunking follows `torch.tensor_split(tensor, N)` along dim 0: chunk r belongs to rank r, so chunks
 may differ by one row when N does not divide the length, and may be empty when N exceeds it.
 
-Run the lesson's checks on 4 ranks, from a shell or under torchrun (see `collectives_lab`):
+The lesson's checks, timings and ledgers of these primitives are in `lesson_code.collectives_lab`;
+run the checks on 4 ranks from a shell, or under torchrun:
 
     python -m lesson_code.collectives_lab
     torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives_lab
@@ -22,22 +23,46 @@ float32 at N <= 5, a few ulps); integer sums are exact.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 
 from lesson_code.collectives.ledger import CommLedger, TrafficCounter
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S, Peers
+from lesson_code.validate import require_choice
 
 OPS = ("sum", "avg")
 
 
-def _check_op(op: str, tensor: torch.Tensor) -> None:
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}: use one of {', '.join(OPS)}")
+def check_op(op: str, tensor: torch.Tensor) -> None:
+    """Raise ValueError for an op not in OPS, or "avg" on a tensor that would truncate.
+
+    Every all-reduce algorithm of the lesson checks its op with this before sending a message.
+    """
+    require_choice("op", op, OPS)
     if op == "avg" and not (tensor.is_floating_point() or tensor.is_complex()):
         raise ValueError(
             f"op='avg' on a {tensor.dtype} tensor would truncate: use op='sum' and divide, "
             "or pass a floating-point tensor"
         )
+
+
+def peers_for(op: str, group, ledger: CommLedger | None, timeout_s: float) -> Peers:
+    """Peers for one call of the primitive `op`, counting the call's traffic.
+
+    `peers.counter.commit()` at the end of the call writes it into `ledger` as one entry.
+    """
+    return Peers(group, timeout_s, TrafficCounter(op, ledger))
+
+
+@contextmanager
+def contiguous_in_place(tensor: torch.Tensor) -> Iterator[torch.Tensor]:
+    """`tensor` itself when contiguous; else a contiguous copy, written back into it at the end."""
+    work = tensor if tensor.is_contiguous() else tensor.contiguous()
+    yield work
+    if work is not tensor:
+        tensor.copy_(work)
 
 
 def ring_chunk_indices(phase: str, rank: int, step: int, world_size: int) -> tuple[int, int]:
@@ -93,19 +118,16 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     tensor: each rank sends and receives 2(N-1)/N of the tensor's bytes, whatever N is.
     Raises ValueError for an unknown op, or op="avg" on an integer tensor.
     """
-    _check_op(op, tensor)
-    counter = TrafficCounter("all_reduce", ledger)
-    peers = Peers(group, timeout_s, counter)
-    work = tensor if tensor.is_contiguous() else tensor.contiguous()
-    chunks = torch.tensor_split(work.view(-1), peers.world_size)
-    own = _ring_reduce_scatter_into(peers, chunks)
-    if op == "avg":
-        own.div_(peers.world_size)
-    chunks[peers.rank].copy_(own)
-    _ring_all_gather_into(peers, chunks)
-    if work is not tensor:
-        tensor.copy_(work)
-    counter.commit()
+    check_op(op, tensor)
+    peers = peers_for("all_reduce", group, ledger, timeout_s)
+    with contiguous_in_place(tensor) as work:
+        chunks = torch.tensor_split(work.view(-1), peers.world_size)
+        own = _ring_reduce_scatter_into(peers, chunks)
+        if op == "avg":
+            own.div_(peers.world_size)
+        chunks[peers.rank].copy_(own)
+        _ring_all_gather_into(peers, chunks)
+    peers.counter.commit()
     return tensor
 
 
@@ -119,14 +141,13 @@ def ring_reduce_scatter(tensor: torch.Tensor, op: str = "sum", *, group=None,
     new tensor. Each rank sends and receives (N-1)/N of the tensor's bytes.
     Raises ValueError for an unknown op, or op="avg" on an integer tensor.
     """
-    _check_op(op, tensor)
-    counter = TrafficCounter("reduce_scatter", ledger)
-    peers = Peers(group, timeout_s, counter)
+    check_op(op, tensor)
+    peers = peers_for("reduce_scatter", group, ledger, timeout_s)
     chunks = torch.tensor_split(tensor.contiguous(), peers.world_size)
     own = _ring_reduce_scatter_into(peers, chunks)
     if op == "avg":
         own.div_(peers.world_size)
-    counter.commit()
+    peers.counter.commit()
     # `own` may be a view into a longer work buffer: copy it out so the buffer can be freed.
     return own.clone() if own.untyped_storage().nbytes() > own.numel() * own.element_size() else own
 
@@ -143,8 +164,7 @@ def ring_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, grou
     once and sends N - 1 shards.
     Raises ValueError when `sizes` has the wrong length or disagrees with this rank's shard.
     """
-    counter = TrafficCounter("all_gather", ledger)
-    peers = Peers(group, timeout_s, counter)
+    peers = peers_for("all_gather", group, ledger, timeout_s)
     if shard.dim() == 0:
         raise ValueError("shard must have at least one dimension; use shard.reshape(1)")
     if sizes is None:
@@ -159,19 +179,18 @@ def ring_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, grou
     chunks = torch.split(output, sizes)
     chunks[peers.rank].copy_(shard)
     _ring_all_gather_into(peers, chunks)
-    counter.commit()
+    peers.counter.commit()
     return output
 
 
 def _exchange_sizes(length: int, device: torch.device, group, ledger: CommLedger | None,
                     timeout_s: float) -> list[int]:
     """Every rank's shard length, gathered with the same ring (one int64 per rank)."""
-    counter = TrafficCounter("all_gather_sizes", ledger)
-    peers = Peers(group, timeout_s, counter)
+    peers = peers_for("all_gather_sizes", group, ledger, timeout_s)
     lengths = torch.zeros(peers.world_size, dtype=torch.int64, device=device)
     lengths[peers.rank] = length
     _ring_all_gather_into(peers, torch.tensor_split(lengths, peers.world_size))
-    counter.commit()
+    peers.counter.commit()
     return lengths.tolist()
 
 
@@ -185,27 +204,24 @@ def broadcast(tensor: torch.Tensor, src: int = 0, *, group=None,
     (counted from src), so all N ranks hold it after ceil(log2 N) rounds and N - 1 messages.
     Raises ValueError when `src` is not a rank of the group.
     """
-    counter = TrafficCounter("broadcast", ledger)
-    peers = Peers(group, timeout_s, counter)
+    peers = peers_for("broadcast", group, ledger, timeout_s)
     world_size = peers.world_size
     if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < world_size:
         raise ValueError(f"src={src!r} is not a rank of this group: use 0 <= src < {world_size}")
-    work = tensor if tensor.is_contiguous() else tensor.contiguous()
     relative = (peers.rank - src) % world_size
-    mask = 1
-    while mask < world_size:  # receive once, from the rank that clears our lowest set bit
-        if relative & mask:
-            peers.exchange(None, 0, work, (relative - mask + src) % world_size)
-            break
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:  # then pass the data on to the ranks below our lowest set bit
-        if relative + mask < world_size:
-            peers.exchange(work, (relative + mask + src) % world_size, None, 0)
+    with contiguous_in_place(tensor) as work:
+        mask = 1
+        while mask < world_size:  # receive once, from the rank that clears our lowest set bit
+            if relative & mask:
+                peers.exchange(None, 0, work, (relative - mask + src) % world_size)
+                break
+            mask <<= 1
         mask >>= 1
-    if work is not tensor:
-        tensor.copy_(work)
-    counter.commit()
+        while mask > 0:  # then pass the data on to the ranks below our lowest set bit
+            if relative + mask < world_size:
+                peers.exchange(work, (relative + mask + src) % world_size, None, 0)
+            mask >>= 1
+    peers.counter.commit()
     return tensor
 
 
@@ -219,23 +235,20 @@ def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
     carries N/2 times what any link carries in a ring, and the cost grows with N.
     Raises ValueError for an unknown op, or op="avg" on an integer tensor.
     """
-    _check_op(op, tensor)
-    counter = TrafficCounter("naive_all_reduce", ledger)
-    peers = Peers(group, timeout_s, counter)
-    work = tensor if tensor.is_contiguous() else tensor.contiguous()
-    if peers.rank == 0:
-        incoming = work.new_empty(work.shape)
-        for source in range(1, peers.world_size):
-            peers.exchange(None, 0, incoming, source)
-            work.add_(incoming)
-        if op == "avg":
-            work.div_(peers.world_size)
-        for destination in range(1, peers.world_size):
-            peers.exchange(work, destination, None, 0)
-    else:
-        peers.exchange(work, 0, None, 0)
-        peers.exchange(None, 0, work, 0)
-    if work is not tensor:
-        tensor.copy_(work)
-    counter.commit()
+    check_op(op, tensor)
+    peers = peers_for("naive_all_reduce", group, ledger, timeout_s)
+    with contiguous_in_place(tensor) as work:
+        if peers.rank == 0:
+            incoming = work.new_empty(work.shape)
+            for source in range(1, peers.world_size):
+                peers.exchange(None, 0, incoming, source)
+                work.add_(incoming)
+            if op == "avg":
+                work.div_(peers.world_size)
+            for destination in range(1, peers.world_size):
+                peers.exchange(work, destination, None, 0)
+        else:
+            peers.exchange(work, 0, None, 0)
+            peers.exchange(None, 0, work, 0)
+    peers.counter.commit()
     return tensor

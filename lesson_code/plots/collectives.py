@@ -3,6 +3,8 @@
 The ring figure is drawn from `collectives.ring_chunk_indices`, the same function the ring uses,
 so the picture cannot drift from the code. The other figures take rows measured by
 `collectives_lab.time_primitives` or ledger totals from `collectives_lab.measure_ledgers`.
+Drawn by lesson 76's notebook (notebooks/en/76-collectives.ipynb); the measurements they show come
+from `python -m lesson_code.bench collectives` or the notebook's own runs.
 """
 
 from __future__ import annotations
@@ -37,6 +39,20 @@ LABELS = {
         "naive": "ساده (از راه رتبهٔ ۰)", "ring": "حلقه",
     },
 }
+
+
+def _measured(rows: list[dict], op: str) -> list[tuple[int, float]]:
+    """(bytes, seconds) of `op` in rows from `collectives_lab.time_primitives`, by size."""
+    return sorted((row["nbytes"], row["seconds"]) for row in rows if row["op"] == op)
+
+
+def _finish(fig: Figure, ax, xlabel: str, ylabel: str, legend_size: float | None = None) -> Figure:
+    """Label the axes, add the legend and tighten the layout; return `fig`."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    return fig
 
 
 def ring_states(world_size: int) -> list[tuple[str, int, list[list[frozenset]], set]]:
@@ -103,18 +119,14 @@ def bandwidth_figure(rows: list[dict], world_size: int, lang: str = "en",
     use_course_style()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for op in ops:
-        points = sorted((row["nbytes"], row["seconds"]) for row in rows if row["op"] == op)
+        points = _measured(rows, op)
         if not points:
             continue
         algorithm = op.split()[-1]
         busbw = [cost_model.bandwidths(algorithm, n, t, world_size)[1] / 1e6 for n, t in points]
         ax.plot([n for n, _ in points], busbw, marker="o", label=op)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel(labels["size"])
-    ax.set_ylabel(labels["busbw"])
-    ax.legend()
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, labels["size"], labels["busbw"])
 
 
 def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
@@ -124,7 +136,7 @@ def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
     use_course_style()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for op, fit in fits.items():
-        points = sorted((row["nbytes"], row["seconds"]) for row in rows if row["op"] == op)
+        points = _measured(rows, op)
         algorithm = op.replace(" ", "_") if op.startswith("naive") else op.split()[-1]
         sizes = [n for n, _ in points]
         line, = ax.plot(sizes, [1e3 * t for _, t in points], "o")
@@ -133,11 +145,7 @@ def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
                 label=labels["fit"].format(op=op, alpha=fit.alpha * 1e6, bw=fit.bandwidth / 1e6))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel(labels["size"])
-    ax.set_ylabel(labels["time"])
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, labels["size"], labels["time"], legend_size=8)
 
 
 def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") -> Figure:
@@ -152,8 +160,4 @@ def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") 
     for key in ("naive", "ring"):
         ax.plot(sizes, [traffic[n][key] for n in sizes], marker="o", label=labels[key])
     ax.set_xticks(sizes)
-    ax.set_xlabel(labels["ranks"])
-    ax.set_ylabel(labels["busiest"])
-    ax.legend()
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, labels["ranks"], labels["busiest"])

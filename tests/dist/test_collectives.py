@@ -7,6 +7,7 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import collectives_lab, collectives, launch
+from lesson_code.bench import collectives as bench
 from lesson_code.collectives.ledger import CommLedger
 
 
@@ -35,15 +36,11 @@ def test_primitives_equal_the_builtins(world_size):
             assert ops["broadcast"]["max_abs_diff"] == 0
 
 
-def ledgers_for(rank, world_size, numel, dtype):
-    return collectives_lab.measure_ledgers(rank, world_size, numel, dtype)
-
-
 @pytest.mark.parametrize("world_size", [2, 4, 5])
 def test_ledger_counts_match_the_formulas_when_n_divides(world_size):
     numel = 60 * 1024  # divisible by 2, 4 and 5
     nbytes = numel * 4
-    ledgers = launch.spawn(ledgers_for, numel, "float32", world_size=world_size)
+    ledgers = launch.spawn(collectives_lab.measure_ledgers, numel, "float32", world_size=world_size)
     n = world_size
     for rank, ledger in enumerate(ledgers):
         all_reduce = ledger["all_reduce"]
@@ -66,7 +63,7 @@ def test_ledger_totals_hold_for_uneven_chunks(numel, dtype):
     world_size = 4
     element = torch.empty(0, dtype=collectives_lab.DTYPES[dtype]).element_size()
     nbytes = numel * element
-    ledgers = launch.spawn(ledgers_for, numel, dtype, world_size=world_size)
+    ledgers = launch.spawn(collectives_lab.measure_ledgers, numel, dtype, world_size=world_size)
     # Each rank sends every chunk but one in each phase, so the sum over ranks is exact.
     assert sum(l["all_reduce"]["bytes_sent"] for l in ledgers) == 2 * (world_size - 1) * nbytes
     assert sum(l["all_reduce"]["bytes_received"] for l in ledgers) == 2 * (world_size - 1) * nbytes
@@ -175,3 +172,51 @@ def test_the_naive_all_reduce_loads_rank_zero_n_over_two_times_more():
                        for l in ledgers)
     # Rank 0 of the naive scheme moves 2(N-1) x size; a ring rank 4(N-1)/N x size: N/2 times less.
     assert busiest_naive * 2 == busiest_ring * n
+
+
+def test_timings_agree_across_ranks_and_feed_the_benchmark_table():
+    sizes, ops = [64, 4096], [op for ours, builtin, _ in bench.PAIRS for op in (ours, builtin)]
+    per_rank = launch.spawn(collectives_lab.time_primitives, sizes, 2, 0.002, world_size=2)
+    rows = per_rank[0]
+    assert per_rank[1] == rows  # one agreed repeat count per (op, size) and the slowest rank's time
+    assert [(row["op"], row["nbytes"]) for row in rows] == [
+        (op, nbytes) for nbytes in sizes for op in dict.fromkeys(ops)]
+    assert all(row["seconds"] > 0 and 1 <= row["repeats"] <= 100 for row in rows)
+    table = bench.comparison_table(rows, world_size=2)
+    assert len(table) == len(bench.PAIRS) * len(sizes)
+    assert (table.ratio > 0).all() and (table.ours_busbw_GBps > 0).all()
+
+
+def timing_errors(rank, world_size):
+    errors = {}
+    for name, args in {"size": ([100],), "op": ([64], 1, 0.01, ["ring all_to_all"]),
+                       "min_trial_s": ([64], 1, 0.0)}.items():
+        try:
+            collectives_lab.time_primitives(rank, world_size, *args)
+        except ValueError as error:
+            errors[name] = str(error)
+    return errors
+
+
+def test_timing_arguments_are_checked_before_any_message():
+    errors = launch.spawn(timing_errors, world_size=2, timeout_s=60)[0]
+    assert "size 100 B is not a multiple of 4 * world_size = 8" in errors["size"]
+    assert "unknown operation 'ring all_to_all': use one of 'ring all_reduce'" in errors["op"]
+    assert "min_trial_s must be positive, got 0.0" in errors["min_trial_s"]
+
+
+def test_an_unknown_dtype_names_the_ones_there_are():
+    with pytest.raises(ValueError, match="unknown dtype 'float16': use one of 'float32'"):
+        collectives_lab.make_input(0, 4, "float16")
+
+
+def test_the_summary_takes_the_worst_rank_and_names_the_dtypes_outside_the_bound():
+    def rank_result(diff, allowed):
+        return {"float32": {"all_reduce": {"max_abs_diff": diff, "allowed": allowed,
+                                           "within": diff <= allowed}},
+                "int64": {"all_reduce": {"max_abs_diff": 0.0, "allowed": 0.0, "within": True}}}
+    results = [rank_result(1e-7, 1e-6), rank_result(2e-6, 1e-6)]
+    assert collectives_lab.worst_differences(results) == {"float32": {"all_reduce": 2e-6},
+                                                          "int64": {"all_reduce": 0.0}}
+    assert collectives_lab.failing_dtypes(results) == ["float32"]
+    assert collectives_lab.failing_dtypes(results[:1]) == []

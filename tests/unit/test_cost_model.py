@@ -38,9 +38,27 @@ def test_fit_recovers_the_parameters_it_was_given():
     assert fitted.bandwidth == pytest.approx(1e9, rel=1e-6)
 
 
+def test_fit_of_noisy_times_is_the_least_squares_solution():
+    # Three points off a line: the fit minimises the squared residuals, so they sum to zero
+    # and are orthogonal to the bytes column.
+    sizes, times, n = [1000, 2000, 4000], [1.0e-3, 1.3e-3, 2.2e-3], 2
+    fitted = cost_model.fit_alpha_beta("all_reduce", n, sizes, times)
+    residuals = [t - cost_model.predict("all_reduce", s, n, fitted.alpha, fitted.beta)
+                 for s, t in zip(sizes, times)]
+    xs = [cost_model.bytes_per_rank("all_reduce", s, n) for s in sizes]
+    assert abs(sum(residuals)) < 1e-15
+    assert abs(sum(r * x for r, x in zip(residuals, xs))) < 1e-12
+    assert max(abs(r) for r in residuals) > 1e-6  # the points really are off any line
+
+
 def test_fit_needs_two_sizes():
     with pytest.raises(ValueError, match="two distinct sizes"):
         cost_model.fit_alpha_beta("all_reduce", 4, [1024, 1024], [1.0, 1.0])
+
+
+def test_fit_on_one_rank_has_nothing_to_fit():
+    with pytest.raises(ValueError, match="world_size 1 sends no message.*2 or more ranks"):
+        cost_model.fit_alpha_beta("all_reduce", 1, [1024, 4096], [1e-6, 2e-6])
 
 
 def test_bus_bandwidth_follows_nccl_tests():
@@ -50,14 +68,18 @@ def test_bus_bandwidth_follows_nccl_tests():
     assert cost_model.bandwidths("broadcast", 8e9, 2.0, 4)[1] == 4e9
 
 
-@pytest.mark.parametrize("call", [
-    lambda: cost_model.message_count("all_to_all", 4),
-    lambda: cost_model.bytes_per_rank("all_reduce", 10, 0),
-    lambda: cost_model.bandwidths("naive_all_reduce", 10, 1.0, 4),
-    lambda: cost_model.bandwidths("all_reduce", 10, 0.0, 4),
+@pytest.mark.parametrize("call, message", [
+    (lambda: cost_model.message_count("all_to_all", 4), "unknown algorithm 'all_to_all': use one of"),
+    (lambda: cost_model.bytes_per_rank("all_reduce", 10, 0),
+     "world_size must be a positive int, got 0: pass the number of ranks"),
+    (lambda: cost_model.message_count("all_reduce", True), "world_size must be a positive int"),
+    (lambda: cost_model.bandwidths("naive_all_reduce", 10, 1.0, 4),
+     "unknown nccl-tests algorithm 'naive_all_reduce': use one of 'all_reduce'"),
+    (lambda: cost_model.bandwidths("all_reduce", 10, 0.0, 4),
+     "seconds must be positive, got 0.0: pass the measured time"),
 ])
-def test_bad_input_is_rejected(call):
-    with pytest.raises(ValueError):
+def test_bad_input_is_rejected_with_the_value_and_the_fix(call, message):
+    with pytest.raises(ValueError, match=message):
         call()
 
 
