@@ -9,34 +9,27 @@ the notebook: files a lesson writes never land in the repository).
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from lesson_code.checkpoint import files as checkpoint_files
-from lesson_code.devices import clock, current_device
+from lesson_code.checkpoint.faults import CrashingDisk, flip_one_byte
+from lesson_code.checkpoint.files import DISK
 from lesson_code.checkpoint.zero import FLAT_KEYS, load_zero, save_zero
+from lesson_code.devices import clock, current_device
+from lesson_code.experiment import flat_parameters, train
 from lesson_code.zero_lab import ZeroRun, _loss, _model, build_optimizer, parameter_digest
 
 
-def _train(run: ZeroRun, model, optimizer, rank: int, world_size: int, first: int, last: int,
-           on_step_end=None) -> list[float]:
-    """Steps first..last-1 (step s uses batch s); returns this rank's global mean losses."""
-    losses = []
-    for step in range(first, last):
-        optimizer.zero_grad()
-        loss = _loss(run, model, step, rank, world_size)
-        loss.backward()
-        optimizer.step()
-        total = loss.detach().to(torch.float64).reshape(1)
-        dist.all_reduce(total)
-        losses.append(total.item() / world_size)
-        if on_step_end is not None:
-            on_step_end(step + 1)
-    return losses
+def train_steps(run: ZeroRun, model, optimizer, steps: range, after_step=None) -> list[float]:
+    """Train `steps` (step s uses batch s) with `experiment.train`; the global mean losses.
+
+    Collective: call on every rank; the optimizer knows this rank and the world size.
+    """
+    rank, world_size = optimizer.rank, optimizer.world_size
+    return train(lambda step: _loss(run, model, step, rank, world_size), optimizer, steps,
+                 after_step=after_step)
 
 
 def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
@@ -49,10 +42,9 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
 
     def maybe_save(done: int) -> None:
         if done in save_after:
-            save_zero(root, model, optimizer, step=done, rank=rank, world_size=world_size,
-                      extra={"next_step": done})
-    losses = _train(run, model, optimizer, rank, world_size, 0, run.steps, maybe_save)
-    return {"losses": losses, "params": _flat(model), "digest": parameter_digest(model)}
+            save_zero(root, model, optimizer, step=done, extra={"next_step": done})
+    losses = train_steps(run, model, optimizer, range(run.steps), maybe_save)
+    return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model)}
 
 
 def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str) -> dict:
@@ -62,9 +54,9 @@ def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str) -> di
     checkpoint can make the result match the run that never stopped.
     """
     model, optimizer = build_optimizer(run, _model(run, seed_offset=100 + rank), rank, world_size)
-    extra = load_zero(folder, model, optimizer, rank=rank, world_size=world_size)
-    losses = _train(run, model, optimizer, rank, world_size, extra["next_step"], run.steps)
-    return {"losses": losses, "params": _flat(model), "digest": parameter_digest(model),
+    extra = load_zero(folder, model, optimizer)
+    losses = train_steps(run, model, optimizer, range(extra["next_step"], run.steps))
+    return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),
             "resumed_at": extra["next_step"]}
 
 
@@ -74,16 +66,15 @@ def round_trip(rank: int, world_size: int, run: ZeroRun, root: str) -> dict[str,
     Collective: call on every rank.
     """
     model, optimizer = build_optimizer(run, _model(run), rank, world_size)
-    _train(run, model, optimizer, rank, world_size, 0, run.steps)
+    train_steps(run, model, optimizer, range(run.steps))
     before = {**{k: v.clone() for k, v in optimizer.state_dict().items() if k in FLAT_KEYS},
-              "rng_state": torch.get_rng_state(), "params": _flat(model)}
-    folder = save_zero(root, model, optimizer, step=run.steps, rank=rank, world_size=world_size,
-                       extra={"next_step": run.steps})
+              "rng_state": torch.get_rng_state(), "params": flat_parameters(model)}
+    folder = save_zero(root, model, optimizer, step=run.steps, extra={"next_step": run.steps})
     torch.manual_seed(12345)  # disturb the RNG: the load must restore it
     fresh_model, fresh = build_optimizer(run, _model(run, seed_offset=7), rank, world_size)
-    load_zero(folder, fresh_model, fresh, rank=rank, world_size=world_size)
+    load_zero(folder, fresh_model, fresh)
     after = {**{k: v for k, v in fresh.state_dict().items() if k in FLAT_KEYS},
-             "rng_state": torch.get_rng_state(), "params": _flat(fresh_model)}
+             "rng_state": torch.get_rng_state(), "params": flat_parameters(fresh_model)}
     return {key: torch.equal(before[key], after[key]) for key in before} | \
            {"step": fresh.step_count == optimizer.step_count}
 
@@ -94,24 +85,16 @@ def crash_during_save(rank: int, world_size: int, run: ZeroRun, root: str,
     writing its shard of the second checkpoint (a real SIGKILL of a real process).
 
     Collective: call on every rank; the call never returns normally (the launcher reports the
-    killed rank and stops the others). Fault injection for the lesson: the crashing rank's file
-    writer writes half the bytes, flushes them to disk, and kills its own process.
+    killed rank and stops the others). Fault injection for the lesson: the crashing rank saves
+    through a `checkpoint.faults.CrashingDisk`, whose write puts half the bytes on disk and
+    kills its own process.
     """
     model, optimizer = build_optimizer(run, _model(run), rank, world_size)
-    _train(run, model, optimizer, rank, world_size, 0, 2)
-    save_zero(root, model, optimizer, step=2, rank=rank, world_size=world_size,
-              extra={"next_step": 2})
-    _train(run, model, optimizer, rank, world_size, 2, 4)
-    if rank == crash_rank:
-        def write_half_then_die(path: Path, payload: bytes) -> None:
-            with open(path.with_name(f".{path.name}.{os.getpid()}.partial"), "wb") as handle:
-                handle.write(payload[: len(payload) // 2])
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.kill(os.getpid(), signal.SIGKILL)
-        checkpoint_files.write_atomically = write_half_then_die  # this rank's process only
-    save_zero(root, model, optimizer, step=4, rank=rank, world_size=world_size,
-              extra={"next_step": 4})
+    train_steps(run, model, optimizer, range(0, 2))
+    save_zero(root, model, optimizer, step=2, extra={"next_step": 2})
+    train_steps(run, model, optimizer, range(2, 4))
+    save_zero(root, model, optimizer, step=4, extra={"next_step": 4},
+              disk=CrashingDisk() if rank == crash_rank else DISK)
 
 
 def save_ours_and_dcp(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
@@ -123,13 +106,12 @@ def save_ours_and_dcp(rank: int, world_size: int, run: ZeroRun, root: str) -> di
     import torch.distributed.checkpoint as dcp
 
     model, optimizer = build_optimizer(run, _model(run), rank, world_size)
-    _train(run, model, optimizer, rank, world_size, 0, 1)
+    train_steps(run, model, optimizer, range(1))
     state = optimizer.state_dict()
     timings = {}
     dist.barrier()
     start = clock()
-    ours = save_zero(Path(root) / "ours", model, optimizer, step=1, rank=rank,
-                     world_size=world_size, extra={"next_step": 1})
+    ours = save_zero(Path(root) / "ours", model, optimizer, step=1, extra={"next_step": 1})
     timings["ours"] = clock() - start
     dcp_state = {f"rank{rank}.{key}": state[key] for key in FLAT_KEYS}
     dcp_state["model"] = model.state_dict()
@@ -143,18 +125,6 @@ def save_ours_and_dcp(rank: int, world_size: int, run: ZeroRun, root: str) -> di
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return {"ours_s": slowest[0].item(), "dcp_s": slowest[1].item(), "ours": str(ours),
             "dcp": str(Path(root) / "dcp")}
-
-
-def _flat(model) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).to(torch.float64) for p in model.parameters()])
-
-
-def flip_one_byte(path: Path | str) -> None:
-    """Flip the lowest bit of the byte in the middle of a file (a silent disk or copy error)."""
-    path = Path(path)
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 def dcp_after_a_flipped_byte(rank: int, world_size: int, root: str) -> dict:

@@ -81,7 +81,8 @@ def checkpoint_round_trip(rank: int, world_size: int) -> dict:
 def capstone_resumes(rank: int, world_size: int) -> dict:
     """Lesson 81: the composed run (20 steps); the loss falls and the checkpoint restores exactly."""
     with tempfile.TemporaryDirectory(prefix="selfcheck-") as root:
-        result = run_rank(rank, world_size, CapstoneConfig(out_dir=_same_on_all_ranks(root)))
+        config = CapstoneConfig(out_dir=_same_on_all_ranks(root), world_size=world_size)
+        result = run_rank(rank, world_size, config)
         dist.barrier()
     losses = [row["loss"] for row in result["records"]]
     verified = _all_ranks(all(result["resume_verified"].values()))

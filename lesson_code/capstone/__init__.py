@@ -6,12 +6,14 @@ checkpoint at step 10, composed in one place and checked end to end.
 
 It prints a 20-row loss table, a 4-row memory profile, the checkpoint's manifest and, once the
 step-10 checkpoint has been reloaded byte for byte, RESUME VERIFIED; it writes metrics.jsonl and
-loss.png to the output folder. Nothing else in the package imports this one.
+loss.png to the output folder. Nothing else in the package imports this one. Its data, the
+Markov-chain corpus (`make_corpus`, `batch_for_step`), lives with every lesson's data in
+`lesson_code.data` and is importable from here too.
 """
 
 from lesson_code.capstone.config import CapstoneConfig
-from lesson_code.capstone.corpus import batch_for_step, make_corpus
 from lesson_code.capstone.train import run_rank, verify_resume
+from lesson_code.data import batch_for_step, make_corpus
 from lesson_code.models import GPTConfig, MiniGPT
 
 __all__ = ["CapstoneConfig", "GPTConfig", "MiniGPT", "batch_for_step", "main", "make_corpus",

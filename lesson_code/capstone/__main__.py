@@ -1,4 +1,4 @@
-"""`python -m lesson_code.capstone`: see lesson_code.capstone.cli."""
+"""`python -m lesson_code.capstone`: lesson 81's capstone run; see lesson_code.capstone.cli."""
 
 from lesson_code.capstone.cli import main
 

@@ -1,7 +1,9 @@
-"""Checkpoints as the training loop sees them: `maybe_save(step)` and `rollback()`, no files.
+"""Checkpoints as the capstone's loop sees them (lesson 81): `maybe_save(step)`, `rollback()`.
 
 Wraps lesson 80's ZeRO checkpoint functions with a policy (which steps to save, how many to
-keep) and remembers, for `verify_resume`, an in-memory copy of what each save wrote.
+keep) and remembers, for `train.verify_resume`, an in-memory copy of what each save wrote. The
+rank and world size are the optimizer's (`optimizer.rank`, `optimizer.world_size`). Used by
+`capstone.train.run_rank`, which `python -m lesson_code.capstone` runs.
 """
 
 from __future__ import annotations
@@ -15,18 +17,28 @@ import torch.distributed as dist
 from lesson_code.checkpoint import CheckpointError
 from lesson_code.checkpoint.tools import latest_checkpoint, prune_checkpoints, recover_checkpoints
 from lesson_code.checkpoint.zero import FLAT_KEYS, load_zero, save_zero
+from lesson_code.experiment import flat_parameters
+
+
+def state_copy(model, optimizer) -> dict[str, torch.Tensor]:
+    """Copies of what a ZeRO checkpoint holds for this rank: master shard, both moments, the RNG
+    state and every parameter (float64, exact), to compare with what a load restores."""
+    state = optimizer.state_dict()
+    return {**{key: state[key].clone() for key in FLAT_KEYS}, "rng_state": torch.get_rng_state(),
+            "params": flat_parameters(model)}
 
 
 class Checkpointer:
     """Saves after the steps in `save_after`, keeps the newest `keep_last`, rolls back on demand.
 
-    Collective: `maybe_save` and `rollback` are called on every rank.
+    Collective: `maybe_save` and `rollback` are called on every rank. `optimizer` is a
+    `zero.ZeroOptimizer`: its rank and world size are the checkpoint's.
     """
 
-    def __init__(self, root: Path | str, model, optimizer, *, rank: int, world_size: int,
-                 save_after: set[int], keep_last: int = 2):
+    def __init__(self, root: Path | str, model, optimizer, *, save_after: set[int],
+                 keep_last: int = 2):
         self.root, self.model, self.optimizer = Path(root), model, optimizer
-        self.rank, self.world_size = rank, world_size
+        self.rank = optimizer.rank
         self.save_after, self.keep_last = save_after, keep_last
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
         self.folders: dict[int, Path] = {}
@@ -36,14 +48,9 @@ class Checkpointer:
         """Save if `step` (steps done) is due; returns the folder written, else None."""
         if step not in self.save_after:
             return None
-        folder = save_zero(self.root, self.model, self.optimizer, step=step, rank=self.rank,
-                           world_size=self.world_size,
+        folder = save_zero(self.root, self.model, self.optimizer, step=step,
                            extra={"next_step": step, "last_loss": last_loss})
-        state = self.optimizer.state_dict()
-        self.snapshots[step] = {**{key: state[key].clone() for key in FLAT_KEYS},
-                                "rng_state": torch.get_rng_state(),
-                                "params": torch.cat([p.detach().reshape(-1) for p in
-                                                     self.model.parameters()]).clone()}
+        self.snapshots[step] = state_copy(self.model, self.optimizer)
         self.folders[step] = folder
         if self.rank == 0:
             prune_checkpoints(self.root, self.keep_last)
@@ -73,6 +80,5 @@ class Checkpointer:
             raise RuntimeError(failure or f"the run diverged before any checkpoint under {self.root} "
                                "verified: save earlier (a smaller checkpoint step) or lower the "
                                "learning rate")
-        extra = load_zero(folder, self.model, self.optimizer, rank=self.rank,
-                          world_size=self.world_size)
+        extra = load_zero(folder, self.model, self.optimizer)
         return extra["next_step"], extra.get("last_loss")

@@ -1,4 +1,8 @@
-"""Command line of the capstone: `python -m lesson_code.capstone [--world-size N] [--steps S] ...`."""
+"""Command line of the capstone (lesson 81): `python -m lesson_code.capstone [--world-size N] ...`.
+
+`python -m lesson_code.capstone --help` lists the options; under torchrun, torchrun's WORLD_SIZE
+is the run's world size.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import shutil
 from pathlib import Path
 
 from lesson_code import launch
-from lesson_code.cli_args import check_divides, check_in_range, check_world_size, positive_int, seed_int
+from lesson_code.cli_args import (check_divides, check_in_range, check_world_size, positive_int,
+                                  seed_int, world_size_in_use)
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.report import loss_table, manifest_summary, memory_table, write_metrics
 from lesson_code.capstone.train import run_rank
@@ -41,7 +46,8 @@ def parse(argv: list[str] | None) -> CapstoneConfig:
     check_divides(parser, "--accumulation", args.accumulation, defaults.batch_per_rank,
                   "the batch of sequences per rank")
     try:  # CapstoneConfig checks its own fields too; say what it found as argparse would
-        return dataclasses.replace(defaults, world_size=args.world_size, steps=args.steps,
+        world_size = world_size_in_use(args.world_size)[0]  # torchrun's, under torchrun
+        return dataclasses.replace(defaults, world_size=world_size, steps=args.steps,
                                    checkpoint_step=args.checkpoint_step, out_dir=args.out_dir,
                                    seed=args.seed, accumulation=args.accumulation,
                                    lr_spike_step=args.lr_spike_step)

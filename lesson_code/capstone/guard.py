@@ -1,4 +1,4 @@
-"""The divergence guard: check every step's loss before the optimizer may use its gradients.
+"""The capstone's divergence guard (lesson 81): check each step's loss before the optimizer steps.
 
 A NaN or infinite loss, or a loss more than `spike_factor` times the previous step's, means the
 run has left the rails (a bad batch, a learning rate too high for one step, a hardware fault).
@@ -9,6 +9,9 @@ A replay cures a fault that came from the run itself (a spike of the learning ra
 bit), but not a bad batch: the replay reads the same batch and spikes again, for ever. So each
 step may cause at most `max_retries` rollbacks; after that its batch is skipped (the remedy
 large language model runs use for loss spikes that follow particular batches).
+
+    guard = DivergenceGuard(spike_factor=2.0)
+    reason = guard.check(loss)        # None: step; else guard.action(step) says what to do
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""What the capstone prints and writes: the loss table, the memory profile, the manifest, metrics.
+"""What the capstone (lesson 81) prints and writes: loss table, memory profile, manifest, metrics.
 
 Plain text for a terminal (the notebook shows the same data as tables and figures). Rank 0's
 records are the run's: every rank holds the same global loss and the same parameters.
+`python -m lesson_code.capstone` prints all of it.
+
+    print(loss_table(results[0]["records"]))
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The capstone's exercise 1: MiniGPT's attention heads split over 2 ranks (tensor parallelism).
+"""Lesson 81, exercise 1: MiniGPT's attention heads split over 2 ranks (tensor parallelism).
 
 Megatron-LM's split of self-attention: each rank computes the query, key and value projections
 of its own heads only (the rows of the qkv weight that belong to them, "column parallel"), runs
@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lesson_code.capstone.config import CapstoneConfig
-from lesson_code.capstone.corpus import batch_for_step, make_corpus
+from lesson_code.data import batch_for_step
 from lesson_code.devices import current_device
 from lesson_code.models import Block, MiniGPT
 
@@ -78,6 +78,5 @@ def _model_and_first_batch(config: CapstoneConfig):
     """The model from the seed and the first batch, on this process's device."""
     torch.manual_seed(config.seed)
     model = MiniGPT(config.gpt).to(current_device())
-    corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
-    x, y = batch_for_step(corpus, 0, 0, 1, config.batch_per_rank, config.gpt.context)
+    x, y = batch_for_step(config.corpus(), 0, 0, 1, config.batch_per_rank, config.gpt.context)
     return model, x.to(current_device()), y.to(current_device())

@@ -1,4 +1,4 @@
-"""The capstone's run written with PyTorch's own pieces, for comparison (`make bench`).
+"""Lesson 81's capstone run written with PyTorch's own pieces, for comparison (`make bench`).
 
 The same model, corpus, seeds, learning rate and 20 steps on the same launcher, but
 DistributedDataParallel (broadcast and gradient all-reduce), ZeroRedundancyOptimizer (ZeRO-1 over
@@ -15,19 +15,22 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from lesson_code import launch
 from lesson_code.capstone.cli import check_ranks_fit_corpus
 from lesson_code.capstone.config import CapstoneConfig
-from lesson_code.capstone.corpus import batch_for_step, make_corpus
 from lesson_code.cli_args import positive_int
+from lesson_code.data import batch_for_step
 from lesson_code.devices import current_device
+from lesson_code.experiment import train
 from lesson_code.models import MiniGPT
 
 
 def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> list[float]:
-    """Train with DDP + ZeroRedundancyOptimizer, save with DCP after `checkpoint_step`."""
+    """Train with DDP + ZeroRedundancyOptimizer, save with DCP after `checkpoint_step`.
+
+    Collective: call on every rank. Returns the global mean loss of every step.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel
@@ -36,26 +39,23 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> list[float]:
     model = DistributedDataParallel(MiniGPT(config.gpt).to(current_device()))
     optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
                                         lr=config.lr)
-    corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
-    losses = []
-    for step in range(config.steps):
-        optimizer.zero_grad()
+    corpus = config.corpus()
+
+    def step_loss(step: int) -> torch.Tensor:
         x, y = batch_for_step(corpus, step, rank, world_size, config.batch_per_rank,
                               config.gpt.context)
-        loss = model(x.to(current_device()), y.to(current_device()))[1]
-        loss.backward()
-        optimizer.step()
-        total = loss.detach().reshape(1)
-        dist.all_reduce(total)
-        losses.append(total.item() / world_size)
-        if step + 1 == config.checkpoint_step:
+        return model(x.to(current_device()), y.to(current_device()))[1]
+
+    def after_step(done: int) -> None:
+        if done == config.checkpoint_step:
             optimizer.consolidate_state_dict(to=0)  # ZeroRedundancyOptimizer's way to save
-            state = {"model": model.module.state_dict()}
-            dcp.save(state, checkpoint_id=str(Path(config.out_dir) / f"dcp-step-{step + 1}"))
-    return losses
+            dcp.save({"model": model.module.state_dict()},
+                     checkpoint_id=str(Path(config.out_dir) / f"dcp-step-{done}"))
+    return train(step_loss, optimizer, range(config.steps), after_step=after_step)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the baseline on `--world-size` ranks; print its loss per step and its wall time."""
     parser = argparse.ArgumentParser(prog="python -m lesson_code.capstone.torch_baseline",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", default="capstone-torch-run")

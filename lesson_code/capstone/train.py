@@ -7,7 +7,8 @@
     4. The loop: forward, backward, the divergence guard, the optimizer, the checkpointer.
 
 The loop itself knows nothing of reduce-scatter or files: it calls `optimizer.step()` and
-`checkpointer.maybe_save(step)`.
+`checkpointer.maybe_save(step)`. Run it with `python -m lesson_code.capstone`, or spawn
+`run_rank` on N ranks (`launch.spawn(run_rank, CapstoneConfig(), world_size=4)`).
 """
 
 from __future__ import annotations
@@ -17,17 +18,18 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lesson_code.capstone.checkpointer import Checkpointer
+from lesson_code.capstone.checkpointer import Checkpointer, state_copy
 from lesson_code.capstone.config import CapstoneConfig
-from lesson_code.capstone.corpus import batch_for_step, make_corpus
 from lesson_code.capstone.guard import DivergenceGuard
+from lesson_code.checkpoint.zero import load_zero
 from lesson_code.collectives.comm import Communicator
-from lesson_code.devices import clock, current_device
-from lesson_code.ddp import broadcast_parameters
 from lesson_code.collectives.ledger import CommLedger
+from lesson_code.data import batch_for_step
+from lesson_code.ddp import broadcast_parameters
+from lesson_code.devices import clock, current_device
+from lesson_code.experiment import flat_parameters, global_mean
 from lesson_code.models import MiniGPT
 from lesson_code.zero import ZeroOptimizer
-from lesson_code.checkpoint.zero import FLAT_KEYS, load_zero
 
 
 def build(config: CapstoneConfig, rank: int, world_size: int, seed_offset: int = 0):
@@ -63,20 +65,20 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     A step the divergence guard rejects is rolled back to the last checkpoint at most
     `config.guard_retries` times, then its batch is skipped; `events` records each decision.
     """
-    model, comm, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
-    checkpointer = Checkpointer(Path(config.out_dir) / "checkpoints", model, optimizer, rank=rank,
-                                world_size=world_size, save_after={config.checkpoint_step},
+    model, _, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
+    checkpointer = Checkpointer(Path(config.out_dir) / "checkpoints", model, optimizer,
+                                save_after={config.checkpoint_step},
                                 keep_last=config.keep_last)                   # 3. checkpoints
     guard = DivergenceGuard(config.spike_factor, max_retries=config.guard_retries)
-    corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
+    corpus = config.corpus()
     step, records, events, spiked = 0, [], [], False
     if start_from is not None:
-        step = load_zero(start_from, model, optimizer, rank=rank, world_size=world_size)["next_step"]
+        step = load_zero(start_from, model, optimizer)["next_step"]
     while step < config.steps:                                               # 4. the loop
         started = clock()
         optimizer.zero_grad()
         local = forward_backward(config, model, corpus, step, rank, world_size)
-        loss = comm.all_reduce(local.reshape(1).clone(), op="avg").item()  # same on every rank
+        loss = global_mean(local)  # the same on every rank, so every rank's guard decides alike
         reason = guard.check(loss)
         if reason is not None and guard.action(step + 1) == "rollback":
             step, guard.previous = checkpointer.rollback()
@@ -98,14 +100,14 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
         step += 1
         records.append({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
                         "step_time_s": clock() - started, "lr": lr,
-                        "param_norm": _parameter_norm(model)})
+                        "param_norm": flat_parameters(model).norm().item()})
         checkpointer.maybe_save(step, last_loss=loss)
     return {"rank": rank, "records": records, "events": events,
             "memory": {"parameters": sum(p.untyped_storage().nbytes() for p in model.parameters()),
                        "gradients": gradient_bytes,
                        "optimizer": optimizer.optimizer_state_bytes()},
             "shard_numel": optimizer.shard_numel, "padding": optimizer.padding,
-            "numel": optimizer.numel, "params": _flat(model),
+            "numel": optimizer.numel, "params": flat_parameters(model),
             "checkpoints": {s: str(f) for s, f in checkpointer.folders.items()},
             "resume_verified": {s: verify_resume(config, folder, checkpointer.snapshots[s], rank, world_size)
                                 for s, folder in checkpointer.folders.items()}}
@@ -120,20 +122,10 @@ def verify_resume(config: CapstoneConfig, folder: Path | str, snapshot: dict, ra
     """
     rng = torch.get_rng_state()
     model, _, optimizer = build(config, rank, world_size, seed_offset=1000)
-    load_zero(folder, model, optimizer, rank=rank, world_size=world_size)
-    state = optimizer.state_dict()
-    loaded = {**{key: state[key] for key in FLAT_KEYS}, "rng_state": torch.get_rng_state(),
-              "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}
+    load_zero(folder, model, optimizer)
+    loaded = state_copy(model, optimizer)
     torch.set_rng_state(rng)
     same = all(torch.equal(loaded[key], snapshot[key]) for key in snapshot)
     verdicts = torch.tensor([1.0 if same else 0.0], device=current_device())
     dist.all_reduce(verdicts, op=dist.ReduceOp.MIN)
     return bool(verdicts.item())
-
-
-def _parameter_norm(model) -> float:
-    return torch.sqrt(sum(p.detach().to(torch.float64).pow(2).sum() for p in model.parameters())).item()
-
-
-def _flat(model) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).to(torch.float64) for p in model.parameters()])

@@ -1,6 +1,7 @@
 """Lesson 80: sharded checkpoints with a manifest, atomic publish and a verified, exact load.
 
-    files.py   bytes on disk: atomic writes, sha256, the manifest, the lock, the error types
+    files.py   bytes on disk: the Disk (atomic writes), sha256, the manifest, the lock, the errors
+    staging.py stage and seal: a checkpoint folder is written hidden and published by one rename
     shards.py  save_sharded / load_sharded: every rank its shard, rank 0 publishes, ranks agree
     zero.py    save_zero / load_zero: a ZeRO-1 optimizer's shards through shards.py; consolidate
     tools.py   latest, list, prune, recover and reshard checkpoints (what a training loop needs)
@@ -13,18 +14,19 @@ What the lesson runs (training with checkpoints, resuming, DCP beside ours) is i
     save_sharded(root, {"master": shard}, step=10, rank=rank, world_size=4)   # every rank
 """
 
-from lesson_code.checkpoint.files import (FORMAT_VERSION, MANIFEST, MANIFEST_SHA256,
-                                          CheckpointError, FolderNotSharedError,
+from lesson_code.checkpoint.files import (DISK, FORMAT_VERSION, MANIFEST, MANIFEST_SHA256,
+                                          CheckpointError, Disk, FolderNotSharedError,
                                           FormatVersionError, ManifestDamagedError,
                                           ManifestMissingError, ShardCorruptedError,
                                           ShardMissingError, WorldSizeMismatchError, read_manifest,
                                           read_verified, verify_checkpoint)
-from lesson_code.checkpoint.shards import (REPLICATED, agree, load_sharded, publish, recover_step,
-                                           save_sharded, shard_name, staging_folder, step_folder)
+from lesson_code.checkpoint.shards import agree, load_sharded, save_sharded, shard_name
+from lesson_code.checkpoint.staging import (REPLICATED, publish, recover_step, seal, stage,
+                                            staging_folder, step_folder)
 
-__all__ = ["FORMAT_VERSION", "MANIFEST", "MANIFEST_SHA256", "REPLICATED", "CheckpointError",
-           "FolderNotSharedError", "FormatVersionError", "ManifestDamagedError",
+__all__ = ["DISK", "FORMAT_VERSION", "MANIFEST", "MANIFEST_SHA256", "REPLICATED", "CheckpointError",
+           "Disk", "FolderNotSharedError", "FormatVersionError", "ManifestDamagedError",
            "ManifestMissingError", "ShardCorruptedError", "ShardMissingError",
            "WorldSizeMismatchError", "agree", "load_sharded", "publish", "read_manifest",
-           "read_verified", "recover_step", "save_sharded", "shard_name", "staging_folder",
-           "step_folder", "verify_checkpoint"]
+           "read_verified", "recover_step", "save_sharded", "seal", "shard_name", "stage",
+           "staging_folder", "step_folder", "verify_checkpoint"]

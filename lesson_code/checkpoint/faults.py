@@ -1,9 +1,11 @@
 """Rank functions that put lesson 80's checkpoints through real faults, for the tests and readers.
 
-Each runs on every rank under `launch.spawn` with real files: small saves, a crash between the two
-renames of a publish, two runs saving into one folder, ranks that see different folders, a trace
-of the renames and fsyncs each rank makes. A rank reports a CheckpointError as a value, so a caller
-sees what every rank raised and how long it took.
+Each runs on every rank under `launch.spawn` with real files: small saves, a crash half-way
+through a write or between the two renames of a publish, two runs saving into one folder, ranks
+that see different folders, a trace of the renames and fsyncs each rank makes. A fault is a
+`files.Disk` subclass that one rank passes to its save (`disk=`): the crash is a real SIGKILL of
+that rank's process, and no module is changed to cause it. A rank reports a CheckpointError as a
+value, so a caller sees what every rank raised and how long it took.
 
     launch.spawn(checkpoint_faults.load_and_report, [folder] * 4, world_size=4)
 """
@@ -18,21 +20,76 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lesson_code.checkpoint.shards import CheckpointError, load_sharded, save_sharded
+from lesson_code.checkpoint.files import DISK, CheckpointError, Disk, partial_path
+from lesson_code.checkpoint.shards import load_sharded, save_sharded
 
 NUMEL = 1024
 
 
+class CrashingDisk(Disk):
+    """A disk whose first atomic write stops half-way and kills the process (a real SIGKILL).
+
+    It writes the first half of the bytes under the write's temporary name, flushes them to the
+    device, and kills its own process: what a power cut or an OOM kill leaves behind.
+    """
+
+    def write_atomically(self, path: Path, payload: bytes) -> None:
+        with open(partial_path(path), "wb") as handle:
+            handle.write(payload[: len(payload) // 2])
+            handle.flush()
+            self.fsync(handle.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CrashAfterMovingAside(Disk):
+    """A disk that kills the process (SIGKILL) right after a rename to a `.replaced` folder:
+    between the two renames with which `staging.publish` replaces an older copy of a step."""
+
+    def replace(self, source: Path, destination: Path) -> None:
+        super().replace(source, destination)
+        if str(destination).endswith(".replaced"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class TracingDisk(Disk):
+    """The real disk, noting each rename and fsync in `events`, in order.
+
+    ("replace", source, destination), or ("fsync", device, inode) of the file or folder.
+    """
+
+    def __init__(self):
+        self.events: list[tuple] = []
+
+    def replace(self, source: Path, destination: Path) -> None:
+        super().replace(source, destination)
+        self.events.append(("replace", str(source), str(destination)))
+
+    def fsync(self, handle: int) -> None:
+        super().fsync(handle)
+        status = os.fstat(handle)
+        self.events.append(("fsync", status.st_dev, status.st_ino))
+
+
+def flip_one_byte(path: Path | str) -> None:
+    """Flip the lowest bit of the byte in the middle of a file (a silent disk or copy error)."""
+    path = Path(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
 def save_small(rank: int, world_size: int, root: str, step: int, value: float,
-               extra: dict | None = None, numel: int = NUMEL) -> str:
+               extra: dict | None = None, numel: int = NUMEL, disk: Disk = DISK) -> str:
     """Save a shard of `numel` copies of `value` (and a replicated tensor) as checkpoint `step`.
 
-    Collective: call on every rank. Returns the published folder.
+    Collective: call on every rank. `disk` does this rank's file operations. Returns the
+    published folder.
     """
     shard = {"value": torch.full((numel,), float(value)), "rank": torch.tensor([rank])}
     replicated = {"value": torch.full((4,), float(value))} if rank == 0 else None
     return str(save_sharded(root, shard, step=step, rank=rank, world_size=world_size,
-                            replicated=replicated, extra={"value": value, **(extra or {})}))
+                            replicated=replicated, extra={"value": value, **(extra or {})},
+                            disk=disk))
 
 
 def crash_between_renames(rank: int, world_size: int, root: str) -> None:
@@ -43,30 +100,18 @@ def crash_between_renames(rank: int, world_size: int, root: str) -> None:
     """
     save_small(rank, world_size, root, 2, 2.0)
     save_small(rank, world_size, root, 4, 4.0)
-    if rank == 0:
-        rename = os.replace
-
-        def rename_then_die(source, destination) -> None:
-            rename(source, destination)
-            if str(destination).endswith(".replaced"):
-                os.kill(os.getpid(), signal.SIGKILL)
-        os.replace = rename_then_die  # this rank's process only
-    save_small(rank, world_size, root, 4, 4.5)
+    save_small(rank, world_size, root, 4, 4.5, disk=CrashAfterMovingAside() if rank == 0 else DISK)
 
 
 def crash_while_writing(rank: int, world_size: int, root: str, step: int, value: float,
                         crash_rank: int) -> None:
-    """Save checkpoint `step`, but `crash_rank` dies (a real SIGKILL) before writing its shard.
+    """Save checkpoint `step`, but `crash_rank` dies (a real SIGKILL) half-way through its first
+    write (its shard; rank 0's first write is the staging folder's owner token).
 
     Collective: call on every rank; never returns normally.
     """
-    if rank == crash_rank:
-        from lesson_code.checkpoint import files as checkpoint_files
-
-        def die(path, payload) -> None:
-            os.kill(os.getpid(), signal.SIGKILL)
-        checkpoint_files.write_atomically = die  # this rank's process only
-    save_small(rank, world_size, root, step, value)
+    save_small(rank, world_size, root, step, value,
+               disk=CrashingDisk() if rank == crash_rank else DISK)
 
 
 def save_repeatedly(rank: int, world_size: int, root: str, value: float, times: int,
@@ -128,26 +173,12 @@ def save_and_report(rank: int, world_size: int, roots: list[str]) -> dict:
 def save_and_trace(rank: int, world_size: int, root: str) -> list[tuple]:
     """Save a small checkpoint, recording this rank's renames and fsyncs in order.
 
-    Collective: call on every rank. The real os.replace and os.fsync run; each call is also
-    noted: ("replace", source, destination) or ("fsync", device, inode) of the file or folder.
+    Collective: call on every rank. The real renames and fsyncs run, through a `TracingDisk`
+    that notes each: ("replace", source, destination) or ("fsync", device, inode).
     """
-    events: list[tuple] = []
-    rename, fsync = os.replace, os.fsync
-
-    def traced_rename(source, destination) -> None:
-        rename(source, destination)
-        events.append(("replace", str(source), str(destination)))
-
-    def traced_fsync(handle) -> None:
-        fsync(handle)
-        status = os.fstat(handle)
-        events.append(("fsync", status.st_dev, status.st_ino))
-    os.replace, os.fsync = traced_rename, traced_fsync
-    try:
-        save_small(rank, world_size, root, 1, 1.0)
-    finally:
-        os.replace, os.fsync = rename, fsync
-    return events
+    disk = TracingDisk()
+    save_small(rank, world_size, root, 1, 1.0, disk=disk)
+    return disk.events
 
 
 def rank_folder(root: str | Path, node: int) -> str:

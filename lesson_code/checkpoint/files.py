@@ -64,47 +64,71 @@ class FolderNotSharedError(CheckpointError):
     """The ranks do not all see the same checkpoint folder (no shared filesystem)."""
 
 
-def write_atomically(path: Path, payload: bytes) -> None:
-    """Write `payload` to `path` so that `path` is either absent or complete, never half-written.
+class Disk:
+    """What a save does to the disk: durable writes, renames and fsyncs, in one small object.
 
-    The bytes go to a temporary file in the same folder, are flushed and fsynced, the file is
-    renamed over `path` (os.replace is atomic on POSIX), and the folder is fsynced, so the rename
-    itself survives a power cut. The process that renames must fsync: on a filesystem shared by
-    several nodes, another node's fsync of the folder does not cover this node's rename.
+    Every save and publish takes one (`disk=`, default `DISK`, the real calls), so a lesson or a
+    test that wants a crash or a trace at one of these points passes a subclass that overrides
+    that method (see `checkpoint.faults`); the save code and the os module stay as they are.
     """
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    with open(temporary, "wb") as handle:
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    fsync_directory(path.parent)
 
+    def replace(self, source: Path, destination: Path) -> None:
+        """Rename `source` to `destination` (atomic on POSIX within one filesystem)."""
+        os.replace(source, destination)
 
-def fsync_directory(folder: Path) -> None:
-    """Make a rename or creation inside `folder` durable (POSIX; a no-op where it cannot open it)."""
-    try:
-        handle = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
+    def fsync(self, handle: int) -> None:
+        """Flush the open file or folder `handle` to the device."""
         os.fsync(handle)
-    finally:
-        os.close(handle)
+
+    def write_atomically(self, path: Path, payload: bytes) -> None:
+        """Write `payload` to `path` so that `path` is either absent or complete, never half-written.
+
+        The bytes go to a temporary file in the same folder, are flushed and fsynced, the file
+        is renamed over `path`, and the folder is fsynced, so the rename itself survives a power
+        cut. The process that renames must fsync: on a filesystem shared by several nodes,
+        another node's fsync of the folder does not cover this node's rename.
+        """
+        temporary = partial_path(path)
+        with open(temporary, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            self.fsync(handle.fileno())
+        self.replace(temporary, path)
+        self.fsync_directory(path.parent)
+
+    def fsync_directory(self, folder: Path) -> None:
+        """Make a rename or creation inside `folder` durable (POSIX; a no-op where it cannot)."""
+        try:
+            handle = os.open(folder, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            self.fsync(handle)
+        finally:
+            os.close(handle)
 
 
-def write_file(folder: Path, name: str, tensors: dict[str, torch.Tensor]) -> dict:
-    """Serialise `tensors` to folder/name atomically; return its manifest entry."""
+DISK = Disk()  # the real disk: what every save uses unless it is given another
+
+
+def partial_path(path: Path) -> Path:
+    """The temporary name `path` is written under before its rename: .name.<pid>.partial."""
+    return path.with_name(f".{path.name}.{os.getpid()}.partial")
+
+
+def write_file(folder: Path, name: str, tensors: dict[str, torch.Tensor],
+               disk: Disk = DISK) -> dict:
+    """Serialise `tensors` to folder/name atomically on `disk`; return its manifest entry."""
     buffer = io.BytesIO()
     torch.save({key: value.detach().cpu().contiguous() for key, value in tensors.items()}, buffer)
     payload = buffer.getvalue()
-    write_atomically(folder / name, payload)
+    disk.write_atomically(folder / name, payload)
     return {"name": name, "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest(),
             "tensors": {key: {"dtype": str(value.dtype).removeprefix("torch."),
                               "shape": list(value.shape)} for key, value in tensors.items()}}
 
 
-def write_manifest(folder: Path, manifest: dict) -> None:
+def write_manifest(folder: Path, manifest: dict, disk: Disk = DISK) -> None:
     """Write manifest.json, then manifest.sha256 with the sha256 of exactly those bytes.
 
     JSON turns dict keys into strings and tuples into lists: an `extra` of {1: "a"} reads back
@@ -115,9 +139,9 @@ def write_manifest(folder: Path, manifest: dict) -> None:
     except (TypeError, ValueError) as error:
         raise TypeError(f"the manifest of {folder} cannot be written as JSON ({error}): keep "
                         "`extra` to str, int, float, bool, None, lists and dicts") from error
-    write_atomically(folder / MANIFEST, payload)
+    disk.write_atomically(folder / MANIFEST, payload)
     digest = hashlib.sha256(payload).hexdigest()
-    write_atomically(folder / MANIFEST_SHA256, f"{digest}  {MANIFEST}\n".encode())
+    disk.write_atomically(folder / MANIFEST_SHA256, f"{digest}  {MANIFEST}\n".encode())
 
 
 def read_manifest(folder: Path | str) -> dict:
@@ -178,10 +202,7 @@ def check_entry(folder: Path, entry: dict, payload: bytes | None = None) -> None
     """
     path = Path(folder) / entry["name"]
     if payload is None:
-        try:
-            payload = path.read_bytes()
-        except FileNotFoundError:
-            payload = None
+        payload = _bytes_or_none(path)
     if payload is None:
         raise ShardMissingError(f"{path} is listed in the manifest but missing: the checkpoint is "
                                 "incomplete; restore the file or load another checkpoint")
@@ -194,13 +215,17 @@ def check_entry(folder: Path, entry: dict, payload: bytes | None = None) -> None
                                   f"{entry['sha256'][:16]}...: its bytes changed since the save")
 
 
+def _bytes_or_none(path: Path) -> bytes | None:
+    """The bytes of `path`, or None when there is no such file."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
 def read_verified(folder: Path, entry: dict) -> dict[str, torch.Tensor]:
     """Load one file after checking it exists and that its size and sha256 match the manifest."""
-    path = Path(folder) / entry["name"]
-    try:
-        payload = path.read_bytes()
-    except FileNotFoundError:
-        payload = None
+    payload = _bytes_or_none(Path(folder) / entry["name"])
     check_entry(folder, entry, payload)
     return torch.load(io.BytesIO(payload), weights_only=True)
 

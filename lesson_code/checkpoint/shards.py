@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import shutil
 from pathlib import Path
@@ -31,13 +30,14 @@ import torch
 import torch.distributed as dist
 
 from lesson_code.checkpoint.files import (
-    FORMAT_VERSION, MANIFEST, CheckpointError, FolderNotSharedError,
-    FormatVersionError, ManifestDamagedError, ManifestMissingError, ShardCorruptedError,
-    ShardMissingError, WorldSizeMismatchError, fsync_directory, locked, manifest_fingerprint,
-    read_manifest, read_verified, verify_checkpoint, versions, write_atomically, write_file,
-    write_manifest)
+    DISK, MANIFEST, CheckpointError, Disk, FolderNotSharedError, FormatVersionError,
+    ManifestDamagedError, ManifestMissingError, ShardCorruptedError, ShardMissingError,
+    WorldSizeMismatchError, locked, manifest_fingerprint, read_manifest, read_verified,
+    write_file)
+from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
+                                            staging_folder, step_folder)
+from lesson_code.validate import require_positive_int
 
-REPLICATED = "replicated.pt"
 OWNER = ".owner"  # in a staging folder while its save runs: proves a rank sees rank 0's folder
 SHARED_FOLDER_HINT = ("every rank must see the same folder: use a shared filesystem (NFS, Lustre, "
                       "...) mounted at the same path on every node")
@@ -47,25 +47,10 @@ ERRORS = {error.__name__: error for error in (
     TypeError)}
 
 
-def step_folder(root: Path | str, step: int) -> Path:
-    """Where the checkpoint of `step` lives under `root`: root/step-00000010."""
-    return Path(root) / f"step-{step:08d}"
-
-
-def staging_folder(final: Path) -> Path:
-    """Where the save of `final` is written before it is published: root/.step-00000010.tmp."""
-    return final.with_name(f".{final.name}.tmp")
-
-
-def aside_folder(final: Path) -> Path:
-    """Where `publish` moves an older copy of the same step for a moment: .step-00000010.replaced."""
-    return final.with_name(f".{final.name}.replaced")
-
-
 def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int, rank: int,
                  world_size: int, layout: dict | None = None,
                  replicated: dict[str, torch.Tensor] | None = None,
-                 extra: dict | None = None, group=None) -> Path:
+                 extra: dict | None = None, group=None, disk: Disk = DISK) -> Path:
     """Write this rank's `shard` tensors, and on rank 0 `replicated` and the manifest; publish.
 
     Collective: call on every rank of a group of `world_size` ranks (gloo or NCCL), each with its
@@ -73,6 +58,7 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
     e.g. {"numel": P, "start": s, "length": n, "padding": p} for a slice of a flat vector;
     `extra` (JSON, rank 0's is kept) holds what else a resume needs, such as the data position.
     JSON keeps str keys only: an `extra` of {1: "a"} loads as {"1": "a"}, a tuple as a list.
+    `disk` does the writes, renames and fsyncs (`files.Disk`; a fault-injecting one in tests).
     Returns the published folder root/step-XXXXXXXX. Raises ValueError for a rank outside the
     world or a world size that differs from the group's; on every rank the same
     FolderNotSharedError when some rank does not see rank 0's folder, TypeError when `extra` is
@@ -84,20 +70,21 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
     with contextlib.ExitStack() as lock:
         began, failure = None, None
         if rank == 0:
-            began, failure = _attempt(lambda: _begin(final, extra, lock), "prepare", final.parent)
+            began, failure = _attempt(lambda: _begin(final, extra, lock, disk), "prepare", final.parent)
         began, verdict = _gather((began, _verdict(failure)), group)[0]
         _raise_agreed([verdict], failure)
         try:
             entry, failure = _attempt(lambda: _write_shard(staging, began, shard, rank,
-                                                           world_size, layout), "write", staging)
+                                                           world_size, layout, disk),
+                                      "write", staging)
             entries = _gather((entry, _verdict(failure)), group)
             _raise_agreed([verdict for _, verdict in entries], failure)
             failure = None
             if rank == 0:
                 files = [entry for entry, _ in entries]
-                _, failure = _attempt(lambda: _finish(staging, final, files, replicated, {
-                    "format_version": FORMAT_VERSION, "step": step, "world_size": world_size,
-                    "extra": extra or {}, "versions": versions()}), "publish", staging)
+                _, failure = _attempt(lambda: _finish(staging, final, files, replicated, disk,
+                                                      step=step, world_size=world_size,
+                                                      extra=extra or {}), "publish", staging)
             agree(failure, group)
         except (CheckpointError, TypeError):
             if rank == 0:
@@ -106,7 +93,8 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
     return final
 
 
-def _begin(final: Path, extra: dict | None, lock: contextlib.ExitStack) -> tuple[str, str]:
+def _begin(final: Path, extra: dict | None, lock: contextlib.ExitStack,
+           disk: Disk) -> tuple[str, str]:
     """Rank 0: take the folder's lock, recover this step's unpublished copy, create staging.
 
     Returns (a random token written into staging, the staging path), for the other ranks to check
@@ -114,18 +102,15 @@ def _begin(final: Path, extra: dict | None, lock: contextlib.ExitStack) -> tuple
     """
     json.dumps(extra or {})  # TypeError now rather than after every shard is written
     lock.enter_context(locked(final.parent))
-    recover_step(final)
-    staging = staging_folder(final)
-    shutil.rmtree(staging, ignore_errors=True)  # an interrupted attempt at this step
-    staging.mkdir()
-    fsync_directory(final.parent)
+    recover_step(final, disk)
+    staging = stage(final, disk)
     token = secrets.token_hex(16)
-    write_atomically(staging / OWNER, token.encode())
+    disk.write_atomically(staging / OWNER, token.encode())
     return token, str(staging)
 
 
 def _write_shard(staging: Path, began: tuple[str, str], shard: dict, rank: int, world_size: int,
-                 layout: dict | None) -> dict:
+                 layout: dict | None, disk: Disk) -> dict:
     """Check this rank sees rank 0's staging folder, then write its shard there; its entry."""
     token, zero_sees = began
     try:
@@ -136,55 +121,15 @@ def _write_shard(staging: Path, began: tuple[str, str], shard: dict, rank: int, 
         raise FolderNotSharedError(
             f"rank 0 created {zero_sees} for this save but rank {rank} does not see it (it looked "
             f"in {staging}): {SHARED_FOLDER_HINT}")
-    entry = write_file(staging, shard_name(rank, world_size), shard)
+    entry = write_file(staging, shard_name(rank, world_size), shard, disk)
     return {**entry, "rank": rank, "layout": layout or {}}
 
 
-def _finish(staging: Path, final: Path, files: list, replicated: dict | None,
-            manifest: dict) -> None:
-    """Rank 0, once every shard is on disk: replicated file, manifest, then publish."""
-    if replicated is not None:
-        files.append({**write_file(staging, REPLICATED, replicated), "rank": None, "layout": {}})
+def _finish(staging: Path, final: Path, files: list, replicated: dict | None, disk: Disk,
+            **manifest) -> None:
+    """Rank 0, once every shard is on disk: drop the owner token, then `staging.seal`."""
     (staging / OWNER).unlink()
-    write_manifest(staging, {**manifest, "files": files})
-    publish(staging, final)
-
-
-def publish(staging: Path, final: Path) -> None:
-    """Rename a complete staging folder to its final name: the one step that publishes it.
-
-    Call with the root's lock held. An existing checkpoint of the same step is first moved aside
-    and deleted only afterwards, so at every moment one complete copy exists under some name; a
-    crash between the two renames leaves both copies hidden, and `recover_step` publishes one.
-    """
-    aside = aside_folder(final)
-    if final.exists():
-        shutil.rmtree(aside, ignore_errors=True)
-        os.replace(final, aside)
-        fsync_directory(final.parent)
-    os.replace(staging, final)
-    fsync_directory(final.parent)
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-def recover_step(final: Path) -> Path | None:
-    """Publish the complete hidden copy of a step that has no folder; return it, else None.
-
-    A save stopped between the two renames of `publish` leaves its new copy in .step-N.tmp and
-    the old one in .step-N.replaced; the newer of those that verifies (every file's size and
-    sha256) gets the name step-N. Call with the root's lock held; one process.
-    """
-    if final.exists():
-        return None
-    for copy in (staging_folder(final), aside_folder(final)):
-        try:
-            verify_checkpoint(copy)
-        except CheckpointError:
-            continue
-        os.replace(copy, final)
-        fsync_directory(final.parent)
-        return final
-    return None
+    seal(staging, final, files, replicated=replicated, disk=disk, **manifest)
 
 
 def shard_name(rank: int, world_size: int) -> str:
@@ -290,10 +235,10 @@ def _attempt(action: Callable[[], Any], what: str, path: Path) -> tuple[Any, Exc
 
 
 def _check_rank(rank: int, world_size: Any, group) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank={rank!r} is not in 0..{world_size - 1}")
+    require_positive_int("world_size", world_size, "the number of ranks that save, such as 4")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an int in 0..{world_size - 1}, got {rank!r}: pass this "
+                         "process's rank in the group")
     actual = dist.get_world_size(group)
     if actual != world_size:
         raise ValueError(f"world_size={world_size} but the process group has {actual} ranks: "

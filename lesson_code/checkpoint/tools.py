@@ -17,11 +17,13 @@ from pathlib import Path
 
 import torch
 
-from lesson_code.checkpoint.shards import (FORMAT_VERSION, REPLICATED, CheckpointError,
-                                    ManifestMissingError, locked, publish, read_manifest,
-                                    read_verified, recover_step, shard_name, staging_folder,
-                                    step_folder, verify_checkpoint, versions, write_file,
-                                    write_manifest)
+from lesson_code.checkpoint.files import (CheckpointError, ManifestMissingError, locked,
+                                          read_manifest, read_verified, verify_checkpoint,
+                                          write_file)
+from lesson_code.checkpoint.shards import shard_name
+from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
+                                            step_folder)
+from lesson_code.validate import require_positive_int
 
 STEP_FOLDER = re.compile(r"^step-(\d{8})$")
 HIDDEN_COPY = re.compile(r"^\.step-(\d{8})\.(tmp|replaced)$")
@@ -96,11 +98,11 @@ def prune_checkpoints(root: Path | str, keep_last: int) -> list[Path]:
 
     Debris is what interrupted saves left hidden (.step-N.tmp, .step-N.replaced); a complete
     copy whose step has no folder is first recovered (see recover_checkpoints), never deleted.
-    Holds root/.lock, so a save in progress is left alone. Raises ValueError for keep_last < 1.
+    Holds root/.lock, so a save in progress is left alone. Raises ValueError unless keep_last
+    is an int of 1 or more.
     """
-    if keep_last < 1:
-        raise ValueError(f"keep_last must be at least 1, got {keep_last!r}: keeping none would "
-                         "leave nothing to resume from")
+    require_positive_int("keep_last", keep_last, "1 or more (keeping none would leave nothing "
+                         "to resume from)")
     if not Path(root).is_dir():
         return []
     with locked(root):
@@ -149,8 +151,7 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int) -
     Verifies every file it reads; holds destination_root/.lock while it writes there. Raises
     ValueError for a world size below 1.
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    require_positive_int("world_size", world_size, "the number of ranks that will load it, such as 2")
     source = Path(source)
     manifest = read_manifest(source)
     entries = {entry["name"]: entry for entry in manifest["files"]}
@@ -167,13 +168,11 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int) -
 
 def _write_resharded(final: Path, manifest: dict, shards: list, full: dict, layout: dict,
                      world_size: int, source: Path, entries: dict) -> None:
-    """Write the `world_size` new shards and the manifest into staging, then publish."""
+    """Write the `world_size` new shards into staging, then seal: manifest last, publish."""
     old, numel = manifest["world_size"], layout["numel"]
     length = math.ceil(numel / world_size)
     padding = length * world_size - numel
-    staging = staging_folder(final)
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    staging = stage(final)
     files = []
     for rank in range(world_size):
         start = rank * length
@@ -183,11 +182,6 @@ def _write_resharded(final: Path, manifest: dict, shards: list, full: dict, layo
         new_layout = {**layout, "start": start, "length": length, "padding": padding}
         files.append({**write_file(staging, shard_name(rank, world_size), new), "rank": rank,
                       "layout": new_layout})
-    if REPLICATED in entries:
-        files.append({**write_file(staging, REPLICATED, read_verified(source, entries[REPLICATED])),
-                      "rank": None, "layout": {}})
-    write_manifest(staging, {"format_version": FORMAT_VERSION, "step": manifest["step"],
-                             "world_size": world_size, "files": files,
-                             "extra": {**manifest["extra"], "resharded_from": old},
-                             "versions": versions()})
-    publish(staging, final)
+    replicated = read_verified(source, entries[REPLICATED]) if REPLICATED in entries else None
+    seal(staging, final, files, step=manifest["step"], world_size=world_size,
+         extra={**manifest["extra"], "resharded_from": old}, replicated=replicated)

@@ -5,10 +5,12 @@ DeepSpeed, a checkpoint holds one optimizer file per rank (its slices of the fp3
 and of both Adam moments, its RNG state) and one replicated file of model weights written by rank
 0. The manifest's layout says which elements of the flat parameter vector each shard holds and
 how much padding the last one carries; `extra` keeps the step, the data position, the parameter
-table and Adam's hyper-parameters, all a bit-for-bit resume or a consolidation needs.
+table and Adam's hyper-parameters, all a bit-for-bit resume or a consolidation needs. The rank
+and world size are the optimizer's own (`optimizer.rank`, `optimizer.world_size`): the ZeroOptimizer
+was given them once, and its shard is what is saved.
 
-    save_zero(root, model, optimizer, step=10, rank=rank, world_size=4, extra={"next_batch": 10})
-    extra = load_zero(folder, model, optimizer, rank=rank, world_size=4)   # collective
+    save_zero(root, model, optimizer, step=10, extra={"next_batch": 10})   # every rank
+    extra = load_zero(folder, model, optimizer)                              # every rank
     model_state, adam_state = consolidate(folder)        # one process: torch.optim.Adam loads it
 """
 
@@ -19,8 +21,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lesson_code.checkpoint.shards import (REPLICATED, read_manifest, read_verified, save_sharded,
-                                    load_sharded, shard_name)
+from lesson_code.checkpoint.files import DISK, Disk, read_manifest, read_verified
+from lesson_code.checkpoint.shards import load_sharded, save_sharded, shard_name
+from lesson_code.checkpoint.staging import REPLICATED
 from lesson_code.devices import current_device
 from lesson_code.zero import ZeroOptimizer
 
@@ -28,11 +31,14 @@ FLAT_KEYS = ["master", "exp_avg", "exp_avg_sq"]
 
 
 def save_zero(root: Path | str, model: nn.Module, optimizer: ZeroOptimizer, *, step: int,
-              rank: int, world_size: int, extra: dict | None = None) -> Path:
+              extra: dict | None = None, disk: Disk = DISK) -> Path:
     """Save this rank's ZeRO shard (and, on rank 0, the model weights) as checkpoint `step`.
 
-    Collective: call on every rank. Returns the published folder.
+    Collective: call on every rank of the optimizer's group; the shard is saved as rank
+    `optimizer.rank` of `optimizer.world_size`. `disk` does the file operations (`files.Disk`).
+    Returns the published folder; raises what `shards.save_sharded` raises.
     """
+    rank = optimizer.rank
     state = optimizer.state_dict()
     shard = {key: state[key] for key in FLAT_KEYS}
     shard["rng_state"] = torch.get_rng_state()
@@ -46,19 +52,21 @@ def save_zero(root: Path | str, model: nn.Module, optimizer: ZeroOptimizer, *, s
     everything = {**(extra or {}), "optimizer_step": state["step"], "parameters": table,
                   "hyperparameters": state["hyperparameters"]}
     replicated = {name: value for name, value in model.state_dict().items()} if rank == 0 else None
-    return save_sharded(root, shard, step=step, rank=rank, world_size=world_size, layout=layout,
-                        replicated=replicated, extra=everything)
+    return save_sharded(root, shard, step=step, rank=rank, world_size=optimizer.world_size,
+                        layout=layout, replicated=replicated, extra=everything, disk=disk)
 
 
-def load_zero(folder: Path | str, model: nn.Module, optimizer: ZeroOptimizer, *, rank: int,
-              world_size: int) -> dict:
+def load_zero(folder: Path | str, model: nn.Module, optimizer: ZeroOptimizer) -> dict:
     """Restore model, optimizer shard and RNG state saved by `save_zero`; return the extra dict.
 
-    Collective: call on every rank (the optimizer all-gathers the master shards into the model).
-    The ranks agree on the files first: a missing or damaged one raises the same CheckpointError,
-    naming it, on every rank before that all-gather. The replicated weights are loaded too and must equal the master copy cast to the model's
-    dtype: a checkpoint whose two halves disagree raises ValueError.
+    Collective: call on every rank (the optimizer all-gathers the master shards into the model);
+    each loads the shard of `optimizer.rank` and needs a checkpoint of `optimizer.world_size`
+    ranks. The ranks agree on the files first: a missing or damaged one raises the same
+    CheckpointError, naming it, on every rank before that all-gather. The replicated weights are
+    loaded too and must equal the master copy cast to the model's dtype: a checkpoint whose two
+    halves disagree raises ValueError.
     """
+    rank, world_size = optimizer.rank, optimizer.world_size
     shard, replicated, manifest = load_sharded(folder, rank=rank, world_size=world_size)
     layout = next(e for e in manifest["files"] if e["name"] == shard_name(rank, world_size))["layout"]
     extra = manifest["extra"]

@@ -1,5 +1,8 @@
 """Figures of lesson 81: the loss curve drawn from the run's metrics (the rows of metrics.jsonl,
-read with capstone.report.read_metrics), and the memory profile of every rank."""
+read with capstone.report.read_metrics), and the memory profile of every rank.
+
+    loss_curve_figure(read_metrics("capstone-run/metrics.jsonl"), lang="fa")
+"""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from lesson_code import launch
 from lesson_code.ddp_lab import attention_key_bias_mask
 from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank
 from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
+from lesson_code.experiment import flat_parameters
 from lesson_code.reference import in_one_rank
 from tolerances import FLOAT32_RELATIVE, relative_distance
 
@@ -79,10 +80,15 @@ def test_f_two_runs_with_the_same_seed_print_identical_loss_tables(clean_run, tm
     assert losses(again) == losses(results)
 
 
+def run_changed(tmp_path, **changes):
+    """The clean run's config with `changes`, trained on 4 ranks: (config, every rank's result)."""
+    config = CapstoneConfig(out_dir=str(tmp_path), **changes)
+    return config, launch.spawn(run_rank, config, world_size=4)
+
+
 def test_the_divergence_guard_rolls_back_a_learning_rate_spike(clean_run, tmp_path):
     _, clean = clean_run
-    config = CapstoneConfig(out_dir=str(tmp_path), lr_spike_step=13)
-    results = launch.spawn(run_rank, config, world_size=4)
+    _, results = run_changed(tmp_path, lr_spike_step=13)
     events = results[0]["events"]
     assert len(events) == 1 and events[0]["to_step"] == 10 and "more than 2 times" in events[0]["reason"]
     final = results[0]["records"][-1]
@@ -92,8 +98,7 @@ def test_the_divergence_guard_rolls_back_a_learning_rate_spike(clean_run, tmp_pa
 
 def test_gradient_accumulation_over_4_micro_batches_equals_one_batch(clean_run, tmp_path):
     _, clean = clean_run
-    config = CapstoneConfig(out_dir=str(tmp_path), accumulation=4)
-    results = launch.spawn(run_rank, config, world_size=4)
+    config, results = run_changed(tmp_path, accumulation=4)
     assert max(abs(a - b) for a, b in zip(losses(results), losses(clean))) < 1e-5
     # Micro-batches sum the gradient in another order; Adam walks the attention key biases,
     # whose true gradient is zero, on that rounding noise (see tests/dist/test_ddp.py), so they
@@ -102,7 +107,7 @@ def test_gradient_accumulation_over_4_micro_batches_equals_one_batch(clean_run, 
     diff = (results[0]["params"] - clean[0]["params"]).abs()
     assert diff[~keys].max() < 1e-5
     torch.manual_seed(config.seed)  # rank 0's initial model, which the broadcast gives every rank
-    start = torch.cat([p.detach().reshape(-1).double() for p in MiniGPT(config.gpt).parameters()])
+    start = flat_parameters(MiniGPT(config.gpt))
     assert relative_distance(results[0]["params"], clean[0]["params"], start) < FLOAT32_RELATIVE
 
 

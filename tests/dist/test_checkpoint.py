@@ -9,10 +9,12 @@ import torch
 
 from lesson_code import checkpoint, checkpoint_lab, launch
 from lesson_code.checkpoint import load_sharded, step_folder
+from lesson_code.checkpoint.faults import flip_one_byte
 from lesson_code.checkpoint.tools import (CheckpointPolicy, latest_checkpoint, list_checkpoints,
                                           prune_checkpoints, reshard)
-from lesson_code.models import build_model
 from lesson_code.checkpoint.zero import consolidate
+from lesson_code.experiment import flat_parameters
+from lesson_code.models import build_model
 from lesson_code.zero_lab import ZeroRun, _loss, train_single_process
 
 RUN = ZeroRun(steps=20)
@@ -74,12 +76,6 @@ def corrupted_copy(saved, tmp_path, damage):
     shutil.copytree(step_folder(root, 10), folder)
     damage(folder)
     return folder
-
-
-def flip_one_byte(path):
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 def edit_manifest(folder, change, rehash=False):
@@ -160,7 +156,7 @@ def test_consolidated_state_loads_into_torch_adam_and_trains_on(saved):
         adam.zero_grad()
         _loss(RUN, model, step).backward()
         adam.step()
-    final = torch.cat([p.detach().reshape(-1).double() for p in model.parameters()])
+    final = flat_parameters(model)
     assert (final - straight[0]["params"]).abs().max() < 1e-5
     reference = train_single_process(RUN)["params"]
     assert (final - reference).abs().max() < 1e-5
@@ -173,7 +169,7 @@ def test_keep_last_k_and_the_clock_policy(saved, tmp_path):
     assert [step for step, _ in list_checkpoints(copy)] == [10, 15]
     assert prune_checkpoints(copy, keep_last=1) == [step_folder(copy, 10)]
     assert [step for step, _ in list_checkpoints(copy)] == [15]
-    with pytest.raises(ValueError, match="keep_last must be at least 1"):
+    with pytest.raises(ValueError, match="keep_last must be a positive int, got 0: pass 1 or more"):
         prune_checkpoints(copy, 0)
     policy = CheckpointPolicy(every_steps=10, every_seconds=60.0, last_save_time=0.0)
     assert policy.should_save(10, now=1.0)            # the step rule

@@ -17,6 +17,7 @@ from lesson_code import checkpoint, launch
 from lesson_code.checkpoint import faults as checkpoint_faults
 from lesson_code.checkpoint import tools as checkpoint_tools
 from lesson_code.checkpoint import load_sharded, shard_name, step_folder
+from lesson_code.checkpoint.faults import flip_one_byte
 
 SHARED_FOLDER = "every rank must see the same folder: use a shared filesystem"
 
@@ -30,10 +31,16 @@ def two_steps(tmp_path_factory):
     return root
 
 
-def flip_one_byte(path):
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
+def the_one_error(rank_function, per_rank):
+    """Run `rank_function(per_rank)` on len(per_rank) ranks; the one error all of them reported.
+
+    Every rank must report an error, the same one. The group's timeout is 60 s: a rank left
+    waiting in a collective would end with another error (or the launcher's RankTimeoutError).
+    """
+    reports = launch.spawn(rank_function, per_rank, world_size=len(per_rank), timeout_s=60)
+    errors = {report["error"] for report in reports}
+    assert len(errors) == 1 and None not in errors, reports
+    return errors.pop()
 
 
 EXTRAS = {  # what a reader may pass, and what JSON gives back: str keys, lists for tuples
@@ -134,11 +141,7 @@ def test_a_corrupted_shard_makes_all_4_ranks_raise_the_same_error_at_once(two_st
     folder = tmp_path / "step-00000010"
     shutil.copytree(step_folder(two_steps, 10), folder)
     flip_one_byte(folder / shard_name(2, 4))
-    reports = launch.spawn(checkpoint_faults.load_and_report, [str(folder)] * 4, world_size=4,
-                           timeout_s=60)
-    errors = {report["error"] for report in reports}
-    assert len(errors) == 1 and None not in errors, reports
-    error = errors.pop()
+    error = the_one_error(checkpoint_faults.load_and_report, [str(folder)] * 4)
     assert error.startswith("ShardCorruptedError: ") and str(folder / shard_name(2, 4)) in error
     assert "[found by rank 2]" in error
     # Every rank returned this error: none waited in a collective for the group's timeout (60 s),
@@ -161,11 +164,7 @@ def test_each_rank_makes_its_own_renames_durable(tmp_path):
 
 def test_ranks_that_do_not_share_the_folder_get_one_clear_error_on_save(tmp_path):
     node0, node1 = (checkpoint_faults.rank_folder(tmp_path, node) for node in (0, 1))
-    reports = launch.spawn(checkpoint_faults.save_and_report, [node0, node0, node1, node1],
-                           world_size=4, timeout_s=60)
-    errors = {report["error"] for report in reports}
-    assert len(errors) == 1 and None not in errors, reports
-    error = errors.pop()
+    error = the_one_error(checkpoint_faults.save_and_report, [node0, node0, node1, node1])
     assert error.startswith("FolderNotSharedError: ") and SHARED_FOLDER in error
     assert node0 in error and "[found by ranks 2, 3]" in error
     assert sorted(p.name for p in Path(node0).iterdir()) == [".lock"]  # nothing half-saved
@@ -173,10 +172,6 @@ def test_ranks_that_do_not_share_the_folder_get_one_clear_error_on_save(tmp_path
 
 def test_ranks_that_do_not_share_the_folder_get_one_clear_error_on_load(two_steps, tmp_path):
     seen, unseen = str(step_folder(two_steps, 10)), str(tmp_path / "node1" / "step-00000010")
-    reports = launch.spawn(checkpoint_faults.load_and_report, [seen, seen, unseen, unseen],
-                           world_size=4, timeout_s=60)
-    errors = {report["error"] for report in reports}
-    assert len(errors) == 1 and None not in errors, reports
-    error = errors.pop()
+    error = the_one_error(checkpoint_faults.load_and_report, [seen, seen, unseen, unseen])
     assert error.startswith("FolderNotSharedError: ") and SHARED_FOLDER in error
     assert seen in error and "ranks 2, 3 see no manifest.json" in error

@@ -1,12 +1,14 @@
 """Capstone pieces that need no ranks: the corpus, batches, the guard, the config, the report."""
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from lesson_code.capstone import CapstoneConfig, make_corpus
-from lesson_code.capstone.corpus import batch_for_step
+from lesson_code.data import batch_for_step
+from lesson_code.experiment import RunConfig
 from lesson_code.capstone.guard import DivergenceGuard
 from lesson_code.capstone.report import loss_table, read_metrics, write_metrics
 
@@ -48,6 +50,24 @@ def test_config_rejects_inconsistent_settings():
         CapstoneConfig(checkpoint_step=30)
     with pytest.raises(ValueError, match="accumulation=3"):
         CapstoneConfig(accumulation=3)
+
+
+def test_the_config_is_a_run_whose_global_batch_is_derived_from_the_ranks():
+    config = CapstoneConfig()
+    assert isinstance(config, RunConfig) and config.model == "gpt"
+    assert (config.steps, config.seed, config.comm) == (20, 0, "ring")
+    assert config.batch_size == config.world_size * config.batch_per_rank == 16
+    two = dataclasses.replace(config, world_size=2)
+    assert two.batch_size == 8  # derived again, never copied
+    with pytest.raises(TypeError):
+        CapstoneConfig(model="mlp")  # the capstone trains MiniGPT only
+    with pytest.raises(TypeError):
+        CapstoneConfig(batch_size=32)  # set world_size or batch_per_rank instead
+    corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
+    assert torch.equal(config.corpus(), corpus)
+    for rank in range(config.world_size):  # RunConfig's slice of the global batch is the rank's
+        mine = batch_for_step(corpus, 3, rank, config.world_size, config.batch_per_rank, 16)
+        assert all(torch.equal(a, b) for a, b in zip(config.local_batch(3, rank, 4), mine))
 
 
 def test_metrics_round_trip_and_table(tmp_path):
