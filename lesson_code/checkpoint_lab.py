@@ -19,7 +19,7 @@ from lesson_code.checkpoint.files import DISK
 from lesson_code.checkpoint.zero import FLAT_KEYS, load_zero, save_zero
 from lesson_code.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
-from lesson_code.zero_lab import ZeroRun, _loss, _model, build_optimizer, parameter_digest
+from lesson_code.zero_lab import ZeroRun, build_optimizer, parameter_digest, run_loss, run_model
 
 
 def train_steps(run: ZeroRun, model, optimizer, steps: range, after_step=None) -> list[float]:
@@ -28,7 +28,7 @@ def train_steps(run: ZeroRun, model, optimizer, steps: range, after_step=None) -
     Collective: call on every rank; the optimizer knows this rank and the world size.
     """
     rank, world_size = optimizer.rank, optimizer.world_size
-    return train(lambda step: _loss(run, model, step, rank, world_size), optimizer, steps,
+    return train(lambda step: run_loss(run, model, step, rank, world_size), optimizer, steps,
                  after_step=after_step)
 
 
@@ -38,7 +38,7 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
 
     Collective: call on every rank. Returns losses, the final parameters and the digest.
     """
-    model, optimizer = build_optimizer(run, _model(run, seed_offset=rank), rank, world_size)
+    model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size)
 
     def maybe_save(done: int) -> None:
         if done in save_after:
@@ -53,7 +53,7 @@ def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str) -> di
     Collective: call on every rank. The fresh model starts from another seed, so only the
     checkpoint can make the result match the run that never stopped.
     """
-    model, optimizer = build_optimizer(run, _model(run, seed_offset=100 + rank), rank, world_size)
+    model, optimizer = build_optimizer(run, run_model(run, seed_offset=100 + rank), rank, world_size)
     extra = load_zero(folder, model, optimizer)
     losses = train_steps(run, model, optimizer, range(extra["next_step"], run.steps))
     return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),
@@ -65,13 +65,13 @@ def round_trip(rank: int, world_size: int, run: ZeroRun, root: str) -> dict[str,
 
     Collective: call on every rank.
     """
-    model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+    model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
     train_steps(run, model, optimizer, range(run.steps))
     before = {**{k: v.clone() for k, v in optimizer.state_dict().items() if k in FLAT_KEYS},
               "rng_state": torch.get_rng_state(), "params": flat_parameters(model)}
     folder = save_zero(root, model, optimizer, step=run.steps, extra={"next_step": run.steps})
     torch.manual_seed(12345)  # disturb the RNG: the load must restore it
-    fresh_model, fresh = build_optimizer(run, _model(run, seed_offset=7), rank, world_size)
+    fresh_model, fresh = build_optimizer(run, run_model(run, seed_offset=7), rank, world_size)
     load_zero(folder, fresh_model, fresh)
     after = {**{k: v for k, v in fresh.state_dict().items() if k in FLAT_KEYS},
              "rng_state": torch.get_rng_state(), "params": flat_parameters(fresh_model)}
@@ -89,7 +89,7 @@ def crash_during_save(rank: int, world_size: int, run: ZeroRun, root: str,
     through a `checkpoint.faults.CrashingDisk`, whose write puts half the bytes on disk and
     kills its own process.
     """
-    model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+    model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
     train_steps(run, model, optimizer, range(0, 2))
     save_zero(root, model, optimizer, step=2, extra={"next_step": 2})
     train_steps(run, model, optimizer, range(2, 4))
@@ -105,7 +105,7 @@ def save_ours_and_dcp(rank: int, world_size: int, run: ZeroRun, root: str) -> di
     """
     import torch.distributed.checkpoint as dcp
 
-    model, optimizer = build_optimizer(run, _model(run), rank, world_size)
+    model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
     train_steps(run, model, optimizer, range(1))
     state = optimizer.state_dict()
     timings = {}

@@ -15,7 +15,7 @@ from lesson_code.checkpoint.tools import (CheckpointPolicy, latest_checkpoint, l
 from lesson_code.checkpoint.zero import consolidate
 from lesson_code.experiment import flat_parameters
 from lesson_code.models import build_model
-from lesson_code.zero_lab import ZeroRun, _loss, train_single_process
+from lesson_code.zero_lab import ZeroRun, run_loss, train_single_process
 
 RUN = ZeroRun(steps=20)
 
@@ -154,7 +154,7 @@ def test_consolidated_state_loads_into_torch_adam_and_trains_on(saved):
     adam.load_state_dict(adam_state)
     for step in range(10, 20):
         adam.zero_grad()
-        _loss(RUN, model, step).backward()
+        run_loss(RUN, model, step).backward()
         adam.step()
     final = flat_parameters(model)
     assert (final - straight[0]["params"]).abs().max() < 1e-5
