@@ -2,8 +2,8 @@
 
 From Python or a notebook, run a package function on 4 fresh ranks and collect what each returns:
 
-    from lesson_code import launch, collectives
-    results = launch.spawn(collectives.check_against_builtin, world_size=4)
+    from lesson_code import launch, collectives_lab
+    results = launch.spawn(collectives_lab.compare_with_builtin, 1001, "float32", world_size=4)
 
 From a shell, the same worker functions run under torchrun, each process being one rank:
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import torch
 
-from lesson_code.collectives.ledger import CommLedger, TrafficCounter
+from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S, Peers
-from lesson_code.collectives.ring import check_op
+from lesson_code.collectives.ring import check_op, contiguous_in_place, peers_for
 
 
 class PowerOfTwoGroup:
@@ -82,28 +82,18 @@ def recursive_doubling_all_reduce(tensor: torch.Tensor, op: str = "sum", *, grou
     (plus two for a world size that is not a power of two), each moving the whole tensor.
     Raises ValueError for an unknown op, or op="avg" on an integer tensor.
     """
-    check_op(op, tensor)
-    counter = TrafficCounter("all_reduce", ledger)
-    peers = Peers(group, timeout_s, counter)
-    work = tensor if tensor.is_contiguous() else tensor.contiguous()
-    flat = work.view(-1)
-    powers = PowerOfTwoGroup(peers)
-    powers.fold(flat)
-    if powers.new_rank is not None:
-        incoming = torch.empty_like(flat)
-        mask = 1
-        while mask < powers.size:
-            partner = powers.real_rank(powers.new_rank ^ mask)
-            peers.exchange(flat, partner, incoming, partner)
-            flat.add_(incoming)
-            mask <<= 1
-        if op == "avg":
-            flat.div_(peers.world_size)
-    powers.unfold(flat)
-    if work is not tensor:
-        tensor.copy_(work)
-    counter.commit()
-    return tensor
+    return _folded_all_reduce(tensor, op, group, ledger, timeout_s, _doubling_core)
+
+
+def _doubling_core(powers: PowerOfTwoGroup, flat: torch.Tensor) -> None:
+    """Among the p participants: swap the whole vector with rank XOR 2^k and add, k = 0, 1, ..."""
+    incoming = torch.empty_like(flat)
+    mask = 1
+    while mask < powers.size:
+        partner = powers.real_rank(powers.new_rank ^ mask)
+        powers.peers.exchange(flat, partner, incoming, partner)
+        flat.add_(incoming)
+        mask <<= 1
 
 
 def halving_doubling_all_reduce(tensor: torch.Tensor, op: str = "sum", *, group=None,
@@ -115,24 +105,34 @@ def halving_doubling_all_reduce(tensor: torch.Tensor, op: str = "sum", *, group=
     is cut into p chunks (`torch.tensor_split`); after the halving, participant i holds the sum of
     chunk i, which the doubling then spreads. Raises ValueError as `recursive_doubling_all_reduce`.
     """
+    return _folded_all_reduce(tensor, op, group, ledger, timeout_s, _halving_doubling_core)
+
+
+def _halving_doubling_core(powers: PowerOfTwoGroup, flat: torch.Tensor) -> None:
+    """Among the p participants: reduce-scatter by halving, then all-gather by doubling."""
+    bounds = chunk_bounds(torch.tensor_split(flat, powers.size))
+    low, high = _reduce_scatter_by_halving(powers, flat, bounds)
+    _all_gather_by_doubling(powers, flat, bounds, low, high)
+
+
+def _folded_all_reduce(tensor: torch.Tensor, op: str, group, ledger: CommLedger | None,
+                       timeout_s: float, core) -> torch.Tensor:
+    """Fold the extra ranks in, run `core(powers, flat)` among p ranks, scale, unfold; return it.
+
+    Dividing before the unfold, on the participants, gives every rank the same bits for "avg".
+    """
     check_op(op, tensor)
-    counter = TrafficCounter("all_reduce", ledger)
-    peers = Peers(group, timeout_s, counter)
-    work = tensor if tensor.is_contiguous() else tensor.contiguous()
-    flat = work.view(-1)
-    powers = PowerOfTwoGroup(peers)
-    powers.fold(flat)
-    if powers.new_rank is not None:
-        chunks = torch.tensor_split(flat, powers.size)
-        bounds = chunk_bounds(chunks)
-        low, high = _reduce_scatter_by_halving(powers, flat, bounds)
-        if op == "avg":
-            flat[bounds[low]: bounds[high]].div_(peers.world_size)
-        _all_gather_by_doubling(powers, flat, bounds, low, high)
-    powers.unfold(flat)
-    if work is not tensor:
-        tensor.copy_(work)
-    counter.commit()
+    peers = peers_for("all_reduce", group, ledger, timeout_s)
+    with contiguous_in_place(tensor) as work:
+        flat = work.view(-1)
+        powers = PowerOfTwoGroup(peers)
+        powers.fold(flat)
+        if powers.new_rank is not None:
+            core(powers, flat)
+            if op == "avg":
+                flat.div_(peers.world_size)
+        powers.unfold(flat)
+    peers.counter.commit()
     return tensor
 
 
