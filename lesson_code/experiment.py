@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from lesson_code import data
+from lesson_code.collectives.comm import KINDS as COMMUNICATORS
 from lesson_code.devices import clock, current_device
 from lesson_code.models import GPTConfig
 from lesson_code.validate import require_choice, require_positive_int
@@ -33,7 +34,6 @@ from lesson_code.validate import require_choice, require_positive_int
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "int64": torch.int64}
 MODELS = ("mlp", "gpt")
-COMMUNICATORS = ("ring", "builtin")  # lesson 76's rings, or torch.distributed's own collectives
 
 
 @dataclass(frozen=True)
