@@ -18,6 +18,11 @@ Formulas (N ranks, n bytes in the tensor):
 | ring all-gather    | N-1                  | (N-1)/N * n                |
 | tree broadcast     | ceil(log2 N)         | ceil(log2 N) * n           |
 | naive all-reduce   | 2(N-1) (all at rank 0)| 2(N-1) * n                |
+| recursive doubling | log2 p (+2)          | log2 p * n (+2n)           |
+| halving-doubling   | 2 log2 p (+2)        | 2(p-1)/p * n (+2n)         |
+
+p is the largest power of two <= N; when N is not one (r = N - p > 0), the first 2r ranks fold
+into pairs before the algorithm and unfold after it: one message of n bytes each way (the +2).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import numpy as np
 
 from lesson_code.validate import require_choice, require_positive, require_positive_int
 
-ALGORITHMS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "naive_all_reduce")
+ALGORITHMS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "naive_all_reduce",
+              "recursive_doubling", "halving_doubling")
 
 # nccl-tests (PERFORMANCE.md): bus bandwidth = algorithm bandwidth x this factor, so that busbw
 # can be compared with the link's peak whatever N is.
@@ -47,11 +53,21 @@ def _check(algorithm: str, world_size: int) -> None:
     require_positive_int("world_size", world_size, "the number of ranks, such as 4")
 
 
+def power_of_two_split(world_size: int) -> tuple[int, int]:
+    """(p, r): the largest power of two p <= world_size, and r = world_size - p ranks that fold."""
+    power = 1 << (world_size.bit_length() - 1)
+    return power, world_size - power
+
+
 def message_count(algorithm: str, world_size: int) -> int:
     """Messages on the critical path of `algorithm` over `world_size` ranks (the alpha term)."""
     _check(algorithm, world_size)
     steps = world_size - 1
+    power, extra = power_of_two_split(world_size)
+    rounds, fold = power.bit_length() - 1, (2 if extra else 0)
     return {
+        "recursive_doubling": rounds + fold,
+        "halving_doubling": 2 * rounds + fold,
         "all_reduce": 2 * steps,
         "reduce_scatter": steps,
         "all_gather": steps,
@@ -68,7 +84,11 @@ def bytes_per_rank(algorithm: str, nbytes: float, world_size: int) -> float:
     """
     _check(algorithm, world_size)
     n = world_size
+    power, extra = power_of_two_split(world_size)
+    fold = 2 * nbytes if extra else 0
     return {
+        "recursive_doubling": (power.bit_length() - 1) * nbytes + fold,
+        "halving_doubling": 2 * (power - 1) / power * nbytes + fold,
         "all_reduce": 2 * (n - 1) / n * nbytes,
         "reduce_scatter": (n - 1) / n * nbytes,
         "all_gather": (n - 1) / n * nbytes,

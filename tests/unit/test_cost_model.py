@@ -90,3 +90,24 @@ def test_latency_dominates_small_messages():
     large = cost_model.predict("all_reduce", 1 << 30, 4, alpha, beta)
     assert 6 * alpha / large < 0.01
     assert not math.isinf(small)
+
+
+@pytest.mark.parametrize("world_size,rd,hd", [
+    # (N, (messages, bytes of n=1024) for recursive doubling, the same for halving-doubling)
+    (1, (0, 0), (0, 0)), (2, (1, 1024), (2, 1024)), (4, (2, 2048), (4, 1536)),
+    (8, (3, 3072), (6, 1792)),
+    (3, (1 + 2, 1024 + 2048), (2 + 2, 1024 + 2048)),   # p = 2, one pair folds
+    (6, (2 + 2, 2048 + 2048), (4 + 2, 1536 + 2048)),   # p = 4, two pairs fold
+])
+def test_doubling_formulas_by_hand(world_size, rd, hd):
+    for name, (messages, nbytes) in (("recursive_doubling", rd), ("halving_doubling", hd)):
+        assert cost_model.message_count(name, world_size) == messages
+        assert cost_model.bytes_per_rank(name, 1024, world_size) == nbytes
+
+
+def test_halving_doubling_moves_the_ring_bytes_in_fewer_steps_on_powers_of_two():
+    for n in (2, 4, 8, 16, 64):
+        assert cost_model.bytes_per_rank("halving_doubling", 4096, n) == \
+            cost_model.bytes_per_rank("all_reduce", 4096, n)
+        assert cost_model.message_count("halving_doubling", n) <= \
+            cost_model.message_count("all_reduce", n)
