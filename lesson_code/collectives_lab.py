@@ -25,7 +25,8 @@ from lesson_code import collectives
 from lesson_code.collectives.comm import builtin_all_gather
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.devices import current_device
-from lesson_code.experiment import DTYPES, median_seconds
+from lesson_code.experiment import DTYPES
+from lesson_code.timing import collective_seconds
 from lesson_code.validate import require_choice, require_positive
 
 
@@ -213,7 +214,7 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
     Collective: call on every rank. For each size and operation, a trial calls it `repeats` times
     back to back, `repeats` chosen so a trial lasts about `min_trial_s` and agreed on by all ranks
     (from the slowest rank's first call, so that every rank makes the same calls);
-    `experiment.median_seconds` times `trials` trials, every rank starting each together. The
+    `timing.collective_seconds` times `trials` trials, every rank starting each together. The
     reported time is the slowest rank's median: a collective ends when its last rank does.
     Returns rows {op, nbytes, seconds, repeats}. Raises ValueError for an unknown op name or a
     size that is not a multiple of 4 * world_size.
@@ -232,20 +233,10 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
         x = make_input(0, nbytes // 4, "float32")
         for op in chosen:
             primitive, prepare = table[op]
-            call = partial(primitive, prepare(x))
-            once = _slowest_rank(median_seconds(call, trials=1))  # after the Timer's warm-up
-            repeats = max(1, min(100, round(min_trial_s / max(once, 1e-9))))
-            seconds = median_seconds(call, trials=trials, repeats=repeats)
-            rows.append({"op": op, "nbytes": nbytes, "seconds": _slowest_rank(seconds),
-                         "repeats": repeats})
+            seconds, repeats = collective_seconds(partial(primitive, prepare(x)), trials=trials,
+                                                  min_trial_s=min_trial_s)
+            rows.append({"op": op, "nbytes": nbytes, "seconds": seconds, "repeats": repeats})
     return rows
-
-
-def _slowest_rank(seconds: float) -> float:
-    """The largest of every rank's `seconds`. Collective: call on every rank."""
-    slowest = torch.tensor([seconds], dtype=torch.float64, device=current_device())
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return slowest.item()
 
 
 def main(argv: list[str] | None = None) -> int:

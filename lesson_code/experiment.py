@@ -8,7 +8,8 @@ on the full batch. What they have in common is written here once:
 - `train`: the loop zero_grad, loss, backward, optimizer step, with the loss averaged over ranks;
   the same loop serves the ranks and the single-process reference (a group of one rank).
 - `flat_parameters`, `global_mean`: what the comparisons read.
-- `PhaseClock` and `median_seconds`: timing that starts every rank together.
+- `PhaseClock` and `median_seconds` (from `lesson_code.timing`): timing that starts every rank
+  together.
 
     run = RunConfig(model="gpt", steps=5)
     losses = train(lambda step: model(*run.local_batch(step, rank, world_size))[1], optimizer,
@@ -17,7 +18,6 @@ on the full batch. What they have in common is written here once:
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -27,8 +27,9 @@ from torch import nn
 
 from lesson_code import data
 from lesson_code.collectives.comm import KINDS as COMMUNICATORS
-from lesson_code.devices import clock, current_device
+from lesson_code.devices import current_device
 from lesson_code.models import GPTConfig
+from lesson_code.timing import PhaseClock, median_seconds  # noqa: F401 - part of the harness
 from lesson_code.validate import require_choice, require_positive_int
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
@@ -103,63 +104,3 @@ def train(step_loss: Callable[[int], torch.Tensor], optimizer, steps: Iterable[i
         if after_step is not None:
             after_step(step + 1)
     return losses
-
-
-class PhaseClock:
-    """Seconds of the phases of a step (forward, backward, ...), every rank starting together.
-
-    `start()` waits at a barrier and reads the clock; each `lap(name)` closes the phase `name`.
-    `medians()` gives each phase's median over the recorded steps, and "step" for the whole.
-
-        clock = PhaseClock()
-        clock.start(); forward(); clock.lap("forward"); backward(); clock.lap("backward")
-    """
-
-    def __init__(self):
-        self.samples: dict[str, list[float]] = {}
-        self._started = self._last = 0.0
-
-    def start(self) -> None:
-        """Begin a step. Collective: every rank waits for the others first."""
-        dist.barrier()
-        self._started = self._last = clock()
-
-    def lap(self, name: str) -> float:
-        """Close phase `name` now; return its seconds."""
-        now = clock()
-        seconds, self._last = now - self._last, now
-        self.samples.setdefault(name, []).append(seconds)
-        return seconds
-
-    def stop(self) -> float:
-        """End the step; record and return its total seconds under "step"."""
-        seconds = clock() - self._started
-        self.samples.setdefault("step", []).append(seconds)
-        return seconds
-
-    def discard(self) -> None:
-        """Forget every sample so far (the warm-up steps)."""
-        self.samples.clear()
-
-    def medians(self) -> dict[str, float]:
-        """Median seconds of each phase over the recorded steps."""
-        return {name: statistics.median(values) for name, values in self.samples.items()}
-
-
-def median_seconds(fn: Callable[[], object], *, trials: int, repeats: int = 1) -> float:
-    """Median over `trials` of the mean seconds of one call of `fn` (timed `repeats` times).
-
-    Collective when `fn` is: every rank starts each trial together (a barrier), runs the same
-    number of calls, and times them with `torch.utils.benchmark.Timer`, which warms up first and
-    waits for the GPU when there is one.
-    """
-    from torch.utils.benchmark import Timer
-
-    require_positive_int("trials", trials)
-    require_positive_int("repeats", repeats)
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    samples = []
-    for _ in range(trials):
-        dist.barrier()
-        samples.append(timer.timeit(repeats).mean)
-    return statistics.median(samples)
