@@ -197,6 +197,9 @@ def _ring_ops(world_size: int) -> dict:
         "ring all_reduce": (collectives.ring_all_reduce, torch.clone),
         "gloo all_reduce": (dist.all_reduce, torch.clone),
         "naive all_reduce": (collectives.naive_all_reduce, torch.clone),
+        "recursive_doubling all_reduce": (collectives.recursive_doubling_all_reduce, torch.clone),
+        "halving_doubling all_reduce": (collectives.halving_doubling_all_reduce, torch.clone),
+        "auto all_reduce": (collectives.all_reduce, torch.clone),
         "ring reduce_scatter": (collectives.ring_reduce_scatter, torch.clone),
         "gloo reduce_scatter": (scatter_builtin, torch.clone),
         "ring all_gather": (lambda shard: collectives.ring_all_gather(
@@ -205,6 +208,9 @@ def _ring_ops(world_size: int) -> dict:
         "tree broadcast": (collectives.broadcast, torch.clone),
         "gloo broadcast": (lambda x: dist.broadcast(x, 0), torch.clone),
     }
+
+
+TIMED_OPS = tuple(_ring_ops(2))  # the names time_primitives accepts (the same for every N)
 
 
 def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 5,

@@ -117,12 +117,14 @@ class AlphaBeta:
 
 
 def fit_alpha_beta(algorithm: str, world_size: int, sizes: list[float],
-                   seconds: list[float]) -> AlphaBeta:
+                   seconds: list[float], relative: bool = False) -> AlphaBeta:
     """Least-squares fit of alpha and beta to measured times of `algorithm` at several sizes.
 
     The model is linear in (alpha, beta): t = m * alpha + b(n) * beta, with m messages and b(n)
     bytes on the critical path, so `numpy.linalg.lstsq` solves it (columns scaled to 1 first, as
-    b(n) is millions of times m). Raises ValueError with fewer than two distinct sizes, or with
+    b(n) is millions of times m). With `relative`, each row is divided by its measured time, so
+    the fit minimises relative errors: times that span three decades then weigh alike, instead
+    of the largest deciding alone. Raises ValueError with fewer than two distinct sizes, or with
     one rank, where nothing is sent and there is nothing to fit.
     """
     if len(sizes) != len(seconds) or len(set(sizes)) < 2:
@@ -132,8 +134,11 @@ def fit_alpha_beta(algorithm: str, world_size: int, sizes: list[float],
                          "no alpha or beta to fit: measure on 2 or more ranks")
     design = np.array([[message_count(algorithm, world_size),
                         bytes_per_rank(algorithm, n, world_size)] for n in sizes], dtype=float)
+    measured = np.asarray(seconds, dtype=float)
+    if relative:
+        design, measured = design / measured[:, None], np.ones_like(measured)
     scale = np.abs(design).max(axis=0)
-    solution = np.linalg.lstsq(design / scale, np.asarray(seconds, dtype=float), rcond=None)[0]
+    solution = np.linalg.lstsq(design / scale, measured, rcond=None)[0]
     alpha, beta = solution / scale
     return AlphaBeta(alpha=float(alpha), beta=float(beta))
 

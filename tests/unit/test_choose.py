@@ -1,0 +1,64 @@
+"""The all-reduce choice: fitted costs pick the algorithm the cost model says is fastest."""
+
+import pytest
+
+from lesson_code.collectives import choose, cost_model
+
+SIZES = [2 ** k for k in range(10, 27, 2)]
+
+
+def times_from(alpha_beta: dict[str, tuple[float, float]], world_size: int = 4) -> list[dict]:
+    """Rows a benchmark would give if each algorithm followed the model exactly."""
+    return [{"algorithm": name, "world_size": world_size, "nbytes": n,
+             "seconds": cost_model.predict(choose.MODEL_NAME[name], n, world_size, a, b)}
+            for name, (a, b) in alpha_beta.items() for n in SIZES]
+
+
+# One latency and one bandwidth for every algorithm: the model alone decides.
+SAME = {name: (50e-6, 1e-9) for name in choose.ALL_REDUCE}
+
+
+def test_the_fit_recovers_the_constants():
+    costs = choose.AlgorithmCosts.from_times(times_from(SAME), source="model")
+    for fit in costs.fits.values():
+        assert fit.alpha == pytest.approx(50e-6, rel=1e-6)
+        assert fit.beta == pytest.approx(1e-9, rel=1e-6)
+
+
+def test_short_messages_take_recursive_doubling_long_ones_halving_doubling():
+    costs = choose.AlgorithmCosts.from_times(times_from(SAME), source="model")
+    # 4 ranks: doubling 2 steps x n bytes; halving-doubling 4 steps, 1.5 n; ring 6 steps, 1.5 n.
+    # They cross where 2 alpha = 0.5 n beta, n = 4 alpha / beta = 200 kB.
+    assert costs.choose(1024, 4) == "recursive_doubling"
+    assert costs.choose(150_000, 4) == "recursive_doubling"
+    assert costs.choose(250_000, 4) == "halving_doubling"
+    assert costs.choose(2 ** 26, 4) == "halving_doubling"
+
+
+def test_measured_constants_decide_when_the_model_alone_would_not():
+    # A ring whose bandwidth term is measured smaller (its pieces overlap the adds) wins the
+    # long messages although halving-doubling takes fewer steps.
+    measured = {**SAME, "ring": (50e-6, 0.6e-9)}
+    costs = choose.AlgorithmCosts.from_times(times_from(measured), source="model")
+    assert costs.choose(2 ** 26, 4) == "ring"
+    assert costs.choose(1024, 4) == "recursive_doubling"
+
+
+def test_stored_times_round_trip(tmp_path):
+    path = choose.store_times(times_from(SAME), "made by the test\nsecond line", tmp_path / "t.csv")
+    assert path.read_text().startswith("# made by the test\n# second line\nalgorithm,")
+    costs = choose.stored_costs(path)
+    assert costs.choose(1024, 4) == "recursive_doubling"
+    assert costs.source == str(path)
+
+
+def test_the_package_ships_stored_times_for_every_algorithm():
+    costs = choose.stored_costs()
+    assert set(costs.fits) == set(choose.ALL_REDUCE)
+    assert choose.STORED.read_text().startswith("# all-reduce times of ")
+
+
+def test_an_unknown_algorithm_is_named():
+    import torch
+    with pytest.raises(ValueError, match="unknown algorithm 'tree'"):
+        choose.all_reduce(torch.ones(2), algorithm="tree")
