@@ -1,9 +1,12 @@
 """Pipeline parallelism (lesson 79): a model cut into stages over ranks, fed with micro-batches.
 
-Rank s holds only stage s, a contiguous run of the model's layers. A batch is split into m
-micro-batches; activations flow forward from stage to stage and their gradients flow back, as
-point-to-point messages (isend, and irecv with a bounded wait; never batch_isend_irecv, which can
-hang on gloo). Two schedules order the work on each stage:
+The stages are the ranks of a `Communicator`'s group: rank s of the group holds stage s, a
+contiguous run of the model's layers, and the group's size is the number of stages (a row of a 2-D
+data x pipeline grid is a sub-group). A batch is split into m micro-batches; activations flow
+forward from stage to stage and their gradients flow back, as point-to-point messages (isend, and
+irecv with a bounded wait; on gloo never batch_isend_irecv, which can hang there). Every message
+is counted in the communicator's ledger, under "pipeline", one entry per step. Two schedules
+order the work on each stage:
 
 - GPipe: all m forwards, then all m backwards; every stage stores m micro-batches' activations.
 - 1F1B: P - s - 1 warm-up forwards, then one forward and one backward in turn, then the remaining
@@ -25,8 +28,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lesson_code.collectives.comm import Communicator
+from lesson_code.collectives.ledger import TrafficCounter
 from lesson_code.devices import clock, current_device
-from lesson_code.collectives.p2p import DEFAULT_WAIT_S
+from lesson_code.validate import require_choice, require_positive_int
 
 SCHEDULES = ("gpipe", "1f1b")
 # An activation travels after a header of HEADER_LENGTH int64s: its dtype's index in
@@ -46,8 +51,7 @@ def partition_layers(layers: list[nn.Module], num_stages: int,
     partition that does not cover the layers.
     """
     count = len(layers)
-    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
-        raise ValueError(f"num_stages must be a positive int, got {num_stages!r}")
+    require_positive_int("num_stages", num_stages, "the number of pipeline stages (ranks), such as 4")
     if num_stages > count:
         raise ValueError(f"{num_stages} stages but only {count} layers: every stage needs at least "
                          f"one layer, so use at most {count} stages (ranks)")
@@ -86,11 +90,32 @@ def split_micro_batches(batch: torch.Tensor, micro_batches: int) -> tuple[torch.
     Raises ValueError unless the count is positive and divides the batch size.
     """
     size = batch.shape[0]
-    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1 \
-            or size % micro_batches:
+    require_positive_int("micro_batches", micro_batches, f"a divisor of the batch size {size}")
+    if size % micro_batches:
         raise ValueError(f"{micro_batches!r} micro-batches do not divide the batch of {size}: "
                          f"use a divisor of {size}")
     return torch.split(batch, size // micro_batches)
+
+
+def schedule_order(schedule: str, stage: int, num_stages: int,
+                   micro_batches: int) -> list[tuple[str, int]]:
+    """Stage `stage`'s sequence of ("F", i) and ("B", i) under `schedule`, for m micro-batches.
+
+    Raises ValueError for an unknown schedule, a count below 1 or a stage outside 0..P-1.
+    """
+    require_choice("schedule", schedule, SCHEDULES)
+    require_positive_int("num_stages", num_stages, "the number of pipeline stages, such as 4")
+    m = require_positive_int("micro_batches", micro_batches, "the micro-batches per step, such as 4")
+    if not 0 <= stage < num_stages:
+        raise ValueError(f"stage {stage!r} is not one of the {num_stages} stages: "
+                         f"pass 0 to {num_stages - 1}")
+    if schedule == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    warmup = min(num_stages - stage - 1, m)
+    steps = [("F", i) for i in range(warmup)]
+    for i in range(m - warmup):
+        steps += [("F", warmup + i), ("B", i)]
+    return steps + [("B", i) for i in range(m - warmup, m)]
 
 
 @dataclass
@@ -105,40 +130,49 @@ class PipelineStats:
 class PipelineStage:
     """One rank's stage: its layers, its neighbours, and one training step under a schedule.
 
-    Collective: `train_step` is called on every rank of the group with the same arguments.
+    `comm` is a `Communicator` (or a process group, None for the default one): this rank's place
+    in its group is the stage, the group's size the number of stages, and every message of a step
+    goes into `comm.ledger` (when it has one) as one "pipeline" entry. Its timeout bounds every
+    wait. Collective: `train_step` is called on every rank of the group with the same arguments.
     `loss_fn(output, target)` is applied on the last stage to each micro-batch's output; its
     mean over micro-batches is the loss, so the gradients equal those of the whole batch.
     """
 
-    def __init__(self, layers: nn.Module, stage: int, num_stages: int,
-                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 ranks: list[int] | None = None, timeout_s: float = DEFAULT_WAIT_S):
-        self.layers, self.stage, self.num_stages = layers, stage, num_stages
-        # Global rank of each stage: 0..P-1 by default; a row of a 2-D (data x pipeline) grid
-        # when pipeline parallelism is combined with data parallelism.
-        self.ranks = list(ranks) if ranks is not None else list(range(num_stages))
-        self.loss_fn = loss_fn
-        self.timeout = timedelta(seconds=timeout_s)
-        self.is_first, self.is_last = stage == 0, stage == num_stages - 1
+    def __init__(self, layers: nn.Module, comm: Communicator | dist.ProcessGroup | None,
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
+        self.comm = comm if isinstance(comm, Communicator) else Communicator(group=comm)
+        self.layers, self.loss_fn = layers, loss_fn
+        self.stage, self.num_stages = self.comm.rank, self.comm.world_size
+        self.timeout = timedelta(seconds=self.comm.timeout_s)
+        self.is_first, self.is_last = self.stage == 0, self.stage == self.num_stages - 1
         # Under NCCL two neighbours' sends to each other can wait for each other's receives on
         # the GPU, so there every send goes out in one group (batch_isend_irecv) with the
         # stage's next receive, as torch.distributed.pipelining does. gloo posts them one by one.
-        self.batched = dist.is_initialized() and dist.get_backend() == "nccl"
+        self.batched = dist.get_backend(self.comm.group) == "nccl"
+        self._begin_step()
+
+    def _begin_step(self) -> None:
+        """Fresh per-step state: statistics, stored activations, sends in flight, traffic."""
+        self.stats = PipelineStats()
+        self._stored: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._sends: list = []     # (work, tensor) posted on gloo, waited for at the step's end
+        self._pending: list = []   # (P2POp, tensor) under NCCL, posted with the next receive
+        self._total_loss = 0.0
+        self._traffic = TrafficCounter("pipeline", self.comm.ledger)
 
     def train_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None,
                    micro_batches: int, schedule: str) -> PipelineStats:
         """Run forward and backward of every micro-batch in `schedule` order; gradients accumulate.
 
-        `inputs` is needed on the first stage, `targets` on the last (None elsewhere).
-        Raises ValueError for an unknown schedule or a micro-batch count that does not divide.
+        Only the first stage reads `inputs` and only the last reads `targets`; the others may pass
+        the same tensors or None. Raises ValueError for an unknown schedule or a micro-batch count
+        that does not divide the batch.
         """
-        if schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {schedule!r}: use one of {', '.join(SCHEDULES)}")
+        order = schedule_order(schedule, self.stage, self.num_stages, micro_batches)
         x_parts = split_micro_batches(inputs, micro_batches) if self.is_first else [None] * micro_batches
         y_parts = split_micro_batches(targets, micro_batches) if self.is_last else [None] * micro_batches
-        self.stats, self._stored, self._sends, self._pending = PipelineStats(), {}, [], []
-        self._total_loss = 0.0
-        for kind, index in self.order(schedule, micro_batches):
+        self._begin_step()
+        for kind, index in order:
             if kind == "F":
                 self._forward(index, x_parts[index], y_parts[index], micro_batches)
             else:
@@ -146,20 +180,10 @@ class PipelineStage:
         self._post_pending()
         for work, _ in self._sends:
             work.wait(self.timeout)
+        self._traffic.commit()
         if self.is_last:
             self.stats.loss = self._total_loss
         return self.stats
-
-    def order(self, schedule: str, micro_batches: int) -> list[tuple[str, int]]:
-        """This stage's sequence of ("F", i) and ("B", i) under `schedule`."""
-        m = micro_batches
-        if schedule == "gpipe":
-            return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-        warmup = min(self.num_stages - self.stage - 1, m)
-        steps = [("F", i) for i in range(warmup)]
-        for i in range(m - warmup):
-            steps += [("F", warmup + i), ("B", i)]
-        return steps + [("B", i) for i in range(m - warmup, m)]
 
     def _forward(self, index: int, x: torch.Tensor | None, y: torch.Tensor | None, m: int) -> None:
         if self.is_first:
@@ -194,10 +218,12 @@ class PipelineStage:
         # the sends are collected and waited for (bounded) once the step's receives are done.
         # The tensor is kept with its request until then.
         tensor = tensor.contiguous()
+        self._traffic.sent(tensor.numel() * tensor.element_size())
         if self.batched:  # posted with the next receive, or by _post_pending
-            self._pending.append((dist.P2POp(dist.isend, tensor, self.ranks[to]), tensor))
+            op = dist.P2POp(dist.isend, tensor, group=self.comm.group, group_peer=to)
+            self._pending.append((op, tensor))
             return
-        self._sends.append((dist.isend(tensor, self.ranks[to]), tensor))
+        self._sends.append((dist.isend(tensor, group=self.comm.group, group_dst=to), tensor))
 
     def _post_pending(self, receive: dist.P2POp | None = None) -> None:
         """Under NCCL: post the pending sends (and `receive`) as one group and wait, bounded."""
@@ -228,10 +254,12 @@ class PipelineStage:
 
     def _receive(self, shape: tuple[int, ...], dtype: torch.dtype, offset: int = -1) -> torch.Tensor:
         buffer = torch.empty(shape, dtype=dtype, device=current_device())
+        self._traffic.received(buffer.numel() * buffer.element_size())
+        peer = self.stage + offset
         if self.batched:
-            self._post_pending(dist.P2POp(dist.irecv, buffer, self.ranks[self.stage + offset]))
+            self._post_pending(dist.P2POp(dist.irecv, buffer, group=self.comm.group, group_peer=peer))
             return buffer
-        dist.irecv(buffer, self.ranks[self.stage + offset]).wait(self.timeout)
+        dist.irecv(buffer, group=self.comm.group, group_src=peer).wait(self.timeout)
         return buffer
 
 

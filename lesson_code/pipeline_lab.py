@@ -1,36 +1,53 @@
-"""Rank functions of lesson 79: one pipelined step, its reference, torch's pipelining, the bubble.
+"""What lesson 79 runs: one pipelined step, its references, torch's pipelining, the bubble.
 
-The notebook, tests and CLI run these through `launch.spawn` (or torchrun). A `PipeRun` says what
-to run; `reference_step` is the unsplit model on the whole batch in one process.
+The notebook, tests and command run these rank functions through `launch.spawn` (or torchrun).
+A `PipeRun` says what to run; `reference_step` is the unsplit model on the whole batch in one
+process, and `torch_pipelining_step` the same split under torch.distributed.pipelining. The
+algorithm itself is `lesson_code.pipeline`.
 
-    python -m lesson_code.pipeline_lab     # 4 stages, GPipe and 1F1B, against the references
+    python -m lesson_code.pipeline_lab                  # 4 stages, GPipe and 1F1B, checked
+    python -m lesson_code.pipeline_lab --world-size 2
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from lesson_code import data
+from lesson_code.collectives.comm import Communicator
+from lesson_code.collectives.ledger import CommLedger
 from lesson_code.devices import current_device
-from lesson_code.models import GPTConfig, as_layers, build_model, loss_function
-from lesson_code.pipeline import PipelineStage, bubble_fraction, partition_layers
+from lesson_code.experiment import PhaseClock, RunConfig, global_mean
+from lesson_code.models import as_layers, build_model, loss_function
+from lesson_code.pipeline import SCHEDULES, PipelineStage, bubble_fraction, partition_layers
+from lesson_code.validate import require_choice, require_positive_int
 
 
 @dataclass(frozen=True)
-class PipeRun:
-    """One pipelined step: model, schedule, micro-batches, batch and an optional partition."""
+class PipeRun(RunConfig):
+    """One pipelined run: a `RunConfig` with a schedule, micro-batches and an optional partition.
+
+    `steps` counts the steps `timed_steps` runs (the last is measured, the others warm up);
+    `partition` gives the layers per stage (balanced by parameters when None). Raises ValueError
+    for an unknown schedule, a micro-batch count below 1 or a partition entry below 1.
+    """
 
     model: str = "gpt"
+    steps: int = 2
     schedule: str = "1f1b"
     micro_batches: int = 4
-    batch_size: int = 16
-    seed: int = 0
     partition: tuple[int, ...] | None = None
-    gpt: GPTConfig = field(default_factory=GPTConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        require_choice("schedule", self.schedule, SCHEDULES)
+        require_positive_int("micro_batches", self.micro_batches,
+                             f"a divisor of the batch size {self.batch_size}")
+        for layers in self.partition or ():
+            require_positive_int("every entry of partition", layers, "the layers of each stage")
 
 
 def stage_module(run: PipeRun, stage: int, num_stages: int) -> tuple[nn.Module, tuple[int, int]]:
@@ -46,8 +63,10 @@ def stage_module(run: PipeRun, stage: int, num_stages: int) -> tuple[nn.Module, 
     return nn.Sequential(*layers[start:end]), (start, end)
 
 
-def _batch(run: PipeRun) -> tuple[torch.Tensor, torch.Tensor]:
-    return data.make_batch(run.model, run.batch_size, 0, run.seed, run.gpt, current_device())
+def build_stage(run: PipeRun, comm: Communicator) -> tuple[PipelineStage, tuple[int, int]]:
+    """The pipeline stage of this rank of `comm`'s group, and its [start, end) layer range."""
+    module, bounds = stage_module(run, comm.rank, comm.world_size)
+    return PipelineStage(module, comm, loss_function(run.model)), bounds
 
 
 def layer_gradients(module: nn.Module, first_layer: int) -> dict[str, torch.Tensor]:
@@ -65,26 +84,26 @@ def reference_step(run: PipeRun) -> dict:
     Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
     """
     layers = nn.Sequential(*as_layers(build_model(run.model, run.seed, run.gpt, current_device())))
-    x, y = _batch(run)
+    x, y = run.batch(0)
     loss = loss_function(run.model)(layers(x), y)
     loss.backward()
     return {"loss": loss.item(), "grads": layer_gradients(layers, 0)}
 
 
 def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
-    """One training step of our pipeline on `world_size` stages.
+    """One training step of our pipeline, one stage per rank of the default group.
 
     Collective: call on every rank. Returns this stage's gradients (named as in the unsplit
-    model), its layer range, the loss (last stage), its timed events and peak stored activations.
+    model), its layer range, the loss (last stage), its timed events, peak stored activations,
+    and its traffic as the ledger counted it ({"calls", "bytes_sent", "bytes_received", ...}).
     """
-    module, (start, end) = stage_module(run, rank, world_size)
-    loss_fn = loss_function(run.model)
-    stage = PipelineStage(module, rank, world_size, loss_fn)
-    x, y = _batch(run)
-    stats = stage.train_step(x if rank == 0 else None, y if rank == world_size - 1 else None,
-                             run.micro_batches, run.schedule)
-    return {"grads": layer_gradients(module, start), "layers": (start, end), "loss": stats.loss,
-            "events": stats.events, "peak_stored": stats.peak_stored}
+    comm = Communicator(run.comm, CommLedger())
+    stage, (start, end) = build_stage(run, comm)
+    x, y = run.batch(0)
+    stats = stage.train_step(x, y, run.micro_batches, run.schedule)
+    return {"grads": layer_gradients(stage.layers, start), "layers": (start, end),
+            "loss": stats.loss, "events": stats.events, "peak_stored": stats.peak_stored,
+            "traffic": comm.ledger.totals()["pipeline"]}
 
 
 def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
@@ -99,9 +118,8 @@ def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
     module, (start, _) = stage_module(run, rank, world_size)
     stage = TorchStage(module, rank, world_size, current_device())
     schedule_class = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B
-    schedule = schedule_class(stage, run.micro_batches,
-                              loss_fn=loss_function(run.model))
-    x, y = _batch(run)
+    schedule = schedule_class(stage, run.micro_batches, loss_fn=loss_function(run.model))
+    x, y = run.batch(0)
     losses: list[torch.Tensor] = []
     if rank == 0:
         schedule.step(x)
@@ -113,28 +131,27 @@ def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
     return {"grads": layer_gradients(module, start), "loss": loss}
 
 
-def timed_steps(rank: int, world_size: int, run: PipeRun, steps: int = 2) -> dict:
-    """Events of the last of `steps` pipelined steps (the first ones warm up), and the bubble.
+def timed_steps(rank: int, world_size: int, run: PipeRun) -> dict:
+    """Events of the last of `run.steps` pipelined steps (the first ones warm up), and the bubble.
 
-    Collective: call on every rank. Events of all stages are gathered, so every rank returns
-    the same measured bubble fraction.
+    Collective: call on every rank. Every step starts on all ranks together (`PhaseClock`).
+    Events of all stages are gathered, so every rank returns the same measured bubble fraction.
     """
-    module, _ = stage_module(run, rank, world_size)
-    stage = PipelineStage(module, rank, world_size,
-                          loss_function(run.model))
-    x, y = _batch(run)
-    for _ in range(steps):
-        module.zero_grad()
-        dist.barrier()
-        stats = stage.train_step(x if rank == 0 else None, y if rank == world_size - 1 else None,
-                                 run.micro_batches, run.schedule)
+    stage, _ = build_stage(run, Communicator(run.comm))
+    x, y = run.batch(0)
+    steps = PhaseClock()
+    for _ in range(run.steps):
+        stage.layers.zero_grad()
+        steps.start()
+        stats = stage.train_step(x, y, run.micro_batches, run.schedule)
+        steps.stop()
     gathered: list = [None] * world_size
     dist.all_gather_object(gathered, stats.events)
     events = [event for stage_events in gathered for event in stage_events]
     origin = min(event[3] for event in events)  # perf_counter is one clock for all local ranks
     events = [(s, i, kind, begin - origin, end - origin) for s, i, kind, begin, end in events]
     return {"events": events, "bubble": bubble_fraction(events, world_size),
-            "peak_stored": stats.peak_stored}
+            "peak_stored": stats.peak_stored, "step_seconds": steps.samples["step"][-1]}
 
 
 def pipeline_steps(rank: int, world_size: int, runs: list[PipeRun]) -> list[dict]:
@@ -157,34 +174,30 @@ def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
 
     Collective: call on every rank. Ranks form `torch.arange(world).view(dp, pp)` (as picotron
     and torchtitan do: the pipeline dimension varies fastest, so a replica's stages are
-    neighbours). Each replica runs the pipeline on its share of the batch; then each stage
-    averages its gradients with the same stage of the other replicas (a ring all-reduce inside
-    the stage's data-parallel group). Returns this stage's gradients.
+    neighbours). Each row is a process group that runs the pipeline on its share of the batch;
+    then each stage averages its gradients with the same stage of the other replicas, inside its
+    column's group (`run.comm`: lesson 76's ring by default). Returns this stage's gradients and
+    the loss on the whole batch (the mean of the replicas' losses, on the last stages).
     """
-    from lesson_code.collectives.comm import Communicator
-
     pipeline_size = world_size // data_parallel
     grid = torch.arange(world_size).view(data_parallel, pipeline_size)
-    replica, stage = divmod(rank, pipeline_size)
+    replica = rank // pipeline_size
     # Every rank creates every group, in the same order (a torch.distributed requirement).
-    stage_groups = [dist.new_group(grid[:, s].tolist()) for s in range(pipeline_size)]
-    module, (start, _) = stage_module(run, stage, pipeline_size)
-    pipeline = PipelineStage(module, stage, pipeline_size,
-                             loss_function(run.model),
-                             ranks=grid[replica].tolist())
-    x, y = data.local_slice(_batch(run), replica, data_parallel)
-    stats = pipeline.train_step(x if stage == 0 else None,
-                                y if stage == pipeline_size - 1 else None,
-                                run.micro_batches, run.schedule)
-    comm = Communicator("ring", group=stage_groups[stage])
-    for param in module.parameters():
-        comm.all_reduce(param.grad, op="avg")
-    return {"grads": layer_gradients(module, start), "replica": replica, "stage": stage,
-            "loss": stats.loss}
+    rows = [dist.new_group(grid[r].tolist()) for r in range(data_parallel)]
+    columns = [dist.new_group(grid[:, s].tolist()) for s in range(pipeline_size)]
+    pipeline, (start, _) = build_stage(run, Communicator(run.comm, group=rows[replica]))
+    x, y = run.local_batch(0, replica, data_parallel)
+    stats = pipeline.train_step(x, y, run.micro_batches, run.schedule)
+    column = Communicator(run.comm, group=columns[pipeline.stage])
+    for param in pipeline.layers.parameters():
+        column.all_reduce(param.grad, op="avg")
+    loss = global_mean(stats.loss, group=column.group) if pipeline.is_last else None
+    return {"grads": layer_gradients(pipeline.layers, start), "replica": replica,
+            "stage": pipeline.stage, "loss": loss}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Check both schedules on N stages against the unsplit model; print peak stored activations."""
+    """Check both schedules on N stages against the unsplit model; print what each stage stored."""
     import argparse
 
     from lesson_code import cli_args, launch
@@ -198,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     layers = len(as_layers(build_model("gpt", 0, PipeRun().gpt)))
     cli_args.check_world_size(parser, args.world_size, layers,
                               f"each stage needs at least one of MiniGPT's {layers} layers")
-    runs = [PipeRun(schedule=s, micro_batches=m) for s in ("gpipe", "1f1b") for m in (1, 2, 4, 8)]
+    runs = [PipeRun(schedule=s, micro_batches=m) for s in SCHEDULES for m in (1, 2, 4, 8)]
     per_rank = launch.run(pipeline_steps, runs, world_size=args.world_size)
     if not launch.is_reporting_process():
         return 0
@@ -208,10 +221,18 @@ def main(argv: list[str] | None = None) -> int:
         stages = [rank_results[index] for rank_results in per_rank]
         check = compare_with_reference(stages, in_one_rank(reference_step, run))
         ok &= check["max_grad_diff"] < 1e-5 and check["all_layers_once"]
-        print(f"  {run.schedule:5s} m={run.micro_batches}: max |grad diff| "
-              f"{check['max_grad_diff']:.1e}, |loss diff| {check['loss_diff']:.1e}, "
-              f"activations stored at most {[s['peak_stored'] for s in stages]} per stage")
+        print(report_line(run, check, stages))
     return 0 if ok else 1
+
+
+def report_line(run: PipeRun, check: dict[str, float], stages: list[dict]) -> str:
+    """One line of the command's report: the check against the reference, and each stage's
+    peak stored activations and bytes sent."""
+    stored = [stage["peak_stored"] for stage in stages]
+    sent = [stage["traffic"]["bytes_sent"] for stage in stages]
+    return (f"  {run.schedule:5s} m={run.micro_batches}: max |grad diff| "
+            f"{check['max_grad_diff']:.1e}, |loss diff| {check['loss_diff']:.1e}, activations "
+            f"stored at most {stored}, bytes sent {sent} per stage")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Tolerance: every gradient within 1e-6 absolute of the unsplit model on the whole batch
 (measured: below 4e-8). The pipeline sums m micro-batch gradients, each scaled by 1/m, where one
 process sums the whole batch at once: the same terms in another order, float32 rounding only.
+The bytes each stage puts in its ledger are exact: they follow from the activations' shapes.
 """
 
 import pytest
@@ -10,8 +11,9 @@ import torch
 
 from lesson_code import launch, pipeline_lab
 from lesson_code.models import MLP, as_layers, build_model
-from lesson_code.pipeline import (PipelineStage, bubble_fraction, partition_layers,
-                                  split_micro_batches, theoretical_bubble)
+from lesson_code.pipeline import (HEADER_LENGTH, PipelineStage, bubble_fraction,
+                                  partition_layers, schedule_order, split_micro_batches,
+                                  theoretical_bubble)
 from lesson_code.pipeline_lab import PipeRun, reference_step
 from lesson_code.reference import in_one_rank
 
@@ -57,11 +59,53 @@ def test_same_gradients_as_torch_distributed_pipelining(schedule, stages):
     assert abs(ours[-1]["loss"] - theirs[-1]["loss"]) < 1e-6
 
 
+def expected_traffic(run, stage, stages, header_bytes=HEADER_LENGTH * 8,
+                     first_sends_gradients=False, last_sends_activations=False):
+    """What stage `stage` of `stages` must count in one step of MiniGPT, derived from the shapes.
+
+    Each forward of a micro-batch (all but the last stage): a header of HEADER_LENGTH int64s, then
+    the activation, float32 of shape (batch/m, context, n_embd) after the embedding or a block.
+    Each backward (all but the first stage): the gradient of the stage's input, the same shape.
+    The keyword arguments give plausible wrong counts, to show that the test tells them apart.
+    """
+    m = run.micro_batches
+    activation = (run.batch_size // m) * run.gpt.context * run.gpt.n_embd * 4
+    forwards_out = stage < stages - 1 or last_sends_activations
+    gradients_out = stage > 0 or first_sends_gradients
+    forwards_in, gradients_in = stage > 0, stage < stages - 1
+    return {"calls": 1,
+            "bytes_sent": m * (forwards_out * (header_bytes + activation) + gradients_out * activation),
+            "bytes_received": m * (forwards_in * (header_bytes + activation) + gradients_in * activation),
+            "messages_sent": m * (2 * forwards_out + gradients_out),
+            "messages_received": m * (2 * forwards_in + gradients_in)}
+
+
+def test_the_ledger_counts_every_activation_header_and_gradient():
+    stages = 3  # a first, a middle and a last stage
+    runs = [PipeRun(schedule="gpipe", micro_batches=1), PipeRun(schedule="1f1b", micro_batches=4),
+            PipeRun(schedule="1f1b", micro_batches=3, batch_size=12)]
+    per_rank = launch.spawn(pipeline_lab.pipeline_steps, runs, world_size=stages)
+    for index, run in enumerate(runs):
+        measured = [rank_results[index]["traffic"] for rank_results in per_rank]
+        assert measured == [expected_traffic(run, s, stages) for s in range(stages)], run
+        for wrong in ({"header_bytes": 0}, {"first_sends_gradients": True},
+                      {"last_sends_activations": True}):
+            assert measured != [expected_traffic(run, s, stages, **wrong) for s in range(stages)]
+        # Every byte one stage sends, another receives.
+        assert sum(t["bytes_sent"] for t in measured) == sum(t["bytes_received"] for t in measured)
+    # The default MiniGPT, 4 micro-batches of 4 sequences: activations of 4 x 16 x 32 float32
+    # (8192 bytes) after 80-byte headers. Stage 0 sends 4 x 8272, stage 2 4 x 8192 of gradients.
+    assert [r[1]["traffic"]["bytes_sent"] for r in per_rank] == [33088, 65856, 32768]
+
+
 def test_two_dimensional_data_and_pipeline_parallelism():
     run = PipeRun(schedule="1f1b", micro_batches=2)
     results = launch.spawn(pipeline_lab.data_and_pipeline_step, run, 2, world_size=4)
     reference = in_one_rank(reference_step, run)
     assert [(r["replica"], r["stage"]) for r in results] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [r["loss"] is None for r in results] == [True, False, True, False]
+    assert results[1]["loss"] == results[3]["loss"]
+    assert abs(results[1]["loss"] - reference["loss"]) < 1e-6
     for r in results:
         for name, grad in r["grads"].items():
             torch.testing.assert_close(grad, reference["grads"][name], rtol=0, atol=1e-6)
@@ -70,12 +114,17 @@ def test_two_dimensional_data_and_pipeline_parallelism():
 
 
 def test_schedule_orders():
-    stage = PipelineStage(torch.nn.Identity(), stage=1, num_stages=4, loss_fn=None)
-    assert stage.order("gpipe", 3) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("B", 1), ("B", 2)]
-    assert stage.order("1f1b", 4) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1),
-                                      ("B", 2), ("B", 3)]
-    last = PipelineStage(torch.nn.Identity(), stage=3, num_stages=4, loss_fn=None)
-    assert last.order("1f1b", 2) == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
+    assert schedule_order("gpipe", 1, 4, 3) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("B", 1),
+                                                ("B", 2)]
+    assert schedule_order("1f1b", 1, 4, 4) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3),
+                                               ("B", 1), ("B", 2), ("B", 3)]
+    assert schedule_order("1f1b", 3, 4, 2) == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
+    with pytest.raises(ValueError, match="unknown schedule 'interleaved'"):
+        schedule_order("interleaved", 0, 4, 2)
+    with pytest.raises(ValueError, match="stage 4 is not one of the 4 stages: pass 0 to 3"):
+        schedule_order("gpipe", 4, 4, 2)
+    with pytest.raises(ValueError, match="micro_batches must be a positive int, got 0"):
+        schedule_order("gpipe", 0, 4, 0)
 
 
 def test_partition_balances_parameters_and_rejects_bad_input():
@@ -94,9 +143,24 @@ def test_micro_batches_must_divide_the_batch():
     assert len(split_micro_batches(torch.zeros(12, 3), 4)) == 4
     with pytest.raises(ValueError, match="5 micro-batches do not divide the batch of 12"):
         split_micro_batches(torch.zeros(12, 3), 5)
-    with pytest.raises(ValueError, match="unknown schedule"):
-        launch_free_stage = PipelineStage(torch.nn.Identity(), 0, 1, loss_fn=lambda o, t: o.sum())
-        launch_free_stage.train_step(torch.zeros(4, 2), torch.zeros(4), 2, "interleaved")
+    with pytest.raises(ValueError, match="micro_batches must be a positive int, got 0: pass a "
+                                         "divisor of the batch size 12"):
+        split_micro_batches(torch.zeros(12, 3), 0)
+    with pytest.raises(ValueError, match="num_stages must be a positive int, got 0"):
+        partition_layers(as_layers(MLP()), 0)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"schedule": "interleaved"}, "unknown schedule 'interleaved'"),
+    ({"micro_batches": 0}, "micro_batches must be a positive int, got 0"),
+    ({"partition": (3, 0)}, "every entry of partition must be a positive int, got 0"),
+    ({"model": "cnn"}, "unknown model 'cnn'"),
+    ({"steps": 0}, "steps must be a positive int"),
+])
+def test_a_run_refuses_bad_settings(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        PipeRun(**arguments)
+    assert PipeRun().model == "gpt"
 
 
 def test_bubble_arithmetic():
@@ -120,14 +184,13 @@ def steps_of_two_batch_sizes(rank, world_size, dtype_name, misalign_targets=Fals
 
     dtype = getattr(torch, dtype_name)
     module = stage_module(PipeRun(), rank, world_size)[0].to(dtype)
-    stage = PipelineStage(module, rank, world_size, loss_function("gpt"))
+    stage = PipelineStage(module, None, loss_function("gpt"))  # the default group's ranks
     losses = []
     for batch_size in (16, 8):
         x, y = data.make_batch("gpt", batch_size, 0)
         y = torch.roll(y, 1, dims=0) if misalign_targets else y
         module.zero_grad()
-        stats = stage.train_step(x if rank == 0 else None, y if rank == world_size - 1 else None,
-                                 4, "1f1b")
+        stats = stage.train_step(x, y, 4, "1f1b")
         losses.append(stats.loss)
     return {"losses": losses, "grad_dtype": str(next(module.parameters()).grad.dtype)}
 
