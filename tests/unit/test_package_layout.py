@@ -38,8 +38,12 @@ def python_sources() -> list[tuple[str, str]]:
     return sources
 
 
-def imported_modules(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Modules of lesson_code that `tree` imports (at any level, lazy imports included)."""
+def imported_modules(tree: ast.AST, module: str, is_package: bool, modules: set[str]) -> set[str]:
+    """Modules of lesson_code that `tree` imports (at any level, lazy imports included).
+
+    `from package import submodule` depends on the submodule (Python has the package's
+    `__init__` running or done already); `from package import name` on the package.
+    """
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -49,8 +53,10 @@ def imported_modules(tree: ast.AST, module: str, is_package: bool) -> set[str]:
             if node.level:  # relative: resolve against this module's package
                 package = module.split(".") if is_package else module.split(".")[:-1]
                 base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+            submodules = {f"{base}.{alias.name}" for alias in node.names} & modules
+            found.update(submodules)
+            if len(submodules) < len(node.names):  # names defined in `base` itself
+                found.add(base)
     return {name for name in found if name.startswith("lesson_code")}
 
 
@@ -98,7 +104,7 @@ def test_lesson_code_has_no_import_cycle():
     graph = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
-        targets = imported_modules(tree, name, path.name == "__init__.py")
+        targets = imported_modules(tree, name, path.name == "__init__.py", set(modules))
         graph[name] = {t for t in targets if t in modules and t != name}
     cycle = find_cycle(graph)
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
