@@ -22,42 +22,43 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from lesson_code.collectives.comm import Communicator, PendingReduce
 from lesson_code.collectives.ledger import CommLedger
+from lesson_code.validate import require_positive
 
 
 def broadcast_parameters(module: nn.Module, src: int = 0, comm: Communicator | None = None) -> None:
     """Copy rank `src`'s parameters and buffers into `module` on every rank.
 
-    Collective: call on every rank. Tensors are packed into one flat buffer per dtype, so the
-    broadcast costs one message per tree edge rather than one per tensor.
+    Collective: call on every rank of `comm`'s group (default: a ring communicator over all
+    ranks). Tensors are packed into one flat buffer per dtype, so the broadcast costs one message
+    per tree edge rather than one per tensor. `src` is a rank of that group.
     Raises ValueError (on every rank) when ranks hold parameters of different names or shapes.
     """
     comm = comm or Communicator("ring")
-    _check_same_layout(module)
+    _check_same_layout(module, comm)
     tensors = [p.data for p in module.parameters()] + list(module.buffers())
     for dtype in sorted({t.dtype for t in tensors}, key=str):
         group = [t for t in tensors if t.dtype == dtype]
-        flat = _flatten_dense_tensors(group)
+        flat = torch.cat([t.reshape(-1) for t in group])
         comm.broadcast(flat, src)
-        for tensor, value in zip(group, _unflatten_dense_tensors(flat, group)):
-            tensor.copy_(value)
+        for tensor, value in zip(group, torch.split(flat, [t.numel() for t in group])):
+            tensor.copy_(value.view_as(tensor))
 
 
-def _check_same_layout(module: nn.Module) -> None:
-    """Raise ValueError unless every rank has the same parameter names, shapes and dtypes."""
+def _check_same_layout(module: nn.Module, comm: Communicator) -> None:
+    """Raise ValueError unless every rank of `comm`'s group has the same parameter names,
+    shapes and dtypes (a one-object all-gather, so every rank raises the same error)."""
     layout = [(name, tuple(p.shape), str(p.dtype)) for name, p in module.named_parameters()]
-    layouts: list = [None] * dist.get_world_size()
-    dist.all_gather_object(layouts, layout)
+    layouts: list = [None] * comm.world_size
+    dist.all_gather_object(layouts, layout, group=comm.group)
     for rank, other in enumerate(layouts):
         if other != layouts[0]:
             first = next((a, b) for a, b in zip(layouts[0] + [None], other + [None]) if a != b)
             raise ValueError(
                 f"rank {rank} holds different parameters from rank 0: {first[1]} vs {first[0]}. "
-                "Build the same model on every rank (same class and config) before wrapping it."
-            )
+                "Build the same model on every rank (same class and config) before wrapping it.")
 
 
 class _DataParallel(nn.Module):
@@ -71,12 +72,9 @@ class _DataParallel(nn.Module):
         if not self.params:
             raise ValueError(
                 f"{type(module).__name__} has no trainable parameters: data parallelism averages "
-                "gradients, so wrap a module with at least one parameter that requires grad"
-            )
+                "gradients, so wrap a module with at least one parameter that requires grad")
         self.comm = comm if isinstance(comm, Communicator) else Communicator(comm, ledger)
-        self._no_sync = False
-        self._sync_this_backward = True
-        self._backward_started = False
+        self._no_sync, self._sync_this_backward, self._backward_started = False, True, False
         self.first_gradient_at = 0.0
         # Of the last synchronised backward: seconds of communication in all, and seconds the
         # training loop waited for it after backward (the part not hidden behind computation).
@@ -144,7 +142,7 @@ class _DataParallel(nn.Module):
         if flag.item() == 0:
             return
         names = {id(p): name for name, p in self.module.named_parameters()}
-        gathered: list = [None] * dist.get_world_size(self.comm.group)
+        gathered: list = [None] * self.comm.world_size
         dist.all_gather_object(gathered, [names.get(id(p), "?") for p in missing],
                                group=self.comm.group)
         raise RuntimeError(_no_gradient_message(gathered))
@@ -164,8 +162,9 @@ class NaiveDDP(_DataParallel):
         self.stats["comm_s"] = self.stats["wait_s"] = time.perf_counter() - start
 
 
-class _Bucket:
-    """A flat gradient buffer for consecutive parameters, reduced by one all-reduce."""
+class Bucket:
+    """A flat gradient buffer for consecutive parameters, reduced by one all-reduce. `views[i]`
+    is `params[i]`'s slice of `flat`; `missing`, the ids of gradients not yet delivered."""
 
     def __init__(self, params: list[torch.Tensor]):
         self.params = params
@@ -177,6 +176,7 @@ class _Bucket:
         self.ready_at = 0.0
 
     def reset(self) -> None:
+        """Wait for every gradient again (the start of a backward pass)."""
         self.missing = {id(p) for p in self.params}
         self.pending = None
 
@@ -192,12 +192,11 @@ class BucketedDDP(_DataParallel):
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
                  comm: Communicator | str = "ring", ledger: CommLedger | None = None):
-        if not bucket_cap_mb > 0:
-            raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}: "
-                             "try 25 (torch DDP's default) or 1 for small models")
+        require_positive("bucket_cap_mb", bucket_cap_mb,
+                         "25 (torch DDP's default) or 1 for small models")
         super().__init__(module, comm, ledger)
         self.bucket_cap_bytes = int(bucket_cap_mb * 2 ** 20)
-        self.buckets = _make_buckets(list(reversed(self.params)), self.bucket_cap_bytes)
+        self.buckets = make_buckets(list(reversed(self.params)), self.bucket_cap_bytes)
         self._slot_of = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._next_to_start = 0
         # Of the last synchronised backward, per bucket: bytes, and when it was ready, started
@@ -270,18 +269,22 @@ class BucketedDDP(_DataParallel):
             bucket.reset()
 
 
-def _make_buckets(params: list[torch.Tensor], cap_bytes: int) -> list[_Bucket]:
-    """Group consecutive parameters of one dtype into buckets of at most cap_bytes (at least one)."""
+def make_buckets(params: list[torch.Tensor], cap_bytes: int) -> list[Bucket]:
+    """Group consecutive parameters of one dtype into buckets of at most `cap_bytes` each.
+
+    A parameter larger than the cap gets a bucket of its own; every parameter lands in exactly
+    one bucket, in the order given (BucketedDDP passes them in reverse registration order).
+    """
     buckets, current, size = [], [], 0
     for param in params:
         nbytes = param.numel() * param.element_size()
         if current and (size + nbytes > cap_bytes or param.dtype != current[0].dtype):
-            buckets.append(_Bucket(current))
+            buckets.append(Bucket(current))
             current, size = [], 0
         current.append(param)
         size += nbytes
     if current:
-        buckets.append(_Bucket(current))
+        buckets.append(Bucket(current))
     return buckets
 
 

@@ -1,92 +1,75 @@
 """Rank functions of lesson 77: train with our DDP wrappers or torch DDP, and time each phase.
 
 The notebook, the tests and the benchmark run these through `launch.spawn` (or torchrun) and
-compare with `train_single_process`, the same training on one process and the full batch.
-A `DDPRun` (frozen dataclass) says what to train; vary it with `dataclasses.replace`.
+compare with `train_single_process`, one process on the full batch. A `DDPRun` (a frozen
+`experiment.RunConfig`) says what to train; the loop and the timing are `lesson_code.experiment`'s.
 
     python -m lesson_code.ddp_lab          # 4 ranks: our wrappers and torch DDP vs one process
 """
 
 from __future__ import annotations
 
-import statistics
+import argparse
+import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from lesson_code import data
+from lesson_code import cli_args, launch
 from lesson_code.collectives.comm import Communicator
-from lesson_code.devices import clock, current_device
-from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
 from lesson_code.collectives.ledger import CommLedger
-from lesson_code.models import GPTConfig, build_model
+from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
+from lesson_code.devices import current_device
+from lesson_code.experiment import PhaseClock, RunConfig, flat_parameters, train
+from lesson_code.models import build_model
+from lesson_code.validate import require_choice, require_positive_int
 
 WRAPPERS = ("naive", "bucketed", "torch")
+OPTIMIZERS = {"sgd": (torch.optim.SGD, 0.1), "adam": (torch.optim.Adam, 1e-2)}  # class, lr
 
 
 @dataclass(frozen=True)
-class DDPRun:
-    """One training run: model, wrapper, optimizer, data and communication settings."""
+class DDPRun(RunConfig):
+    """A run of lesson 77: RunConfig's settings, plus wrapper, optimizer, accumulation, buckets.
+    Raises ValueError for an unknown wrapper or optimizer, or an accumulation below 1."""
 
-    model: str = "mlp"             # "mlp" or "gpt"
     wrapper: str = "bucketed"      # "naive", "bucketed" or "torch" (DistributedDataParallel)
-    optimizer: str = "sgd"         # "sgd" or "adam"
-    steps: int = 10
-    batch_size: int = 16           # global batch, split evenly over the ranks
+    optimizer: str = "sgd"         # "sgd" (lr 0.1) or "adam" (lr 1e-2)
     accumulation: int = 1          # micro-batches per step; all but the last under no_sync()
-    seed: int = 0
-    comm: str = "ring"             # "ring" (lesson 76) or "builtin" (torch.distributed)
     bucket_cap_mb: float = 0.01    # small, so that even the MLP spans several buckets
-    gpt: GPTConfig = field(default_factory=GPTConfig)
 
     def __post_init__(self):
-        if self.wrapper not in WRAPPERS:
-            raise ValueError(f"unknown wrapper {self.wrapper!r}: use one of {', '.join(WRAPPERS)}")
-        if self.optimizer not in ("sgd", "adam"):
-            raise ValueError(f"unknown optimizer {self.optimizer!r}: use 'sgd' or 'adam'")
-
-
-def make_batch(run: DDPRun, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global batch of `step` for this run, on this process's device (see lesson_code.data)."""
-    return data.make_batch(run.model, run.batch_size, step, run.seed, run.gpt, current_device())
+        super().__post_init__()
+        require_choice("wrapper", self.wrapper, WRAPPERS)
+        require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        require_positive_int("accumulation", self.accumulation)
 
 
 def _optimizer(run: DDPRun, params) -> torch.optim.Optimizer:
-    if run.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=0.1)
-    return torch.optim.Adam(params, lr=1e-2)
-
-
-def flat_parameters(module: nn.Module) -> torch.Tensor:
-    """All parameters of `module` in one float64 vector (for comparisons)."""
-    return torch.cat([p.detach().reshape(-1).to(torch.float64) for p in module.parameters()])
+    """The torch.optim optimizer `run.optimizer` names, at its learning rate in OPTIMIZERS."""
+    optimizer_class, lr = OPTIMIZERS[run.optimizer]
+    return optimizer_class(params, lr=lr)
 
 
 def train_single_process(run: DDPRun) -> dict:
-    """The reference: one process, the full batch, plain torch.optim. No process group needed.
+    """The reference: one process, the full batch, plain torch.optim (no wrapper, no accumulation).
 
-    Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
-    """
+    Runs in a group of one: compute it with `reference.in_one_rank`, so that it also runs with the
+    ranks' thread count. Returns the final parameters (float64) and the loss of each step."""
     model = build_model(run.model, run.seed, run.gpt, current_device())
-    optimizer = _optimizer(run, model.parameters())
-    losses = []
-    for step in range(run.steps):
-        x, y = make_batch(run, step)
-        optimizer.zero_grad()
-        loss = model(x, y)[1]
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = train(lambda step: model(*run.batch(step))[1], _optimizer(run, model.parameters()),
+                   range(run.steps))
     return {"params": flat_parameters(model), "losses": losses}
 
 
 def wrap(run: DDPRun, model: nn.Module, ledger: CommLedger | None = None,
          record_events: bool = False) -> nn.Module:
-    """Wrap `model` in the data-parallel wrapper `run.wrapper` names."""
+    """Wrap `model` in the data-parallel wrapper `run.wrapper` names. Collective: every rank."""
     if run.wrapper == "torch":
         return DistributedDataParallel(model, bucket_cap_mb=run.bucket_cap_mb)
     comm = Communicator(run.comm, ledger, record_events=record_events)
@@ -95,24 +78,25 @@ def wrap(run: DDPRun, model: nn.Module, ledger: CommLedger | None = None,
     return BucketedDDP(model, bucket_cap_mb=run.bucket_cap_mb, comm=comm)
 
 
-def train_step(run: DDPRun, model: nn.Module, optimizer, step: int, rank: int,
-               world_size: int) -> float:
-    """One optimizer step on this rank's slice, over `run.accumulation` micro-batches.
+def accumulated_loss(run: DDPRun, model: nn.Module, step: int, rank: int,
+                     world_size: int) -> torch.Tensor:
+    """This rank's loss of `step` over `run.accumulation` micro-batches, for the caller's backward.
 
-    Returns this rank's loss on its slice (the mean over its micro-batches).
+    Each micro-batch's loss is divided by their number, so the gradients add up to the slice's
+    mean. All but the last micro-batch run forward and backward here inside `no_sync()` (their
+    gradients accumulate locally); the caller's backward of the last averages the sum across
+    ranks. Their losses are added to the last's detached: its value is the slice's mean loss.
     """
-    x, y = data.local_slice(make_batch(run, step), rank, world_size)
-    optimizer.zero_grad()
-    total = 0.0
-    micro = list(zip(torch.tensor_split(x, run.accumulation), torch.tensor_split(y, run.accumulation)))
-    for index, (xm, ym) in enumerate(micro):
-        last = index == len(micro) - 1
-        with model.no_sync() if not last else nullcontext():
+    x, y = run.local_batch(step, rank, world_size)
+    micro = list(zip(*(torch.tensor_split(t, run.accumulation) for t in (x, y))))
+    earlier = torch.zeros((), dtype=torch.float64, device=x.device)
+    for xm, ym in micro[:-1]:
+        with model.no_sync():
             loss = model(xm, ym)[1] / run.accumulation
             loss.backward()
-        total += loss.item()
-    optimizer.step()
-    return total
+        earlier += loss.detach()
+    xm, ym = micro[-1]
+    return model(xm, ym)[1] / run.accumulation + earlier
 
 
 def train_ranks(rank: int, world_size: int, run: DDPRun) -> dict:
@@ -122,73 +106,68 @@ def train_ranks(rank: int, world_size: int, run: DDPRun) -> dict:
     wrapper's initial broadcast can make them agree. Losses are averaged over ranks.
     """
     model = wrap(run, build_model(run.model, run.seed + rank, run.gpt, current_device()))
-    optimizer = _optimizer(run, model.parameters())
-    losses = []
-    for step in range(run.steps):
-        local = torch.tensor([train_step(run, model, optimizer, step, rank, world_size)],
-                             device=current_device())
-        dist.all_reduce(local)  # a measurement only: the mean loss over the global batch
-        losses.append(local.item() / world_size)
-    inner = model.module
-    return {"params": flat_parameters(inner), "losses": losses}
+    losses = train(lambda step: accumulated_loss(run, model, step, rank, world_size),
+                   _optimizer(run, model.parameters()), range(run.steps))
+    return {"params": flat_parameters(model.module), "losses": losses}
 
 
-def _timed_step(run: DDPRun, model, optimizer, step: int, rank: int,
-                world_size: int) -> tuple[float, float, float, float]:
-    """One step, all ranks starting together; perf_counter before forward, backward, optimizer
-    and after it. Our wrappers wait for their reductions at the very end of backward."""
-    x, y = data.local_slice(make_batch(run, step), rank, world_size)
-    dist.barrier()
-    t0 = clock()
+def timed_step(clock: PhaseClock, optimizer, loss_of_step: Callable[[], torch.Tensor]) -> float:
+    """One training step timed by `clock`: "forward" (zero_grad and the loss), "backward",
+    "optimizer", and "step" for the whole. Collective: every rank starts together. Returns when
+    the step began (time.perf_counter seconds), to place other events against it."""
+    clock.start()
+    began = time.perf_counter()
     optimizer.zero_grad()
-    loss = model(x, y)[1]
-    t1 = clock()
+    loss = loss_of_step()
+    clock.lap("forward")
     loss.backward()
-    t2 = clock()
+    clock.lap("backward")
     optimizer.step()
-    return t0, t1, t2, clock()
+    clock.lap("optimizer")
+    clock.stop()
+    return began
 
 
 def time_steps(rank: int, world_size: int, run: DDPRun, warmup: int = 2) -> dict:
     """Median seconds per phase over `run.steps` timed steps (after `warmup` steps).
 
     Collective: call on every rank. Phases: forward, backward (for torch DDP it includes the
-    communication DDP waits for inside backward), wait (communication not hidden behind
-    backward), optimizer, step; comm is the communication's own duration (ring only).
-    """
+    communication DDP waits for inside backward), wait (communication not hidden behind backward),
+    optimizer, step; comm is the communication's own duration (ring only)."""
     model = wrap(run, build_model(run.model, run.seed, run.gpt, current_device()), record_events=True)
     optimizer = _optimizer(run, model.parameters())
-    phases = {name: [] for name in ("forward", "backward", "wait", "optimizer", "step", "comm")}
+    clock = PhaseClock()
     for step in range(warmup + run.steps):
-        t0, t1, t2, t3 = _timed_step(run, model, optimizer, step, rank, world_size)
-        if step < warmup:
-            continue
+        if step == warmup:
+            clock.discard()
+        batch = run.local_batch(step, rank, world_size)  # made before the clock starts
+        timed_step(clock, optimizer, lambda: model(*batch)[1])
         stats = getattr(model, "stats", None)  # torch DDP keeps no such record: NaN below
         wait = stats["wait_s"] if stats else float("nan")
-        phases["forward"].append(t1 - t0)
-        phases["backward"].append(t2 - t1 - (wait if stats else 0.0))
-        phases["wait"].append(wait)
-        phases["optimizer"].append(t3 - t2)
-        phases["step"].append(t3 - t0)
-        phases["comm"].append(stats["comm_s"] if stats else float("nan"))
-    return {name: statistics.median(values) for name, values in phases.items()}
+        clock.samples["backward"][-1] -= wait if stats else 0.0  # our wrappers wait at its end
+        clock.samples.setdefault("wait", []).append(wait)
+        clock.samples.setdefault("comm", []).append(stats["comm_s"] if stats else float("nan"))
+    return clock.medians()
 
 
 def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
     """Measured events of one bucketed step (after a warm-up), relative to the forward's start.
 
-    Collective: call on every rank. Returns forward/backward spans and, per bucket, when its
-    last gradient arrived and when its ring all-reduce ran.
-    """
-    run = DDPRun(**{**run.__dict__, "wrapper": "bucketed", "comm": "ring"})
+    Collective: call on every rank. Returns forward, backward and wait spans and, per bucket,
+    when its last gradient arrived and when its ring all-reduce ran."""
+    run = replace(run, wrapper="bucketed", comm="ring")
     model = wrap(run, build_model(run.model, run.seed, run.gpt, current_device()), record_events=True)
     optimizer = _optimizer(run, model.parameters())
+    clock = PhaseClock()
     for step in range(2):
-        t0, t1, t2, _ = _timed_step(run, model, optimizer, step, rank, world_size)
-    buckets = [{key: (value - t0 if key in ("ready", "start", "end") else value)
+        batch = run.local_batch(step, rank, world_size)
+        began = timed_step(clock, optimizer, lambda: model(*batch)[1])
+    forward, backward = clock.samples["forward"][-1], clock.samples["backward"][-1]
+    computed = forward + backward - model.stats["wait_s"]  # when backward's own work ended
+    buckets = [{key: (value - began if key in ("ready", "start", "end") else value)
                 for key, value in row.items()} for row in model.timeline]
-    return {"forward": (0.0, t1 - t0), "backward": (t1 - t0, t2 - t0 - model.stats["wait_s"]),
-            "wait": (t2 - t0 - model.stats["wait_s"], t2 - t0), "buckets": buckets}
+    return {"forward": (0.0, forward), "backward": (forward, computed),
+            "wait": (computed, forward + backward), "buckets": buckets}
 
 
 def attention_key_bias_mask(model: nn.Module) -> torch.Tensor:
@@ -200,18 +179,15 @@ def attention_key_bias_mask(model: nn.Module) -> torch.Tensor:
     mask = []
     for name, param in model.named_parameters():
         element = torch.zeros(param.numel(), dtype=torch.bool)
-        if name.endswith("attn.qkv.bias"):
-            third = param.numel() // 3
-            element[third: 2 * third] = True
+        if name.endswith("attn.qkv.bias"):  # query, key, value biases: the middle third
+            element[param.numel() // 3: 2 * param.numel() // 3] = True
         mask.append(element)
     return torch.cat(mask)
 
 
 def broadcast_demo(rank: int, world_size: int, seed: int = 0) -> dict:
     """Parameter norm of a MiniGPT built from seed + rank, before and after `broadcast_parameters`.
-
-    Collective: call on every rank.
-    """
+    Collective: call on every rank."""
     model = build_model("gpt", seed + rank, device=current_device())
     before = flat_parameters(model).norm().item()
     broadcast_parameters(model)
@@ -222,8 +198,7 @@ def no_sync_timing_demo(rank: int, world_size: int) -> dict[str, bool]:
     """Do gradients agree across ranks when no_sync() covers only the forward, or only backward?
 
     Collective: call on every rank. Every rank has different data; a synchronised backward makes
-    their gradients identical.
-    """
+    their gradients identical."""
     device = current_device()
     model = BucketedDDP(build_model("mlp", 0, device=device), bucket_cap_mb=0.01)
     x = torch.randn(4, 32, generator=torch.Generator().manual_seed(rank)).to(device)
@@ -231,14 +206,10 @@ def no_sync_timing_demo(rank: int, world_size: int) -> dict[str, bool]:
     outcomes = {}
     for case in ("forward inside no_sync", "backward inside no_sync"):
         model.zero_grad()
-        if case == "forward inside no_sync":
-            with model.no_sync():
-                loss = model(x, target)[1]
-            loss.backward()
-        else:
+        with model.no_sync() if case.startswith("forward") else nullcontext():
             loss = model(x, target)[1]
-            with model.no_sync():
-                loss.backward()
+        with model.no_sync() if case.startswith("backward") else nullcontext():
+            loss.backward()
         grad = model.module.layers[0].weight.grad.clone()
         gathered = [torch.empty_like(grad) for _ in range(world_size)]
         dist.all_gather(gathered, grad)
@@ -248,14 +219,13 @@ def no_sync_timing_demo(rank: int, world_size: int) -> dict[str, bool]:
 
 def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
     """Calls, messages and bytes this rank sends for one training step (ring communicator).
-
-    Collective: call on every rank. The initial broadcast is not counted.
-    """
+    Collective: call on every rank. The initial broadcast is not counted."""
     ledger = CommLedger()
     model = wrap(replace(run, comm="ring"), build_model(run.model, run.seed, run.gpt, current_device()),
                  ledger)
     ledger.clear()
-    train_step(run, model, _optimizer(run, model.parameters()), 0, rank, world_size)
+    train(lambda step: accumulated_loss(run, model, step, rank, world_size),
+          _optimizer(run, model.parameters()), range(1))
     totals = ledger.totals()["all_reduce"]
     return {"all-reduce calls": totals["calls"], "messages sent": totals["messages_sent"],
             "bytes sent": totals["bytes_sent"]}
@@ -265,11 +235,9 @@ def key_bias_gradients(seed: int = 0) -> dict[str, float]:
     """Largest |gradient| of MiniGPT's attention query, key and value biases on one batch.
 
     One process, no group. The key biases' true gradient is zero: adding the same number to all
-    scores of a query leaves its softmax unchanged.
-    """
+    scores of a query leaves its softmax unchanged."""
     model = build_model("gpt", seed)
-    x, y = make_batch(DDPRun(model="gpt", seed=seed), 0)
-    model(x, y)[1].backward()
+    model(*DDPRun(model="gpt", seed=seed).batch(0))[1].backward()
     grads = torch.stack([block.attn.qkv.bias.grad for block in model.blocks])  # (layers, 3C)
     query, key, value = grads.chunk(3, dim=1)
     return {"query bias": query.abs().max().item(), "key bias": key.abs().max().item(),
@@ -298,20 +266,24 @@ def compare_all_on_rank(rank: int, world_size: int, runs: list[DDPRun]) -> list[
     return rows
 
 
+def lab_arguments(argv: list[str] | None, module: str, description: str, steps: int,
+                  batch_size: int) -> argparse.Namespace:
+    """The command line of `python -m lesson_code.<module>`: --world-size (4) and --steps; exits
+    with status 2 for a world size above `batch_size` (each rank needs samples of the batch)."""
+    parser = argparse.ArgumentParser(prog=f"python -m lesson_code.{module}", description=description)
+    parser.add_argument("--world-size", type=cli_args.positive_int, default=4)
+    parser.add_argument("--steps", type=cli_args.positive_int, default=steps)
+    args = parser.parse_args(argv)
+    cli_args.check_world_size(parser, args.world_size, batch_size,
+                              f"each rank needs samples of the global batch of {batch_size}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train MLP and MiniGPT with each wrapper on N ranks and print the differences from one process."""
-    import argparse
-
-    from lesson_code import cli_args, launch
-
-    parser = argparse.ArgumentParser(prog="python -m lesson_code.ddp_lab", description=main.__doc__)
-    parser.add_argument("--world-size", type=cli_args.positive_int, default=4)
-    parser.add_argument("--steps", type=cli_args.positive_int, default=10)
-    args = parser.parse_args(argv)
-    cli_args.check_world_size(parser, args.world_size, DDPRun().batch_size,
-                              "each rank needs samples of the global batch")
+    args = lab_arguments(argv, "ddp_lab", main.__doc__, steps=10, batch_size=DDPRun().batch_size)
     runs = [DDPRun(model=m, optimizer=o, wrapper=w, steps=args.steps)
-            for m in ("mlp", "gpt") for o in ("sgd", "adam") for w in WRAPPERS]
+            for m in ("mlp", "gpt") for o in OPTIMIZERS for w in WRAPPERS]
     rows = launch.run(compare_all_on_rank, runs, world_size=args.world_size)[0]
     if launch.is_reporting_process():
         print(f"lesson 77: data-parallel training on {args.world_size} ranks vs one process, "

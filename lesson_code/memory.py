@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from lesson_code.validate import require_choice, require_positive_int
+
 STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 
 
@@ -45,11 +47,7 @@ def bytes_per_rank(stage: str, params: float, world_size: int,
 
     Raises ValueError for an unknown stage or a world size below 1.
     """
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}: use one of {', '.join(STAGES)}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_size!r}")
-    n = world_size
+    n = _check(stage, world_size)
     shard = {"DDP": (1, 1, 1), "ZeRO-1": (1, 1, n), "ZeRO-2": (1, n, n), "ZeRO-3": (n, n, n)}[stage]
     return {
         "params": precision.params * params / shard[0],
@@ -88,10 +86,9 @@ def traffic_per_step(stage: str, params: float, world_size: int, dtype_bytes: fl
     DDP: one all-reduce of the gradients; ZeRO-1/2: a reduce-scatter of the gradients plus an
     all-gather of the parameters, the same bytes; ZeRO-3: a second all-gather of the parameters
     for the backward pass. With exact=False the ring's factor (N-1)/N is rounded to 1, as in the
-    paper's 2 Psi and 3 Psi.
+    paper's 2 Psi and 3 Psi. Raises ValueError for an unknown stage or a world size below 1.
     """
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}: use one of {', '.join(STAGES)}")
+    _check(stage, world_size)
     factor = (world_size - 1) / world_size if exact else 1.0
     volumes = {"DDP": 2, "ZeRO-1": 2, "ZeRO-2": 2, "ZeRO-3": 3}
     return volumes[stage] * factor * params * dtype_bytes
@@ -109,3 +106,9 @@ def choose_stage(params: float, world_size: int, device_bytes: float,
         if total_bytes(stage, params, world_size, precision) + activation_bytes <= device_bytes:
             return stage
     return "none fits"
+
+
+def _check(stage: str, world_size: int) -> int:
+    """Return `world_size` if `stage` is one of STAGES and it is a positive int; else ValueError."""
+    require_choice("stage", stage, STAGES)
+    return require_positive_int("world_size", world_size, "the number of ranks, such as 8")

@@ -8,7 +8,7 @@ a reference in a fresh one-rank process instead: one thread, the ranks' environm
 device the ranks use (a GPU under NCCL), whatever the caller's thread count.
 
     from lesson_code import reference, zero_lab
-    single = reference.in_one_rank(zero_lab.train_single_process, ZeroRun())
+    single = reference.in_one_rank(zero_lab.train_single_process, zero_lab.ZeroRun())
 """
 
 from __future__ import annotations

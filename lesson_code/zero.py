@@ -23,6 +23,7 @@ from torch import nn
 
 from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
+from lesson_code.validate import require_positive, require_positive_int
 
 
 def flatten_params(module: nn.Module) -> torch.Tensor:
@@ -30,14 +31,15 @@ def flatten_params(module: nn.Module) -> torch.Tensor:
 
     Raises ValueError when the module has no trainable parameter or mixes dtypes.
     """
-    params = _trainable(module)
-    return torch.cat([p.detach().reshape(-1) for p in params])
+    return nn.utils.parameters_to_vector(_trainable(module)).detach()
 
 
 def unflatten_into(module: nn.Module, flat: torch.Tensor) -> None:
     """Write `flat` (as made by flatten_params) back into the parameters, in place, casting dtype.
 
     Raises ValueError when `flat` is not 1-D or its length differs from the parameter count.
+    Copies rather than `nn.utils.vector_to_parameters`, which would make the parameters views of
+    `flat` (sharing its memory and its dtype) instead of writing into them.
     """
     params = _trainable(module)
     total = sum(p.numel() for p in params)
@@ -51,7 +53,29 @@ def unflatten_into(module: nn.Module, flat: torch.Tensor) -> None:
             param.copy_(piece.view_as(param))
 
 
+def flat_gradient(params: list[torch.Tensor]) -> torch.Tensor:
+    """The gradients of `params`, in order, as one new 1-D tensor; RuntimeError if one is None."""
+    missing = [i for i, p in enumerate(params) if p.grad is None]
+    if missing:
+        raise RuntimeError(f"{len(missing)} parameters have no gradient: call backward() on a "
+                           "loss that uses every parameter before step()")
+    return torch.cat([p.grad.reshape(-1) for p in params])
+
+
+def clipped(grad: torch.Tensor, norm: float, max_norm: float) -> torch.Tensor:
+    """`grad` scaled so that a gradient of norm `norm` ends at most `max_norm`, as
+    torch.nn.utils.clip_grad_norm_ scales (by max_norm / (norm + 1e-6), only when below 1)."""
+    coefficient = max_norm / (norm + 1e-6)
+    return grad * coefficient if coefficient < 1 else grad
+
+
+def storage_bytes(*tensors: torch.Tensor) -> int:
+    """Bytes of the tensors' storage, read from memory (not computed from a formula)."""
+    return sum(t.untyped_storage().nbytes() for t in tensors)
+
+
 def _trainable(module: nn.Module) -> list[torch.Tensor]:
+    """The parameters that require grad; ValueError if there are none or they mix dtypes."""
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
         raise ValueError(f"{type(module).__name__} has no trainable parameters to flatten")
@@ -85,10 +109,11 @@ class ZeroOptimizer:
     Collective: construct and call `step()` on every rank. Model parameters may be float32 or
     bfloat16 (the master shard is always float32). `max_grad_norm` clips the global gradient norm
     as torch.nn.utils.clip_grad_norm_ would on the whole model (`track_grad_norm` computes it
-    into `last_grad_norm` without clipping); `stage=2` also drops the full
-    gradients after the reduce-scatter, keeping only this rank's shard. `comm` is "ring" (lesson 76,
-    counted in `ledger`) or "builtin".
-    Raises ValueError for a bad world size, rank, learning rate or stage.
+    into `last_grad_norm` without clipping); `stage=2` also drops the full gradients after the
+    reduce-scatter, keeping only this rank's shard. `comm` is "ring" (lesson 76, counted in
+    `ledger`), "builtin", or a Communicator: `world_size` and `rank` must be its group's.
+    Raises ValueError for a bad world size, rank, learning rate or stage, or a world size or rank
+    other than the communicator's group's.
     """
 
     def __init__(self, model: nn.Module, world_size: int, rank: int, lr: float,
@@ -96,12 +121,12 @@ class ZeroOptimizer:
                  weight_decay: float = 0.0, *, max_grad_norm: float | None = None,
                  stage: int = 1, comm: Communicator | str = "ring",
                  ledger: CommLedger | None = None, track_grad_norm: bool = False):
-        _check_arguments(world_size, rank, lr, stage)
+        self.comm = comm if isinstance(comm, Communicator) else Communicator(comm, ledger)
+        _check_arguments(self.comm, world_size, rank, lr, stage)
         self.track_grad_norm = track_grad_norm
         self.model, self.world_size, self.rank = model, world_size, rank
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.max_grad_norm, self.stage = max_grad_norm, stage
-        self.comm = comm if isinstance(comm, Communicator) else Communicator(comm, ledger)
         self.params = _trainable(model)
         self.numel = sum(p.numel() for p in self.params)
         self.shard_numel = math.ceil(self.numel / world_size)
@@ -121,7 +146,7 @@ class ZeroOptimizer:
         Collective: call on every rank after backward. Raises RuntimeError if a parameter has no
         gradient (every rank must contribute to every shard).
         """
-        grad = self._reduce_gradient(self._padded(self._flat_gradient()))  # (shard_numel,)
+        grad = self._reduce_gradient(self._padded(flat_gradient(self.params)))  # (shard_numel,)
         self.grad_shard = grad
         if self.stage == 2:
             for param in self.params:
@@ -130,14 +155,11 @@ class ZeroOptimizer:
         if self.max_grad_norm is not None or self.track_grad_norm:
             self.last_grad_norm = self._global_norm(grad)
         if self.max_grad_norm is not None:
-            grad = self._clip(grad, self.last_grad_norm)
+            grad = clipped(grad, self.last_grad_norm, self.max_grad_norm)
         self.step_count += 1
         adam_update(self.master, grad, self.exp_avg, self.exp_avg_sq, self.step_count, self.lr,
                     self.betas, self.eps, self.weight_decay)
-        dtype = self.params[0].dtype
-        sizes = [self.shard_numel] * self.world_size
-        full = self.comm.all_gather(self.master.to(dtype), sizes)  # (numel + padding,)
-        unflatten_into(self.model, full[: self.numel])
+        self._gather_parameters()
 
     def zero_grad(self) -> None:
         """Forget the gradients (set them to None, as torch optimizers do by default)."""
@@ -147,21 +169,20 @@ class ZeroOptimizer:
 
     def optimizer_state_bytes(self) -> int:
         """Bytes of optimizer state this rank holds, read from the tensors' storage (not a formula)."""
-        return sum(t.untyped_storage().nbytes() for t in (self.master, self.exp_avg, self.exp_avg_sq))
+        return storage_bytes(self.master, self.exp_avg, self.exp_avg_sq)
 
     def gradient_bytes(self) -> int:
         """Bytes of gradients this rank holds right now: full `.grad` tensors plus its shard."""
-        storages = {p.grad.untyped_storage().data_ptr(): p.grad.untyped_storage().nbytes()
-                    for p in self.params if p.grad is not None}
-        shard = self.grad_shard.untyped_storage().nbytes() if self.grad_shard is not None else 0
-        return sum(storages.values()) + shard
+        grads = {p.grad.untyped_storage().data_ptr(): p.grad for p in self.params
+                 if p.grad is not None}  # each storage once
+        shard = [self.grad_shard] if self.grad_shard is not None else []
+        return storage_bytes(*grads.values(), *shard)
 
     def state_dict(self) -> dict:
         """This rank's shard: step, fp32 master, both moments, and where the shard sits."""
         return {
-            "step": self.step_count,
-            "master": self.master.clone(), "exp_avg": self.exp_avg.clone(),
-            "exp_avg_sq": self.exp_avg_sq.clone(),
+            "step": self.step_count, "master": self.master.clone(),
+            "exp_avg": self.exp_avg.clone(), "exp_avg_sq": self.exp_avg_sq.clone(),
             "shard": {"rank": self.rank, "world_size": self.world_size, "start": self.start,
                       "numel": self.numel, "shard_numel": self.shard_numel,
                       "padding": self.padding},
@@ -184,16 +205,13 @@ class ZeroOptimizer:
         self.step_count = int(state["step"])
         for name in ("master", "exp_avg", "exp_avg_sq"):
             getattr(self, name).copy_(state[name])
-        dtype = self.params[0].dtype
-        full = self.comm.all_gather(self.master.to(dtype), [self.shard_numel] * self.world_size)
-        unflatten_into(self.model, full[: self.numel])
+        self._gather_parameters()
 
-    def _flat_gradient(self) -> torch.Tensor:
-        missing = [i for i, p in enumerate(self.params) if p.grad is None]
-        if missing:
-            raise RuntimeError(f"{len(missing)} parameters have no gradient: call backward() on a "
-                               "loss that uses every parameter before step()")
-        return torch.cat([p.grad.reshape(-1) for p in self.params])
+    def _gather_parameters(self) -> None:
+        """All-gather every rank's master shard, in the model's dtype, into the model."""
+        sizes = [self.shard_numel] * self.world_size
+        full = self.comm.all_gather(self.master.to(self.params[0].dtype), sizes)  # numel + padding
+        unflatten_into(self.model, full[: self.numel])
 
     def _padded(self, flat: torch.Tensor) -> torch.Tensor:
         return torch.cat([flat, flat.new_zeros(self.padding)]) if self.padding else flat
@@ -212,11 +230,6 @@ class ZeroOptimizer:
         self.comm.all_reduce(squared, op="sum")
         return squared.sqrt().item()
 
-    def _clip(self, grad: torch.Tensor, norm: float) -> torch.Tensor:
-        """Scale the shard so that the global gradient norm is at most max_grad_norm."""
-        coefficient = self.max_grad_norm / (norm + 1e-6)
-        return grad * coefficient if coefficient < 1 else grad
-
 
 class MasterAdam:
     """Unsharded mixed-precision Adam: the whole fp32 master copy and both moments on this rank.
@@ -231,28 +244,27 @@ class MasterAdam:
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.max_grad_norm = max_grad_norm
         self.master = flatten_params(model).to(torch.float32)
-        self.exp_avg = torch.zeros_like(self.master)
-        self.exp_avg_sq = torch.zeros_like(self.master)
+        self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.master), torch.zeros_like(self.master)
         self.step_count = 0
 
     def step(self) -> None:
-        grad = torch.cat([p.grad.reshape(-1) for p in self.params]).to(torch.float32)
+        """Adam on the whole fp32 master copy, then the master written into the model."""
+        grad = flat_gradient(self.params).to(torch.float32)
         if self.max_grad_norm is not None:
-            norm = grad.norm().item()
-            if self.max_grad_norm / (norm + 1e-6) < 1:
-                grad = grad * (self.max_grad_norm / (norm + 1e-6))
+            grad = clipped(grad, grad.norm().item(), self.max_grad_norm)
         self.step_count += 1
         adam_update(self.master, grad, self.exp_avg, self.exp_avg_sq, self.step_count, self.lr,
                     self.betas, self.eps, self.weight_decay)
         unflatten_into(self.model, self.master)
 
     def zero_grad(self) -> None:
+        """Forget the gradients (set them to None)."""
         for param in self.params:
             param.grad = None
 
     def optimizer_state_bytes(self) -> int:
         """Bytes of master copy and moments, read from storage."""
-        return sum(t.untyped_storage().nbytes() for t in (self.master, self.exp_avg, self.exp_avg_sq))
+        return storage_bytes(self.master, self.exp_avg, self.exp_avg_sq)
 
 
 class NaiveZeroOptimizer(ZeroOptimizer):
@@ -267,13 +279,22 @@ class NaiveZeroOptimizer(ZeroOptimizer):
         return flat_grad[self.start: self.start + self.shard_numel].clone()
 
 
-def _check_arguments(world_size: int, rank: int, lr: float, stage: int) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+def _check_arguments(comm: Communicator, world_size: int, rank: int, lr: float, stage: int):
+    """Raise ValueError for a world size, rank, learning rate or stage this optimizer cannot use.
+
+    `world_size` and `rank` must also be the communicator's group's: the shard layout comes from
+    them and the messages go to the group, so a mismatch would exchange shards of other lengths.
+    """
+    require_positive_int("world_size", world_size, "the number of ranks that share the state")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"rank={rank!r} is not in 0..{world_size - 1} for world_size={world_size}")
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
+    require_positive("lr", lr, "a learning rate such as 1e-3")
     if stage not in (1, 2):
         raise ValueError(f"stage={stage!r} is not supported here: use 1 (optimizer state) or 2 "
                          "(also gradients); stage 3 shards the parameters too (FSDP)")
+    if (comm.world_size, comm.rank) != (world_size, rank):
+        raise ValueError(
+            f"world_size={world_size}, rank={rank} disagree with the communicator's group, which "
+            f"has world_size={comm.world_size} and this process as rank={comm.rank}: pass "
+            "world_size=comm.world_size and rank=comm.rank (or a Communicator over the group "
+            "you mean)")

@@ -1,7 +1,8 @@
 """Rank functions of lesson 78: train with ZeRO-1 and its rivals, measure memory and traffic.
 
 The notebook, the tests and the benchmark run these through `launch.spawn` (or torchrun). A
-`ZeroRun` (frozen dataclass) says what to train; `train_single_process` is the reference.
+`ZeroRun` (a frozen `experiment.RunConfig`) says what to train; `train_single_process` is the
+reference. The loop and the timing are the shared harness's (`lesson_code.experiment`).
 
     python -m lesson_code.zero_lab     # an MLP, 20 steps on 4 ranks: losses, then memory
 """
@@ -9,53 +10,53 @@ The notebook, the tests and the benchmark run these through `launch.spawn` (or t
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from lesson_code import data
+from lesson_code import launch
 from lesson_code.collectives.comm import Communicator
-from lesson_code.devices import clock, current_device
-from lesson_code.ddp import BucketedDDP, broadcast_parameters
 from lesson_code.collectives.ledger import CommLedger
-from lesson_code.models import GPTConfig, build_model
-from lesson_code.zero import MasterAdam, NaiveZeroOptimizer, ZeroOptimizer, flatten_params
+from lesson_code.ddp import BucketedDDP, broadcast_parameters
+from lesson_code.ddp_lab import lab_arguments, timed_step
+from lesson_code.devices import current_device
+from lesson_code.experiment import DTYPES, PhaseClock, RunConfig, flat_parameters, train
+from lesson_code.models import build_model
+from lesson_code.validate import require_choice, require_positive
+from lesson_code.zero import (MasterAdam, NaiveZeroOptimizer, ZeroOptimizer, flatten_params,
+                              storage_bytes)
 
 OPTIMIZERS = ("zero", "naive_zero", "torch_zero", "ddp")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+MODEL_DTYPES = ("float32", "bfloat16")  # of the model's parameters; the master copy is float32
 
 
 @dataclass(frozen=True)
-class ZeroRun:
-    """One run: model, optimizer variant, precision and Adam's hyper-parameters."""
+class ZeroRun(RunConfig):
+    """A run of lesson 78: RunConfig's settings, plus optimizer variant, Adam's hyper-parameters,
+    ZeRO stage and the model's precision. Raises ValueError for an unknown optimizer or dtype,
+    or a learning rate of 0 or less."""
 
-    model: str = "mlp"            # "mlp" (6922 parameters: not divisible by 3 or 4) or "gpt"
+    batch_size: int = 24          # divisible by 1, 2, 3 and 4: equal slices on every rank
     optimizer: str = "zero"       # "zero", "naive_zero", "torch_zero" (ZeroRedundancyOptimizer)
     #                               or "ddp" (our bucketed DDP + unsharded MasterAdam)
-    steps: int = 10
-    batch_size: int = 24          # divisible by 1, 2, 3 and 4: equal slices on every rank
     lr: float = 1e-2
     weight_decay: float = 0.0
     max_grad_norm: float | None = None
     stage: int = 1
     dtype: str = "float32"        # model parameters: "float32" or "bfloat16" (master is fp32)
-    comm: str = "ring"
-    seed: int = 0
-    gpt: GPTConfig = field(default_factory=GPTConfig)
 
     def __post_init__(self):
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}: use one of {OPTIMIZERS}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}: use one of {tuple(DTYPES)}")
+        super().__post_init__()
+        require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        require_choice("dtype", self.dtype, MODEL_DTYPES)
+        require_positive("lr", self.lr)
 
 
 def run_model(run: ZeroRun, seed_offset: int = 0):
-    """The model `run` trains, built from `run.seed + seed_offset`, in `run.dtype`, on this
-    process's device. Ranks pass an offset (their rank) to start apart: only the optimizer's
-    initial broadcast makes them equal."""
+    """The model `run` trains ("mlp": 6922 parameters, not divisible by 3 or 4; or "gpt"),
+    built from `run.seed + seed_offset`, in `run.dtype`, on this process's device. Ranks pass an
+    offset (their rank) to start apart: only the optimizer's initial broadcast makes them equal."""
     return build_model(run.model, run.seed + seed_offset, run.gpt,
                        current_device()).to(DTYPES[run.dtype])
 
@@ -63,8 +64,7 @@ def run_model(run: ZeroRun, seed_offset: int = 0):
 def run_loss(run: ZeroRun, model, step: int, rank: int = 0, world_size: int = 1):
     """`model`'s loss on this rank's slice of the global batch of `step` (the whole batch for one
     process); the MLP's features are cast to the model's dtype first."""
-    batch = data.make_batch(run.model, run.batch_size, step, run.seed, run.gpt, current_device())
-    x, y = data.local_slice(batch, rank, world_size)
+    x, y = run.local_batch(step, rank, world_size)
     if x.is_floating_point():
         x = x.to(DTYPES[run.dtype])  # the MLP's features, in the model's precision
     return model(x, y)[1]
@@ -72,26 +72,24 @@ def run_loss(run: ZeroRun, model, step: int, rank: int = 0, world_size: int = 1)
 
 def train_single_process(run: ZeroRun) -> dict:
     """The reference on one process and the full batch: torch.optim.Adam (float32 model, with
-    clip_grad_norm_ when asked) or MasterAdam, an fp32 master copy, for a bfloat16 model.
+    clip_grad_norm_ before each step when asked) or MasterAdam, an fp32 master copy, for a
+    bfloat16 model. Returns the final parameters (float64) and the loss of each step.
 
-    Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
+    Runs in a group of one: compute it with `reference.in_one_rank`, so that it also runs with
+    the ranks' thread count.
     """
     model = run_model(run)
     if run.dtype == "float32":
         optimizer = torch.optim.Adam(model.parameters(), lr=run.lr, weight_decay=run.weight_decay)
+        if run.max_grad_norm is not None:
+            def clip(*_) -> None:  # before every step, after backward
+                torch.nn.utils.clip_grad_norm_(model.parameters(), run.max_grad_norm)
+            optimizer.register_step_pre_hook(clip)
     else:
         optimizer = MasterAdam(model, lr=run.lr, weight_decay=run.weight_decay,
                                max_grad_norm=run.max_grad_norm)
-    losses = []
-    for step in range(run.steps):
-        optimizer.zero_grad()
-        loss = run_loss(run, model, step)
-        loss.backward()
-        if run.max_grad_norm is not None and run.dtype == "float32":
-            torch.nn.utils.clip_grad_norm_(model.parameters(), run.max_grad_norm)
-        optimizer.step()
-        losses.append(loss.item())
-    return {"params": flatten_params(model).to(torch.float64), "losses": losses}
+    losses = train(lambda step: run_loss(run, model, step), optimizer, range(run.steps))
+    return {"params": flat_parameters(model), "losses": losses}
 
 
 def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None):
@@ -131,20 +129,17 @@ def train_on_rank(rank: int, world_size: int, run: ZeroRun) -> dict:
     ledger = CommLedger()
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size, ledger)
     inner = getattr(model, "module", model)
-    losses, digests = [], []
-    for step in range(run.steps):
-        ledger.clear()
-        optimizer.zero_grad()
-        loss = run_loss(run, model, step, rank, world_size)
-        loss.backward()
-        optimizer.step()
-        total = loss.detach().to(torch.float64).reshape(1)
-        dist.all_reduce(total)  # a measurement: the mean loss over the global batch
-        losses.append(total.item() / world_size)
-        digests.append(parameter_digest(inner))
+    digests = []
+
+    def step_loss(step: int) -> torch.Tensor:
+        ledger.clear()  # so that it holds the traffic of the last step only
+        return run_loss(run, model, step, rank, world_size)
+
+    losses = train(step_loss, optimizer, range(run.steps),
+                   after_step=lambda done: digests.append(parameter_digest(inner)))
     measured = getattr(optimizer, "optimizer_state_bytes", lambda: None)()
     gradient = getattr(optimizer, "gradient_bytes", lambda: None)()
-    return {"params": flatten_params(inner).to(torch.float64), "losses": losses,
+    return {"params": flat_parameters(inner), "losses": losses,
             "digests": digests, "optimizer_bytes": measured, "gradient_bytes": gradient,
             "shard_numel": getattr(optimizer, "shard_numel", None),
             "padding": getattr(optimizer, "padding", None), "ledger": ledger.totals()}
@@ -156,18 +151,19 @@ def resume_matches(rank: int, world_size: int, run: ZeroRun, stop_at: int) -> di
 
     Collective: call on every rank (ZeRO variants only).
     """
+    def train_steps(model, optimizer, steps: range) -> None:
+        train(lambda step: run_loss(run, model, step, rank, world_size), optimizer, steps)
+
     finals = []
     for interrupted in (False, True):
         model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
-        for step in range(run.steps):
-            if interrupted and step == stop_at:
-                saved = optimizer.state_dict()
-                model, optimizer = build_optimizer(run, run_model(run, seed_offset=1 + rank),
-                                                   rank, world_size)
-                optimizer.load_state_dict(saved)
-            optimizer.zero_grad()
-            run_loss(run, model, step, rank, world_size).backward()
-            optimizer.step()
+        train_steps(model, optimizer, range(stop_at if interrupted else run.steps))
+        if interrupted:  # a fresh model and optimizer from another start, then the saved state
+            saved = optimizer.state_dict()
+            model, optimizer = build_optimizer(run, run_model(run, seed_offset=1 + rank),
+                                               rank, world_size)
+            optimizer.load_state_dict(saved)
+            train_steps(model, optimizer, range(stop_at, run.steps))
         finals.append((flatten_params(model), optimizer.state_dict()))
     (a, state_a), (b, state_b) = finals
     return {"params_equal": torch.equal(a, b),
@@ -198,25 +194,13 @@ def time_steps(rank: int, world_size: int, run: ZeroRun, warmup: int = 2) -> dic
     """
     ledger = CommLedger()
     model, optimizer = build_optimizer(run, run_model(run), rank, world_size, ledger)
-    phases = {name: [] for name in ("forward", "backward", "optimizer", "step")}
-    sent = 0
+    clock = PhaseClock()
     for step in range(warmup + run.steps):
+        if step == warmup:
+            clock.discard()
         ledger.clear()
-        dist.barrier()
-        t0 = clock()
-        optimizer.zero_grad()
-        loss = run_loss(run, model, step, rank, world_size)
-        t1 = clock()
-        loss.backward()
-        t2 = clock()
-        optimizer.step()
-        t3 = clock()
-        sent = ledger.bytes_sent
-        if step >= warmup:
-            for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t3 - t0)):
-                phases[name].append(seconds)
-    medians = {name: sorted(values)[len(values) // 2] for name, values in phases.items()}
-    return {**medians, "bytes_sent": sent}
+        timed_step(clock, optimizer, lambda: run_loss(run, model, step, rank, world_size))
+    return {**clock.medians(), "bytes_sent": ledger.bytes_sent}
 
 
 def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:
@@ -227,31 +211,22 @@ def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:
     model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
     inner = getattr(model, "module", model)
     run_loss(run, model, 0, rank, world_size).backward()
-    grads = sum(p.grad.untyped_storage().nbytes() for p in inner.parameters() if p.grad is not None)
+    grads = storage_bytes(*(p.grad for p in inner.parameters() if p.grad is not None))
     optimizer.step()
     if run.optimizer == "torch_zero":
         state = optimizer.optim.state.values()
-        held = sum(t.untyped_storage().nbytes() for s in state for t in s.values()
-                   if torch.is_tensor(t) and t.dim() > 0)
+        held = storage_bytes(*(t for s in state for t in s.values()
+                               if torch.is_tensor(t) and t.dim() > 0))
     else:
         held = optimizer.optimizer_state_bytes()
-    return {"rank": rank, "parameters": sum(p.untyped_storage().nbytes() for p in inner.parameters()),
-            "gradients": grads, "optimizer": held}
+    return {"rank": rank, "parameters": storage_bytes(*inner.parameters()), "gradients": grads,
+            "optimizer": held}
 
 
 def main(argv: list[str] | None = None) -> int:
     """The lesson's demo: an MLP trained 20 steps on N ranks with ZeRO-1; losses, then memory."""
-    import argparse
-
-    from lesson_code import cli_args, launch
-
-    parser = argparse.ArgumentParser(prog="python -m lesson_code.zero_lab", description=main.__doc__)
-    parser.add_argument("--world-size", type=cli_args.positive_int, default=4)
-    parser.add_argument("--steps", type=cli_args.positive_int, default=20)
-    args = parser.parse_args(argv)
+    args = lab_arguments(argv, "zero_lab", main.__doc__, steps=20, batch_size=ZeroRun().batch_size)
     run = ZeroRun(steps=args.steps)
-    cli_args.check_world_size(parser, args.world_size, run.batch_size,
-                              f"each rank needs samples of the batch of {run.batch_size}")
     results = launch.run(train_on_rank, run, world_size=args.world_size)
     zero = launch.run(memory_profile, run, world_size=args.world_size)
     ddp = launch.run(memory_profile, replace(run, optimizer="ddp"), world_size=args.world_size)

@@ -19,12 +19,13 @@ from lesson_code.ddp_lab import DDPRun, time_steps
 from lesson_code.models import GPTConfig, build_model, count_parameters
 
 BENCH_GPT = GPTConfig(n_embd=256, n_layer=6, n_head=8, context=64)
+QUICK_GPT = GPTConfig(n_embd=64, n_layer=2, n_head=4, context=32)  # `--quick`: a smoke run
 VARIANTS = [("naive", "ring"), ("bucketed", "ring"), ("bucketed", "builtin"), ("torch", "builtin")]
 
 
 def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
     """Time every variant on `world_size` ranks, print the table and write ddp.csv."""
-    config = GPTConfig(n_embd=64, n_layer=2, n_head=4, context=32) if quick else BENCH_GPT
+    config = QUICK_GPT if quick else BENCH_GPT
     base = DDPRun(model="gpt", gpt=config, optimizer="adam", batch_size=8 * world_size,
                   steps=3 if quick else 8, bucket_cap_mb=4.0)
     rows = []

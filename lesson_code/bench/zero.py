@@ -16,8 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from lesson_code import launch
-from lesson_code.bench.ddp import BENCH_GPT
-from lesson_code.models import GPTConfig
+from lesson_code.bench.ddp import BENCH_GPT, QUICK_GPT
 from lesson_code.zero_lab import ZeroRun, time_steps
 
 VARIANTS = ["ddp", "zero", "naive_zero", "torch_zero"]
@@ -25,7 +24,7 @@ VARIANTS = ["ddp", "zero", "naive_zero", "torch_zero"]
 
 def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
     """Time every variant on `world_size` ranks, print the table and write zero.csv."""
-    config = GPTConfig(n_embd=64, n_layer=2, n_head=4, context=32) if quick else BENCH_GPT
+    config = QUICK_GPT if quick else BENCH_GPT
     base = ZeroRun(model="gpt", gpt=config, batch_size=8 * world_size, steps=3 if quick else 8)
     rows = []
     for optimizer in VARIANTS:

@@ -22,9 +22,10 @@ from torch import nn
 
 from lesson_code import ddp_lab, launch
 from lesson_code.collectives.comm import Communicator
-from lesson_code.ddp import BucketedDDP, NaiveDDP, _make_buckets, broadcast_parameters
-from lesson_code.ddp_lab import DDPRun, make_batch, train_ranks, train_single_process
+from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters, make_buckets
+from lesson_code.ddp_lab import DDPRun, train_ranks, train_single_process
 from lesson_code.collectives.ledger import CommLedger
+from lesson_code.experiment import flat_parameters
 from lesson_code.models import MLP, build_model, count_parameters
 from lesson_code.reference import in_one_rank
 from tolerances import FLOAT32_RELATIVE, relative_distance
@@ -42,7 +43,7 @@ def assert_matches(result, reference, run):
     keys = ddp_lab.attention_key_bias_mask(build_model(run.model, run.seed, run.gpt))
     assert diff[~keys].max() < 1e-4, diff[~keys].max()
     start = build_model(run.model, run.seed, run.gpt)
-    distance = relative_distance(result["params"], reference["params"], ddp_lab.flat_parameters(start))
+    distance = relative_distance(result["params"], reference["params"], flat_parameters(start))
     assert distance < FLOAT32_RELATIVE, distance
 
 
@@ -167,7 +168,7 @@ def ledger_of_one_step(rank, world_size):
     model = BucketedDDP(build_model("gpt", 0), bucket_cap_mb=0.05,
                         comm=Communicator("ring", ledger))
     ledger.clear()  # forget the initial broadcast
-    x, y = (torch.tensor_split(t, world_size)[rank] for t in make_batch(DDPRun(model="gpt"), 0))
+    x, y = DDPRun(model="gpt").local_batch(0, rank, world_size)
     model(x, y)[1].backward()
     return {"sent": ledger.totals()["all_reduce"]["bytes_sent"], "buckets": len(model.buckets)}
 
@@ -182,7 +183,7 @@ def test_one_step_sends_one_all_reduce_of_the_gradients():
 
 def test_buckets_respect_the_cap_and_keep_every_parameter_once():
     params = [torch.zeros(n) for n in (10, 300, 5, 5, 1000, 1)]
-    buckets = _make_buckets(params, cap_bytes=4 * 320)
+    buckets = make_buckets(params, cap_bytes=4 * 320)
     assert [len(b.params) for b in buckets] == [4, 1, 1]
     assert [p for b in buckets for p in b.params] == params
     assert all(b.flat.numel() * 4 <= 4 * 320 or len(b.params) == 1 for b in buckets)
@@ -195,5 +196,5 @@ def test_the_bounds_catch_a_gradient_applied_one_element_off(optimizer, referenc
     assert all(torch.equal(r["params"], wrong[0]["params"]) for r in wrong)  # ranks still agree
     with pytest.raises(AssertionError):
         assert_matches(wrong[0], references(run), run)
-    start = ddp_lab.flat_parameters(build_model("gpt", 0))
+    start = flat_parameters(build_model("gpt", 0))
     assert relative_distance(wrong[0]["params"], references(run)["params"], start) > 0.5

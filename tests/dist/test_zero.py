@@ -22,11 +22,13 @@ import torch
 
 from lesson_code import launch, zero_lab
 from lesson_code.ddp_lab import attention_key_bias_mask
-from lesson_code.models import build_model, count_parameters
+from lesson_code.experiment import flat_parameters
+from lesson_code.models import MLP, build_model, count_parameters
 from lesson_code.reference import in_one_rank
+from lesson_code.zero import ZeroOptimizer
 from tolerances import BFLOAT16_RELATIVE, FLOAT32_RELATIVE, relative_distance
 from wrong_variants import train_wrong_zero
-from lesson_code.zero_lab import ZeroRun, train_on_rank, train_single_process
+from lesson_code.zero_lab import ZeroRun, run_model, train_on_rank, train_single_process
 
 MLP_PARAMETERS = 6922  # 2 mod 4, 1 mod 3: the flat buffer needs padding
 
@@ -44,7 +46,7 @@ def assert_close_to(result, reference, run):
 
 def initial_parameters(run):
     """The flat parameters every run starts from (rank 0's model, broadcast to all)."""
-    return in_one_rank(train_single_process, replace(run, steps=0))["params"]
+    return flat_parameters(run_model(run))
 
 
 def assert_ranks_identical(results):
@@ -149,6 +151,27 @@ def test_state_dict_round_trip_resumes_bit_for_bit(optimizer):
     result = launch.spawn(zero_lab.resume_matches, ZeroRun(optimizer=optimizer), 5,
                           world_size=3)
     assert all(r["params_equal"] and r["state_equal"] and r["steps"] == (10, 10) for r in result)
+
+
+def optimizer_told_another_group(rank, world_size):
+    """The errors of ZeroOptimizer given a world size, then a rank, other than its group's."""
+    messages = []
+    for claimed in ((world_size + 2, rank), (world_size, (rank + 1) % world_size)):
+        try:
+            ZeroOptimizer(MLP(), *claimed, lr=1e-3)
+            messages.append("no error")
+        except ValueError as error:
+            messages.append(str(error))
+    return messages
+
+
+def test_a_world_size_or_rank_other_than_the_groups_is_refused():
+    for rank, (size, other_rank) in enumerate(launch.spawn(optimizer_told_another_group,
+                                                           world_size=2, timeout_s=60)):
+        assert f"world_size=4, rank={rank} disagree" in size and "has world_size=2" in size, size
+        assert f"rank={1 - rank} disagree" in other_rank, other_rank
+        assert f"this process as rank={rank}" in other_rank, other_rank
+        assert "pass world_size=comm.world_size and rank=comm.rank" in other_rank
 
 
 def test_loading_another_ranks_shard_is_refused():

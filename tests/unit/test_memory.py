@@ -58,8 +58,12 @@ def test_choosing_a_stage():
     assert memory.choose_stage(1e8, 8, 80 * GB) == "DDP"
 
 
-def test_bad_input():
-    with pytest.raises(ValueError, match="unknown stage"):
-        memory.bytes_per_rank("ZeRO-4", 1, 8)
-    with pytest.raises(ValueError, match="world_size"):
-        memory.bytes_per_rank("ZeRO-1", 1, 0)
+@pytest.mark.parametrize("call, message", [
+    (lambda: memory.bytes_per_rank("ZeRO-4", 1, 8), "unknown stage 'ZeRO-4'"),
+    (lambda: memory.traffic_per_step("ZeRO-4", 1, 8), "unknown stage 'ZeRO-4'"),
+    (lambda: memory.bytes_per_rank("ZeRO-1", 1, 0), "world_size must be a positive int, got 0"),
+    (lambda: memory.traffic_per_step("ZeRO-1", 1, 0), "world_size must be a positive int, got 0"),
+])
+def test_bad_input(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
