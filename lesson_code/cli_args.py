@@ -94,3 +94,16 @@ def check_divides(parser: argparse.ArgumentParser, name: str, value: int, total:
     if total % value:
         divisors = ", ".join(str(d) for d in range(1, total + 1) if total % d == 0)
         parser.error(f"{name} {value} does not divide {what} ({total}): pass one of {divisors}")
+
+
+def lab_arguments(argv: list[str] | None, module: str, description: str, steps: int,
+                  batch_size: int) -> argparse.Namespace:
+    """The command line of `python -m lesson_code.<module>`: --world-size (4) and --steps; exits
+    with status 2 for a world size above `batch_size` (each rank needs samples of the batch)."""
+    parser = argparse.ArgumentParser(prog=f"python -m lesson_code.{module}", description=description)
+    parser.add_argument("--world-size", type=positive_int, default=4)
+    parser.add_argument("--steps", type=positive_int, default=steps)
+    args = parser.parse_args(argv)
+    check_world_size(parser, args.world_size, batch_size,
+                              f"each rank needs samples of the global batch of {batch_size}")
+    return args

@@ -9,7 +9,6 @@ compare with `train_single_process`, one process on the full batch. A `DDPRun` (
 
 from __future__ import annotations
 
-import argparse
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -25,7 +24,8 @@ from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
 from lesson_code.devices import current_device
-from lesson_code.experiment import PhaseClock, RunConfig, flat_parameters, train
+from lesson_code.experiment import RunConfig, flat_parameters, train
+from lesson_code.timing import PhaseClock
 from lesson_code.models import build_model
 from lesson_code.validate import require_choice, require_positive_int
 
@@ -266,22 +266,9 @@ def compare_all_on_rank(rank: int, world_size: int, runs: list[DDPRun]) -> list[
     return rows
 
 
-def lab_arguments(argv: list[str] | None, module: str, description: str, steps: int,
-                  batch_size: int) -> argparse.Namespace:
-    """The command line of `python -m lesson_code.<module>`: --world-size (4) and --steps; exits
-    with status 2 for a world size above `batch_size` (each rank needs samples of the batch)."""
-    parser = argparse.ArgumentParser(prog=f"python -m lesson_code.{module}", description=description)
-    parser.add_argument("--world-size", type=cli_args.positive_int, default=4)
-    parser.add_argument("--steps", type=cli_args.positive_int, default=steps)
-    args = parser.parse_args(argv)
-    cli_args.check_world_size(parser, args.world_size, batch_size,
-                              f"each rank needs samples of the global batch of {batch_size}")
-    return args
-
-
 def main(argv: list[str] | None = None) -> int:
     """Train MLP and MiniGPT with each wrapper on N ranks and print the differences from one process."""
-    args = lab_arguments(argv, "ddp_lab", main.__doc__, steps=10, batch_size=DDPRun().batch_size)
+    args = cli_args.lab_arguments(argv, "ddp_lab", main.__doc__, steps=10, batch_size=DDPRun().batch_size)
     runs = [DDPRun(model=m, optimizer=o, wrapper=w, steps=args.steps)
             for m in ("mlp", "gpt") for o in OPTIMIZERS for w in WRAPPERS]
     rows = launch.run(compare_all_on_rank, runs, world_size=args.world_size)[0]

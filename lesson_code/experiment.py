@@ -1,4 +1,4 @@
-"""The experiment harness the lessons' labs share: run settings, the training loop, timing.
+"""The experiment harness the lessons' labs share: run settings, the training loop, comparisons.
 
 Lessons 77-81 all train a model for some steps on N ranks and compare the result with one process
 on the full batch. What they have in common is written here once:
@@ -8,8 +8,8 @@ on the full batch. What they have in common is written here once:
 - `train`: the loop zero_grad, loss, backward, optimizer step, with the loss averaged over ranks;
   the same loop serves the ranks and the single-process reference (a group of one rank).
 - `flat_parameters`, `global_mean`: what the comparisons read.
-- `PhaseClock` and `median_seconds` (from `lesson_code.timing`): timing that starts every rank
-  together.
+
+Timing (phases of a step, medians of collectives) is in `lesson_code.timing`.
 
     run = RunConfig(model="gpt", steps=5)
     losses = train(lambda step: model(*run.local_batch(step, rank, world_size))[1], optimizer,
@@ -29,7 +29,6 @@ from lesson_code import data
 from lesson_code.collectives.comm import KINDS as COMMUNICATORS
 from lesson_code.devices import current_device
 from lesson_code.models import GPTConfig
-from lesson_code.timing import PhaseClock, median_seconds  # noqa: F401 - part of the harness
 from lesson_code.validate import require_choice, require_positive_int
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,

@@ -20,7 +20,8 @@ from torch import nn
 from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.devices import current_device
-from lesson_code.experiment import PhaseClock, RunConfig, global_mean
+from lesson_code.experiment import RunConfig, global_mean
+from lesson_code.timing import PhaseClock
 from lesson_code.models import as_layers, build_model, loss_function
 from lesson_code.pipeline import SCHEDULES, PipelineStage, bubble_fraction, partition_layers
 from lesson_code.validate import require_choice, require_positive_int

@@ -15,13 +15,14 @@ from dataclasses import dataclass, replace
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from lesson_code import launch
+from lesson_code import cli_args, launch
 from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.ddp import BucketedDDP, broadcast_parameters
-from lesson_code.ddp_lab import lab_arguments, timed_step
+from lesson_code.ddp_lab import timed_step
 from lesson_code.devices import current_device
-from lesson_code.experiment import DTYPES, PhaseClock, RunConfig, flat_parameters, train
+from lesson_code.experiment import DTYPES, RunConfig, flat_parameters, train
+from lesson_code.timing import PhaseClock
 from lesson_code.models import build_model
 from lesson_code.validate import require_choice, require_positive
 from lesson_code.zero import (MasterAdam, NaiveZeroOptimizer, ZeroOptimizer, flatten_params,
@@ -225,7 +226,7 @@ def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     """The lesson's demo: an MLP trained 20 steps on N ranks with ZeRO-1; losses, then memory."""
-    args = lab_arguments(argv, "zero_lab", main.__doc__, steps=20, batch_size=ZeroRun().batch_size)
+    args = cli_args.lab_arguments(argv, "zero_lab", main.__doc__, steps=20, batch_size=ZeroRun().batch_size)
     run = ZeroRun(steps=args.steps)
     results = launch.run(train_on_rank, run, world_size=args.world_size)
     zero = launch.run(memory_profile, run, world_size=args.world_size)
