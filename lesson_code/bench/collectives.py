@@ -72,7 +72,8 @@ def machine_note(world_size: int, trials: int) -> str:
     """Where and when: for the comment lines of the stored times."""
     return (f"all-reduce times of {world_size} gloo ranks, median of {trials} trials, measured "
             f"{datetime.date.today().isoformat()} by python -m lesson_code.bench collectives\n"
-            f"machine: {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} cores, "
+            f"machine: {' '.join(filter(None, (platform.machine(), platform.processor())))}, "
+            f"{os.cpu_count()} cores, "
             f"{platform.system()}, Python {platform.python_version()}, torch {torch.__version__}")
 
 

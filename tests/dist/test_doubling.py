@@ -86,3 +86,29 @@ def test_ledger_counts_the_formula(world_size):
 def test_unknown_op_is_refused_before_any_message():
     with pytest.raises(ValueError, match="unknown op 'max'"):
         doubling.recursive_doubling_all_reduce(torch.ones(3), "max")
+
+
+def auto_against_builtin(rank, world_size):
+    """all_reduce under every algorithm name, on sizes the stored costs send to different ones."""
+    from lesson_code.collectives import choose
+
+    rows = []
+    for numel in (256, 2 ** 22):  # 1 KiB and 16 MiB of float32
+        tensor = collectives_lab.make_input(rank, numel, "float32", seed=numel)
+        builtin = tensor.clone()
+        dist.all_reduce(builtin)
+        bound = collectives_lab.summation_bound(tensor, world_size)
+        for algorithm in choose.CHOICES:
+            ours = choose.all_reduce(tensor.clone(), "sum", algorithm=algorithm)
+            rows.append({"numel": numel, "algorithm": algorithm,
+                         "within": bool(((ours - builtin).abs() <= bound).all())})
+        rows.append({"numel": numel, "algorithm": "chosen",
+                     "within": choose.stored_costs().choose(numel * 4, world_size)})
+    return rows
+
+
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_every_algorithm_name_reduces_correctly_and_auto_agrees_across_ranks(world_size):
+    per_rank = launch.spawn(auto_against_builtin, world_size=world_size)
+    assert all(row == per_rank[0][i] for rows in per_rank for i, row in enumerate(rows))
+    assert all(row["within"] for row in per_rank[0] if row["algorithm"] != "chosen")
