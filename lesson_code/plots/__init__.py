@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.pyplot as plt
 from matplotlib import font_manager
 
 LANGUAGES = ("en", "fa")
@@ -55,3 +56,23 @@ def use_course_style() -> None:
         "figure.dpi": 100,
         "savefig.dpi": 120,
     })
+
+
+def start_figure(labels: dict[str, dict[str, str]], lang: str, *grid, **subplots_options):
+    """(this language's labels, figure, axes): what every figure function begins with.
+
+    Checks `lang`, applies the course style and calls `plt.subplots(*grid, **subplots_options)`.
+    """
+    chosen = labels[check_language(lang)]
+    use_course_style()
+    fig, axes = plt.subplots(*grid, **subplots_options)
+    return chosen, fig, axes
+
+
+def label_ranks(fig, ax, ranks: list[int], labels: dict[str, str], ylabel: str):
+    """Finish a bar chart with a bar per rank: rank ticks, the y label, legend, layout."""
+    ax.set_xticks(ranks, [f"{labels['rank']} {r}" for r in ranks])
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

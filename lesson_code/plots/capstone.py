@@ -6,10 +6,9 @@ read with capstone.report.read_metrics), and the memory profile of every rank.
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from lesson_code.plots import check_language, use_course_style
+from lesson_code.plots import label_ranks, start_figure
 
 LABELS = {
     "en": {"step": "step", "loss": "loss", "rollback": "rollback", "rank": "rank",
@@ -23,10 +22,8 @@ LABELS = {
 
 def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
     """Loss per step from metrics rows (step records and guard events), rollbacks marked."""
-    labels = LABELS[check_language(lang)]
-    use_course_style()
     steps = [r for r in rows if "step" in r]
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
     ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], marker="o", markersize=3)
     for event in (r for r in rows if r.get("event") == "rollback"):
         ax.axvline(event["to_step"], color="#d62728", linestyle=":", label=labels["rollback"])
@@ -40,9 +37,7 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
 
 def memory_profile_figure(results: list[dict], lang: str = "en") -> Figure:
     """Stacked bars per rank (parameters, gradients, optimizer) and the line 12P/N (+ padding)."""
-    labels = LABELS[check_language(lang)]
-    use_course_style()
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
     ranks = [r["rank"] for r in results]
     bottoms = [0] * len(results)
     for part, colour in (("parameters", "#8fbbd9"), ("gradients", "#c7c7c7"), ("optimizer", "#1f77b4")):
@@ -52,8 +47,4 @@ def memory_profile_figure(results: list[dict], lang: str = "en") -> Figure:
     numel, padding = results[0]["numel"], results[0]["padding"]
     ax.axhline(12 * (numel + padding) / len(results), color="#d62728", linestyle="--",
                label=labels["formula"])
-    ax.set_xticks(ranks, [f"{labels['rank']} {r}" for r in ranks])
-    ax.set_ylabel(labels["bytes"])
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return label_ranks(fig, ax, ranks, labels, labels["bytes"])

@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 
 from lesson_code.collectives import cost_model
 from lesson_code.collectives import ring_chunk_indices
-from lesson_code.plots import check_language, use_course_style
+from lesson_code.plots import start_figure
 
 LABELS = {
     "en": {
@@ -80,11 +80,10 @@ def ring_states(world_size: int) -> list[tuple[str, int, list[list[frozenset]], 
 
 def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
     """Grid per ring step (rows: ranks, columns: chunks), coloured by contributions held."""
-    labels = LABELS[check_language(lang)]
-    use_course_style()
     frames = ring_states(world_size)
     steps = world_size - 1
-    fig, axes = plt.subplots(2, steps, figsize=(3.0 * steps, 6.2), squeeze=False)
+    labels, fig, axes = start_figure(LABELS, lang, 2, steps, figsize=(3.0 * steps, 6.2),
+                                     squeeze=False)
     colours = plt.get_cmap("Blues")
     for index, (phase, step, state, sent) in enumerate(frames):
         ax = axes[index // steps][index % steps]
@@ -115,9 +114,7 @@ def bandwidth_figure(rows: list[dict], world_size: int, lang: str = "en",
                      ops: tuple[str, ...] = ("ring all_reduce", "gloo all_reduce",
                                              "naive all_reduce")) -> Figure:
     """Bus bandwidth (nccl-tests) against tensor size for each measured operation."""
-    labels = LABELS[check_language(lang)]
-    use_course_style()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4))
     for op in ops:
         points = _measured(rows, op)
         if not points:
@@ -132,9 +129,7 @@ def bandwidth_figure(rows: list[dict], world_size: int, lang: str = "en",
 def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
                       world_size: int, lang: str = "en") -> Figure:
     """Measured times (points) beside the fitted alpha-beta model (lines), log-log."""
-    labels = LABELS[check_language(lang)]
-    use_course_style()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4))
     for op, fit in fits.items():
         points = _measured(rows, op)
         algorithm = op.replace(" ", "_") if op.startswith("naive") else op.split()[-1]
@@ -153,9 +148,7 @@ def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") 
 
     `traffic[N]` maps "ring" and "naive" to (bytes sent + received by the busiest rank) / size.
     """
-    labels = LABELS[check_language(lang)]
-    use_course_style()
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(5.5, 3.6))
     sizes = sorted(traffic)
     for key in ("naive", "ring"):
         ax.plot(sizes, [traffic[n][key] for n in sizes], marker="o", label=labels[key])

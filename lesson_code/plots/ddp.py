@@ -6,10 +6,9 @@ rank) and `ddp_lab.time_steps` (median seconds per phase).
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from lesson_code.plots import check_language, use_course_style
+from lesson_code.plots import start_figure
 
 LABELS = {
     "en": {"forward": "forward", "backward": "backward", "wait": "waiting for buckets",
@@ -27,9 +26,7 @@ COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "comm
 
 def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
     """One lane pair per rank: compute (forward, backward, wait) above, bucket reductions below."""
-    labels = LABELS[check_language(lang)]
-    use_course_style()
-    fig, ax = plt.subplots(figsize=(8, 1.0 + 0.9 * len(timelines)))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(8, 1.0 + 0.9 * len(timelines)))
     for rank, timeline in enumerate(timelines):
         y = rank * 2.5
         for phase in ("forward", "backward", "wait"):
@@ -57,9 +54,7 @@ def phase_breakdown_figure(phases: dict[str, dict[str, float]], lang: str = "en"
     `phases[name]` maps phase names to seconds (as returned by ddp_lab.time_steps); for torch
     DDP the wait is not separable and is part of backward.
     """
-    labels = LABELS[check_language(lang)]
-    use_course_style()
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.8))
     names = list(phases)
     bottoms = [0.0] * len(names)
     for phase in ("forward", "backward", "wait", "optimizer"):

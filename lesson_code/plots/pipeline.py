@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from lesson_code.pipeline import theoretical_bubble
-from lesson_code.plots import check_language, use_course_style
+from lesson_code.plots import start_figure
 
 LABELS = {
     "en": {"stage": "stage", "time": "time (ms)", "F": "forward", "B": "backward",
@@ -25,9 +25,8 @@ COLOURS = {"F": "#8fbbd9", "B": "#1f77b4"}
 
 def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en") -> Figure:
     """One Gantt panel per schedule: a row per stage, a box per forward/backward, numbered."""
-    labels = LABELS[check_language(lang)]
-    use_course_style()
-    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.2 + 1.6 * len(runs)), squeeze=False)
+    labels, fig, axes = start_figure(LABELS, lang, len(runs), 1, figsize=(9, 1.2 + 1.6 * len(runs)),
+                                     squeeze=False)
     for ax, (title, events) in zip(axes[:, 0], runs.items()):
         stages = sorted({e[0] for e in events})
         for stage, micro, kind, start, end in events:
@@ -50,9 +49,7 @@ def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en") -> Fi
 
     `measured[P][m]` is the measured idle fraction with P stages and m micro-batches.
     """
-    labels = LABELS[check_language(lang)]
-    use_course_style()
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.8))
     for stages, by_m in sorted(measured.items()):
         ms = sorted(by_m)
         line, = ax.plot(ms, [theoretical_bubble(stages, m) for m in ms], "-",

@@ -6,11 +6,10 @@ real ranks by `zero_lab.memory_profile`.
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from lesson_code import memory
-from lesson_code.plots import check_language, use_course_style
+from lesson_code.plots import label_ranks, start_figure
 
 LABELS = {
     "en": {"ranks": "ranks N", "per_rank": "GB per rank", "saving": "saving vs DDP (%)",
@@ -27,10 +26,8 @@ LABELS = {
 
 def stages_figure(params: float, world_sizes: list[int], lang: str = "en") -> Figure:
     """Two panels against N: GB per rank of each stage, and its saving over DDP in percent."""
-    labels = LABELS[check_language(lang)]
-    use_course_style()
     table = memory.memory_table(params, world_sizes)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    labels, fig, (left, right) = start_figure(LABELS, lang, 1, 2, figsize=(10, 3.8))
     for stage in memory.STAGES:
         rows = table[table.stage == stage]
         left.plot(rows.N, rows.total / 1e9, marker="o", label=stage)
@@ -50,9 +47,7 @@ def stages_figure(params: float, world_sizes: list[int], lang: str = "en") -> Fi
 def measured_memory_figure(zero: list[dict], ddp: list[dict], shard_numel: int,
                            lang: str = "en") -> Figure:
     """Optimizer bytes per rank, measured, under DDP and ZeRO-1, beside the formula 12 x shard."""
-    labels = LABELS[check_language(lang)]
-    use_course_style()
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
     ranks = [row["rank"] for row in zero]
     width = 0.38
     ax.bar([r - width / 2 for r in ranks], [row["optimizer"] for row in ddp], width,
@@ -60,8 +55,4 @@ def measured_memory_figure(zero: list[dict], ddp: list[dict], shard_numel: int,
     ax.bar([r + width / 2 for r in ranks], [row["optimizer"] for row in zero], width,
            label=f"{labels['zero1']} ({labels['measured']})", color="#1f77b4")
     ax.axhline(12 * shard_numel, color="#d62728", linestyle="--", label=labels["formula"])
-    ax.set_xticks(ranks, [f"{labels['rank']} {r}" for r in ranks])
-    ax.set_ylabel(labels["bytes"])
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return label_ranks(fig, ax, ranks, labels, labels["bytes"])

@@ -1,0 +1,71 @@
+"""Every figure of the book draws from data shaped like what its lesson measures, in both languages.
+
+The notebooks draw these from real runs; here each figure function gets small data of the same
+shape, so a change to the plotting code that breaks a figure fails here, in seconds.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from lesson_code.collectives.cost_model import AlphaBeta  # noqa: E402
+from lesson_code.plots import capstone, collectives, ddp, pipeline, zero  # noqa: E402
+
+ROWS76 = [{"op": op, "nbytes": n, "seconds": 1e-4 + n * 1e-9, "repeats": 1}
+          for op in ("ring all_reduce", "gloo all_reduce", "naive all_reduce")
+          for n in (1024, 65536, 2 ** 20)]
+TIMELINE = {"forward": (0.0, 0.001), "backward": (0.001, 0.003), "wait": (0.003, 0.0035),
+            "buckets": [{"bucket": 0, "ready": 0.002, "start": 0.002, "end": 0.0025},
+                        {"bucket": 1, "ready": 0.003, "start": 0.003, "end": 0.0034}]}
+PHASES = {w: {"forward": 1e-3, "backward": 2e-3, "wait": 5e-4, "optimizer": 1e-4}
+          for w in ("naive", "bucketed")}
+EVENTS = [(stage, micro, kind, start, start + 0.001)  # (stage, micro-batch, F/B, start, end)
+          for stage in range(2) for micro in range(2) for kind in "FB"
+          for start in [0.001 * (stage + micro + (2 if kind == "B" else 0))]]
+MEMORY = [{"rank": r, "parameters": 100, "gradients": 100, "optimizer": 300} for r in range(2)]
+CAPSTONE = [{"rank": r, "memory": {"parameters": 100, "gradients": 100, "optimizer": 300},
+             "numel": 50, "padding": 0} for r in range(2)]
+FIGURES = {
+    "ring schedule": lambda lang: collectives.ring_schedule_figure(3, lang=lang),
+    "bandwidth": lambda lang: collectives.bandwidth_figure(ROWS76, 4, lang=lang),
+    "alpha-beta": lambda lang: collectives.alpha_beta_figure(
+        ROWS76, {"ring all_reduce": AlphaBeta(1e-4, 1e-9)}, 4, lang=lang),
+    "busiest rank": lambda lang: collectives.busiest_rank_figure(
+        {2: {"ring": 2.0, "naive": 2.0}, 4: {"ring": 3.0, "naive": 6.0}}, lang=lang),
+    "overlap": lambda lang: ddp.overlap_timeline_figure([TIMELINE, TIMELINE], lang=lang),
+    "phases": lambda lang: ddp.phase_breakdown_figure(PHASES, lang=lang),
+    "stages": lambda lang: zero.stages_figure(7.5e9, [2, 4, 8], lang=lang),
+    "zero memory": lambda lang: zero.measured_memory_figure(MEMORY, MEMORY, 25, lang=lang),
+    "gantt": lambda lang: pipeline.gantt_figure({"GPipe": EVENTS, "1F1B": EVENTS}, lang=lang),
+    "bubble": lambda lang: pipeline.bubble_figure({2: {1: 0.5, 4: 0.2}}, lang=lang),
+    "loss": lambda lang: capstone.loss_curve_figure(
+        [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0},
+         {"event": "rollback", "to_step": 1}], lang=lang),
+    "capstone memory": lambda lang: capstone.memory_profile_figure(CAPSTONE, lang=lang),
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_each_figure_draws_with_its_labels(name, lang):
+    figure = FIGURES[name](lang)
+    try:
+        texts = [t.get_text() for ax in figure.axes for t in
+                 (ax.xaxis.label, ax.yaxis.label, ax.title)] + \
+                [t.get_text() for t in figure.texts] + \
+                [t.get_text() for ax in figure.axes for t in ax.get_xticklabels()]
+        words = " ".join(texts)
+        assert figure.axes and words.strip(), name
+        persian = any("\u0600" <= ch <= "\u06ff" for ch in words)
+        assert persian == (lang == "fa"), (name, lang, words[:200])
+        figure.canvas.draw()  # lays out every artist: fails on bad data shapes
+    finally:
+        plt.close(figure)
+
+
+def test_an_unknown_language_is_named():
+    with pytest.raises(ValueError, match="unknown language 'de'"):
+        collectives.busiest_rank_figure({2: {"ring": 1.0, "naive": 1.0}}, lang="de")
