@@ -245,6 +245,19 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
     return rows
 
 
+def fastest_measured(rows: list[dict]) -> dict[int, str]:
+    """For each measured size, the all-reduce algorithm of lesson 76 with the shortest time.
+
+    `rows` as `choose.stored_times` reads them; rows of "auto" and "gloo" are not candidates.
+    """
+    best: dict[int, tuple[float, str]] = {}
+    for row in rows:
+        if row["algorithm"] in collectives.choose.ALL_REDUCE and \
+                (row["nbytes"] not in best or row["seconds"] < best[row["nbytes"]][0]):
+            best[row["nbytes"]] = (row["seconds"], row["algorithm"])
+    return {nbytes: name for nbytes, (_, name) in sorted(best.items())}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Check every primitive against torch.distributed on N ranks and print one line per dtype."""
     import argparse

@@ -20,7 +20,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code import cli_args, launch
-from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
 from lesson_code.devices import current_device
@@ -72,7 +71,7 @@ def wrap(run: DDPRun, model: nn.Module, ledger: CommLedger | None = None,
     """Wrap `model` in the data-parallel wrapper `run.wrapper` names. Collective: every rank."""
     if run.wrapper == "torch":
         return DistributedDataParallel(model, bucket_cap_mb=run.bucket_cap_mb)
-    comm = Communicator(run.comm, ledger, record_events=record_events)
+    comm = run.communicator(ledger, record_events=record_events)
     if run.wrapper == "naive":
         return NaiveDDP(model, comm=comm)
     return BucketedDDP(model, bucket_cap_mb=run.bucket_cap_mb, comm=comm)
@@ -218,11 +217,11 @@ def no_sync_timing_demo(rank: int, world_size: int) -> dict[str, bool]:
 
 
 def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
-    """Calls, messages and bytes this rank sends for one training step (ring communicator).
-    Collective: call on every rank. The initial broadcast is not counted."""
+    """Calls, messages and bytes this rank sends for one training step (ring all-reduce, whose
+    bytes the lesson derives). Collective: call on every rank. The initial broadcast is not counted."""
     ledger = CommLedger()
-    model = wrap(replace(run, comm="ring"), build_model(run.model, run.seed, run.gpt, current_device()),
-                 ledger)
+    model = wrap(replace(run, comm="ring", all_reduce="ring"),
+                 build_model(run.model, run.seed, run.gpt, current_device()), ledger)
     ledger.clear()
     train(lambda step: accumulated_loss(run, model, step, rank, world_size),
           _optimizer(run, model.parameters()), range(1))

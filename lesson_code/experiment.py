@@ -26,7 +26,10 @@ import torch.distributed as dist
 from torch import nn
 
 from lesson_code import data
+from lesson_code.collectives.choose import CHOICES as ALL_REDUCE_CHOICES
 from lesson_code.collectives.comm import KINDS as COMMUNICATORS
+from lesson_code.collectives.comm import Communicator
+from lesson_code.collectives.ledger import CommLedger
 from lesson_code.devices import current_device
 from lesson_code.models import GPTConfig
 from lesson_code.validate import require_choice, require_positive_int
@@ -40,6 +43,9 @@ MODELS = ("mlp", "gpt")
 class RunConfig:
     """What every run says: model, steps, global batch, data seed and communicator.
 
+    `communicator(ledger)` builds the `Communicator` the run describes (every lesson's traffic
+    goes through one, so its ledger counts it).
+
     Frozen: vary a run with `dataclasses.replace`. Raises ValueError for an unknown model or
     communicator and for a step count or batch size below 1.
     """
@@ -49,13 +55,20 @@ class RunConfig:
     batch_size: int = 16          # the global batch; each rank takes its slice
     seed: int = 0                 # model initialisation and data
     comm: str = "ring"            # "ring" (lesson 76) or "builtin" (torch.distributed)
+    all_reduce: str = "ring"      # under "ring": lesson 76's algorithm ("auto" picks by size);
+    #                               the labs measure the ring, whose bytes the lessons derive
     gpt: GPTConfig = field(default_factory=GPTConfig)
 
     def __post_init__(self):
         require_choice("model", self.model, MODELS)
         require_choice("communicator", self.comm, COMMUNICATORS)
+        require_choice("all-reduce algorithm", self.all_reduce, ALL_REDUCE_CHOICES)
         require_positive_int("steps", self.steps)
         require_positive_int("batch_size", self.batch_size)
+
+    def communicator(self, ledger: CommLedger | None = None, **options) -> Communicator:
+        """The run's Communicator: `comm` kind, `all_reduce` algorithm, `ledger`, `options`."""
+        return Communicator(self.comm, ledger, algorithm=self.all_reduce, **options)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The global batch of `step` on this process's device (the same on every rank)."""

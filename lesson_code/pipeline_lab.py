@@ -98,7 +98,7 @@ def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
     model), its layer range, the loss (last stage), its timed events, peak stored activations,
     and its traffic as the ledger counted it ({"calls", "bytes_sent", "bytes_received", ...}).
     """
-    comm = Communicator(run.comm, CommLedger())
+    comm = run.communicator(CommLedger())
     stage, (start, end) = build_stage(run, comm)
     x, y = run.batch(0)
     stats = stage.train_step(x, y, run.micro_batches, run.schedule)
@@ -138,7 +138,7 @@ def timed_steps(rank: int, world_size: int, run: PipeRun) -> dict:
     Collective: call on every rank. Every step starts on all ranks together (`PhaseClock`).
     Events of all stages are gathered, so every rank returns the same measured bubble fraction.
     """
-    stage, _ = build_stage(run, Communicator(run.comm))
+    stage, _ = build_stage(run, run.communicator())
     x, y = run.batch(0)
     steps = PhaseClock()
     for _ in range(run.steps):
@@ -186,10 +186,10 @@ def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
     # Every rank creates every group, in the same order (a torch.distributed requirement).
     rows = [dist.new_group(grid[r].tolist()) for r in range(data_parallel)]
     columns = [dist.new_group(grid[:, s].tolist()) for s in range(pipeline_size)]
-    pipeline, (start, _) = build_stage(run, Communicator(run.comm, group=rows[replica]))
+    pipeline, (start, _) = build_stage(run, run.communicator(group=rows[replica]))
     x, y = run.local_batch(0, replica, data_parallel)
     stats = pipeline.train_step(x, y, run.micro_batches, run.schedule)
-    column = Communicator(run.comm, group=columns[pipeline.stage])
+    column = run.communicator(group=columns[pipeline.stage])
     for param in pipeline.layers.parameters():
         column.all_reduce(param.grad, op="avg")
     loss = global_mean(stats.loss, group=column.group) if pipeline.is_last else None

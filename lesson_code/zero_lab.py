@@ -16,7 +16,6 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code import cli_args, launch
-from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.ddp import BucketedDDP, broadcast_parameters
 from lesson_code.ddp_lab import timed_step
@@ -95,7 +94,7 @@ def train_single_process(run: ZeroRun) -> dict:
 
 def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None):
     """(model to call, optimizer) for `run.optimizer`; parameters equal rank 0's afterwards."""
-    comm = Communicator(run.comm, ledger)
+    comm = run.communicator(ledger)
     kwargs = {"lr": run.lr, "weight_decay": run.weight_decay}
     if run.optimizer == "torch_zero":
         # Imported here: torch.distributed.optim imports TorchScript, which warns on import.

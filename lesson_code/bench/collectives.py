@@ -6,7 +6,7 @@ Two runs of ranks. The first times every all-reduce algorithm and the other prim
 all-reduce times are stored with the package (`collectives/measured_all_reduce.csv`, with this
 machine and the date), where `all_reduce(algorithm="auto")` fits its cost model. The second
 times "auto" and gloo's all_reduce side by side, so the comparison that matters is measured in
-one run. Prints time, algbw and busbw (nccl-tests definitions) of each primitive next to the gloo
+one run; their rows are stored too (as "auto" and "gloo"), for lesson 76. Prints time, algbw and busbw (nccl-tests definitions) of each primitive next to the gloo
 built-in doing the same job, with the ratio ours / built-in, and writes the table as CSV. A
 `--quick` run stores nothing.
 """
@@ -57,12 +57,13 @@ def comparison_table(rows: list[dict], world_size: int) -> pd.DataFrame:
     return pd.DataFrame(table)
 
 
-ALGORITHM_OF = {f"{name} all_reduce": name for name in choose.ALL_REDUCE}
+# Stored names: the algorithms, and "auto" and "gloo" from the side-by-side run.
+ALGORITHM_OF = {f"{name} all_reduce": name for name in (*choose.ALL_REDUCE, "auto", "gloo")}
 FIRST_RUN = [op for op in collectives_lab.TIMED_OPS if op not in ("auto all_reduce", "gloo all_reduce")]
 
 
 def algorithm_rows(rows: list[dict], world_size: int) -> list[dict]:
-    """The all-reduce algorithms' times as `choose.store_times` wants them."""
+    """The all-reduce times (algorithms, auto, gloo) as `choose.store_times` wants them."""
     return [{"algorithm": ALGORITHM_OF[row["op"]], "world_size": world_size,
              "nbytes": row["nbytes"], "seconds": row["seconds"]}
             for row in rows if row["op"] in ALGORITHM_OF]
@@ -91,6 +92,8 @@ def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
     rows += launch.spawn(collectives_lab.time_primitives, sizes, trials, min_trial_s,
                          ["auto all_reduce", "gloo all_reduce"], world_size=world_size,
                          timeout_s=3600)[0]
+    if not quick:  # again, with the side-by-side run's "auto" and "gloo" rows for the lesson
+        choose.store_times(algorithm_rows(rows, world_size), machine_note(world_size, trials))
     table = comparison_table(rows, world_size)
     path = Path(out_dir) / "collectives.csv"
     table.to_csv(path, index=False)

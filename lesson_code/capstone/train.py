@@ -22,7 +22,6 @@ from lesson_code.capstone.checkpointer import Checkpointer, state_copy
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.guard import DivergenceGuard
 from lesson_code.checkpoint.zero import load_zero
-from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.data import batch_for_step
 from lesson_code.ddp import broadcast_parameters
@@ -36,7 +35,7 @@ def build(config: CapstoneConfig, rank: int, world_size: int, seed_offset: int =
     """Model, communicator and optimizer for one rank, composed in the order of the docstring."""
     torch.manual_seed(config.seed + seed_offset + rank)  # each rank's own RNG stream
     model = MiniGPT(config.gpt).to(current_device())  # initialised on the CPU: equal everywhere
-    comm = Communicator(config.comm, CommLedger())
+    comm = config.communicator(CommLedger())
     broadcast_parameters(model, comm=comm)                                  # 1. DDP
     optimizer = ZeroOptimizer(model, world_size, rank, lr=config.lr, comm=comm,
                               track_grad_norm=True)                          # 2. ZeRO-1

@@ -84,6 +84,35 @@ class AlgorithmCosts:
         return cls(fits=fits, source=source)
 
 
+def predicted_switches(costs: AlgorithmCosts, world_size: int, low: int = 2 ** 10,
+                       high: int = 2 ** 26) -> list[tuple[int, str, str]]:
+    """(size, from, to) where the model's choice changes between `low` and `high` bytes.
+
+    Scans powers of two, then bisects each change down to a byte: the predicted crossovers.
+    """
+    switches, nbytes = [], low
+    while nbytes < high:
+        before, after = costs.choose(nbytes, world_size), costs.choose(2 * nbytes, world_size)
+        if before != after:
+            left, right = nbytes, 2 * nbytes
+            while right - left > 1:
+                middle = (left + right) // 2
+                left, right = (middle, right) if costs.choose(middle, world_size) == before \
+                    else (left, middle)
+            switches.append((right, before, costs.choose(right, world_size)))
+        nbytes *= 2
+    return switches
+
+
+def stored_times(path: Path | str = STORED) -> list[dict]:
+    """The rows {algorithm, world_size, nbytes, seconds} stored by `make bench`, as numbers."""
+    with open(path, newline="") as handle:
+        lines = [line for line in handle if not line.startswith("#")]
+    return [{"algorithm": row["algorithm"], "world_size": int(row["world_size"]),
+             "nbytes": int(row["nbytes"]), "seconds": float(row["seconds"])}
+            for row in csv.DictReader(lines)]
+
+
 @lru_cache(maxsize=4)
 def stored_costs(path: Path | str = STORED) -> AlgorithmCosts:
     """Costs fitted to the times stored with the package (written by `make bench`).
@@ -91,9 +120,7 @@ def stored_costs(path: Path | str = STORED) -> AlgorithmCosts:
     Read and fitted once per process (the file does not change while it runs), since "auto"
     asks for them on every call.
     """
-    with open(path, newline="") as handle:
-        lines = [line for line in handle if not line.startswith("#")]
-    return AlgorithmCosts.from_times(list(csv.DictReader(lines)), source=str(path))
+    return AlgorithmCosts.from_times(stored_times(path), source=str(path))
 
 
 def store_times(rows: list[dict], note: str, path: Path | str = STORED) -> Path:

@@ -1,7 +1,9 @@
 """One switch between lesson 76's ring collectives and torch.distributed's built-ins (lessons 77-81).
 
 DDP and ZeRO talk to the other ranks through a `Communicator`: `Communicator("ring")` uses the
-point-to-point rings of `lesson_code.collectives` and counts every byte in a ledger;
+point-to-point collectives of `lesson_code.collectives` and counts every byte in a ledger (its
+all-reduce is `collectives.all_reduce`: the algorithm "auto" picks for the size, or the one named
+by `algorithm=`, such as "ring");
 `Communicator("builtin")` calls gloo's or NCCL's own collectives (faster on real hardware, but what
 they put on the wire is not counted). Both give the same results, within float summation order.
 
@@ -23,12 +25,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from functools import partial
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from lesson_code.collectives import ring
+from lesson_code.collectives import choose, ring
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
 from lesson_code.validate import require_choice
@@ -60,9 +63,12 @@ class Communicator:
     """
 
     def __init__(self, kind: str = "ring", ledger: CommLedger | None = None, *, group=None,
-                 timeout_s: float = DEFAULT_WAIT_S, record_events: bool = False):
+                 timeout_s: float = DEFAULT_WAIT_S, record_events: bool = False,
+                 algorithm: str = "auto", costs: choose.AlgorithmCosts | None = None):
         require_choice("communicator kind", kind, KINDS)
+        require_choice("algorithm", algorithm, choose.CHOICES)
         self.kind, self.ledger, self.group, self.timeout_s = kind, ledger, group, timeout_s
+        self.algorithm, self.costs = algorithm, costs  # how kind "ring" all-reduces
         self.record_events = record_events
         self.events: list[tuple[str, int, float, float]] = []
         self._thread: ThreadPoolExecutor | None = None
@@ -82,7 +88,8 @@ class Communicator:
         """Reduce `tensor` in place over all ranks ("sum" or "avg"); return it."""
         self._check_call(op)
         if self.kind == "ring":
-            return self._ring("all_reduce", ring.ring_all_reduce, tensor, op)
+            return self._ring("all_reduce", partial(choose.all_reduce, algorithm=self.algorithm,
+                                                    costs=self.costs), tensor, op)
         dist.all_reduce(tensor, group=self.group)
         return tensor.div_(self.world_size) if op == "avg" else tensor
 

@@ -27,6 +27,8 @@ LABELS = {
                       "outlined = sent this step",
         "fit": "{op}: α = {alpha:.0f} µs, 1/β = {bw:.0f} MB/s",
         "naive": "naive (via rank 0)", "ring": "ring",
+        "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
+        "model": "lines: the fitted model; points: measured",
     },
     "fa": {
         "reduce_scatter": "کاهش و پخش، گام {step}", "all_gather": "گردآوری همگانی، گام {step}",
@@ -37,6 +39,8 @@ LABELS = {
                       "قاب پررنگ = ارسال در همین گام",
         "fit": "{op}: α = {alpha:.0f} µs، 1/β = {bw:.0f} MB/s",
         "naive": "ساده (از راه رتبهٔ ۰)", "ring": "حلقه",
+        "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
+        "model": "خط‌ها: مدل برازش‌شده؛ نقطه‌ها: اندازه‌گیری",
     },
 }
 
@@ -154,3 +158,22 @@ def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") 
         ax.plot(sizes, [traffic[n][key] for n in sizes], marker="o", label=labels[key])
     ax.set_xticks(sizes)
     return _finish(fig, ax, labels["ranks"], labels["busiest"])
+
+
+def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en") -> Figure:
+    """Measured time of every all-reduce algorithm against size (points), log-log, beside the
+    time `costs` (a `choose.AlgorithmCosts`) predicts for it (lines).
+
+    `rows` are {algorithm, world_size, nbytes, seconds}, as `choose.stored_costs` reads them.
+    """
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4))
+    for name in costs.fits:
+        points = sorted((r["nbytes"], r["seconds"]) for r in rows if r["algorithm"] == name)
+        sizes = [n for n, _ in points]
+        line, = ax.plot(sizes, [1e3 * t for _, t in points], "o", label=labels[name])
+        ax.plot(sizes, [1e3 * costs.predict(name, n, world_size) for n in sizes], "-",
+                color=line.get_color())
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_title(labels["model"], fontsize=9)
+    return _finish(fig, ax, labels["size"], labels["time"], legend_size=8)

@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
+from lesson_code.collectives import choose  # noqa: E402
 from lesson_code.collectives.cost_model import AlphaBeta  # noqa: E402
 from lesson_code.plots import capstone, collectives, ddp, pipeline, zero  # noqa: E402
 
@@ -33,6 +34,8 @@ FIGURES = {
     "bandwidth": lambda lang: collectives.bandwidth_figure(ROWS76, 4, lang=lang),
     "alpha-beta": lambda lang: collectives.alpha_beta_figure(
         ROWS76, {"ring all_reduce": AlphaBeta(1e-4, 1e-9)}, 4, lang=lang),
+    "algorithms": lambda lang: collectives.algorithms_figure(
+        choose.stored_times(), choose.stored_costs(), 4, lang=lang),
     "busiest rank": lambda lang: collectives.busiest_rank_figure(
         {2: {"ring": 2.0, "naive": 2.0}, 4: {"ring": 3.0, "naive": 6.0}}, lang=lang),
     "overlap": lambda lang: ddp.overlap_timeline_figure([TIMELINE, TIMELINE], lang=lang),
