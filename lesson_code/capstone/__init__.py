@@ -4,9 +4,10 @@ checkpoint at step 10, composed in one place and checked end to end.
     python -m lesson_code.capstone                                  # 4 ranks, spawned here
     torchrun --standalone --nproc-per-node=4 -m lesson_code.capstone  # the same, under torchrun
 
-It prints a 20-row loss table, a 4-row memory profile, the checkpoint's manifest and, once the
-step-10 checkpoint has been reloaded byte for byte, RESUME VERIFIED; it writes metrics.jsonl and
-loss.png to the output folder. Nothing else in the package imports this one. Its data, the
+It prints a 20-row loss table, a 4-row memory profile and the checkpoint's manifest, then resumes
+from the step-10 checkpoint, trains to step 20 and prints RESUME VERIFIED when the checkpoint
+reloads byte for byte and the resumed run ends bitwise where the uninterrupted run ends; it writes
+metrics.jsonl and loss.png to the output folder. Nothing else in the package imports this one. Its data, the
 Markov-chain corpus (`make_corpus`, `batch_for_step`), lives with every lesson's data in
 `lesson_code.data` and is importable from here too.
 """

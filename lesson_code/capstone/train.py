@@ -80,8 +80,10 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
         loss = global_mean(local)  # the same on every rank, so every rank's guard decides alike
         reason = guard.check(loss)
         if reason is not None and guard.action(step + 1) == "rollback":
+            diverged_at = step + 1
             step, guard.previous = checkpointer.rollback()
-            events.append({"event": "rollback", "loss": loss, "reason": reason, "to_step": step})
+            events.append({"event": "rollback", "loss": loss, "reason": reason, "to_step": step,
+                           "at_step": diverged_at})
             continue
         if reason is not None:  # the same step failed after every rollback: its batch is bad
             step += 1
@@ -107,6 +109,7 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
                        "optimizer": optimizer.optimizer_state_bytes()},
             "shard_numel": optimizer.shard_numel, "padding": optimizer.padding,
             "numel": optimizer.numel, "params": flat_parameters(model),
+            "final_state": {**state_copy(model, optimizer), "optimizer_step": optimizer.step_count},
             "checkpoints": {s: str(f) for s, f in checkpointer.folders.items()},
             "resume_verified": {s: verify_resume(config, folder, checkpointer.snapshots[s], rank, world_size)
                                 for s, folder in checkpointer.folders.items()}}
@@ -128,3 +131,52 @@ def verify_resume(config: CapstoneConfig, folder: Path | str, snapshot: dict, ra
     verdicts = torch.tensor([1.0 if same else 0.0], device=current_device())
     dist.all_reduce(verdicts, op=dist.ReduceOp.MIN)
     return bool(verdicts.item())
+
+
+COMPARED = ("params", "master", "exp_avg", "exp_avg_sq", "optimizer_step", "rng_state")
+
+
+def compare_resumed(straight: list[dict], resumed: list[dict]) -> dict[str, bool]:
+    """Did the resumed run end bit for bit where the uninterrupted run ended, on every rank?
+
+    `straight` and `resumed` are every rank's `run_rank` results: the run that never stopped,
+    and the run that resumed from one of its checkpoints and trained to the same last step.
+    Returns one verdict per compared item: the steps the resumed run trained and their losses
+    (the data position), then each tensor of the final state in `COMPARED` (parameters, the
+    fp32 master shard, both Adam moments, Adam's step count, the RNG state). Bitwise equality is
+    the right test here because both runs take one code path with the same world size and
+    thread settings; across world sizes or thread counts it is not expected (lesson 80).
+    """
+    if len(straight) != len(resumed):
+        raise ValueError(f"{len(straight)} ranks ran straight but {len(resumed)} resumed: "
+                         "compare runs of the same world size")
+    done = [row["step"] for row in resumed[0]["records"]]
+    reference = [row for row in straight[0]["records"] if row["step"] in done]
+    verdicts = {"steps and losses": bool(done) and done == [row["step"] for row in reference]
+                and [row["loss"] for row in resumed[0]["records"]] == [row["loss"] for row in reference]}
+    for key in COMPARED:
+        verdicts[key] = all(_equal(a["final_state"][key], b["final_state"][key])
+                            for a, b in zip(straight, resumed))
+    return verdicts
+
+
+def _equal(a, b) -> bool:
+    """Bitwise equality of two tensors, or plain equality of two numbers."""
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
+def run_and_resume(rank: int, world_size: int, config: CapstoneConfig) -> dict:
+    """`run_rank` twice: the whole run, then a resume from its checkpoint to the same last step.
+
+    Collective: call on every rank. The resumed run builds its model from another seed and
+    loads `config.checkpoint_step`'s checkpoint (weights, optimizer shard, RNG state, data
+    position), so only the files can make it end where the first run ended; compare the two
+    with `compare_resumed`. Returns {"straight": ..., "resumed": ...}, this rank's results.
+    """
+    straight = run_rank(rank, world_size, config)
+    folder = straight["checkpoints"].get(config.checkpoint_step)
+    if folder is None:
+        raise ValueError(f"the run kept no checkpoint of step {config.checkpoint_step} to resume "
+                         "from: keep_last must be at least 1")
+    dist.barrier()  # every rank has finished the first run before any resumes
+    return {"straight": straight, "resumed": run_rank(rank, world_size, config, folder)}

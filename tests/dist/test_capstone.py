@@ -18,10 +18,12 @@ import torch
 from lesson_code import launch
 from lesson_code.ddp_lab import attention_key_bias_mask
 from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank
+from lesson_code.capstone.train import COMPARED, compare_resumed, run_and_resume
 from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
 from lesson_code.experiment import flat_parameters
 from lesson_code.reference import in_one_rank
 from tolerances import FLOAT32_RELATIVE, relative_distance
+from wrong_resumes import resume_from_the_first_batch, resume_without_optimizer_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,15 +65,34 @@ def test_d_the_step_10_checkpoint_restores_byte_for_byte(clean_run):
     assert all(r["resume_verified"] == {10: True} for r in results)
 
 
-def test_e_resuming_at_10_ends_exactly_where_the_uninterrupted_run_ends(tmp_path):
-    # Four distinct batches: a resume that got the data position wrong could not match.
-    config = CapstoneConfig(out_dir=str(tmp_path), corpus_tokens=4 * CapstoneConfig().corpus_tokens)
-    straight = launch.spawn(run_rank, config, world_size=4)
-    folder = straight[0]["checkpoints"][10]
-    resumed = launch.spawn(run_rank, config, folder, world_size=4)
+@pytest.fixture(scope="module")
+def four_batch_run(tmp_path_factory):
+    """A run over four distinct batches, so that a resume at the wrong data position shows."""
+    config = CapstoneConfig(out_dir=str(tmp_path_factory.mktemp("four-batches")),
+                            corpus_tokens=4 * CapstoneConfig().corpus_tokens)
+    both = launch.spawn(run_and_resume, config, world_size=4)
+    return config, [r["straight"] for r in both], [r["resumed"] for r in both]
+
+
+def test_e_resuming_at_10_ends_exactly_where_the_uninterrupted_run_ends(four_batch_run):
+    _, straight, resumed = four_batch_run
     assert [row["step"] for row in resumed[0]["records"]] == list(range(11, 21))
     assert losses(resumed) == losses(straight)[10:]
+    verdicts = compare_resumed(straight, resumed)
+    assert list(verdicts) == ["steps and losses", *COMPARED] and all(verdicts.values())
     assert all(torch.equal(a["params"], b["params"]) for a, b in zip(straight, resumed))
+
+
+@pytest.mark.parametrize("wrong_resume, what_differs", [
+    (resume_without_optimizer_state, {"exp_avg", "exp_avg_sq", "optimizer_step"}),
+    (resume_from_the_first_batch, {"steps and losses"}),
+])
+def test_e_catches_a_resume_that_leaves_something_out(four_batch_run, wrong_resume, what_differs):
+    config, straight, _ = four_batch_run
+    wrong = launch.spawn(wrong_resume, config, straight[0]["checkpoints"][10], world_size=4)
+    verdicts = compare_resumed(straight, wrong)
+    assert what_differs <= {name for name, same in verdicts.items() if not same}
+    assert not verdicts["params"]  # either mistake moves the weights the run ends with
 
 
 def test_f_two_runs_with_the_same_seed_print_identical_loss_tables(clean_run, tmp_path):
@@ -129,6 +150,10 @@ def test_the_command_prints_the_report_and_writes_metrics(tmp_path):
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     out = completed.stdout
     assert out.rstrip().endswith("RESUME VERIFIED")
+    assert "resume check 1: step-10 checkpoint reloaded" in out and "resume check 2: resumed from step 10" in out
+    compared = [line.split(":")[0].strip() for line in out.splitlines() if line.startswith("  ")
+                and line.rstrip().endswith((": True", ": False"))]
+    assert compared == ["steps and losses", *COMPARED] and ": False" not in out
     lines = out.splitlines()
     loss_rows = [line for line in lines if re.match(r"^\s*\d+\s+\d+\.\d{5}\s", line)]
     assert [int(row.split()[0]) for row in loss_rows] == list(range(1, 21))
