@@ -1,0 +1,69 @@
+"""Lesson 76's grader: the course's ring passes, the template fails, each mistake fails its check."""
+
+from pathlib import Path
+
+import pytest
+
+from practice_helpers import SOLUTIONS, grade, variant
+from lesson_code.practice.cli import main
+from lesson_code.practice.lessons import lesson
+from lesson_code.practice.templates import write_template
+
+LEARNER = SOLUTIONS / "collectives_learner.py"
+CHECK_KEYS = [check.key for check in lesson(76).checks]
+
+MISTAKES = {
+    "names": [("def ring_all_gather(", "def all_gather(")],
+    "all_reduce_sum": [("    flat = tensor.view(-1)\n", "    flat = tensor.clone().view(-1)\n"),
+                       ("    _all_gather(chunks, rank, size, group, timeout_s)\n    return tensor\n",
+                        "    _all_gather(chunks, rank, size, group, timeout_s)\n"
+                        "    return flat.view_as(tensor)\n")],
+    "all_reduce_avg": [("        own = own / size\n", "        own = own\n")],
+    "reduce_scatter": [("torch.tensor_split(tensor.reshape(-1), size)",
+                        "torch.chunk(tensor.reshape(-1), size)")],
+    "all_gather": [("chunks[(rank - step - 1) % size], group", "chunks[(rank - step + 1) % size], group")],
+    "bytes": [("def ring_all_reduce(tensor, op=\"sum\", *, group=None, timeout_s=DEFAULT_WAIT_S):\n",
+               "def ring_all_reduce(tensor, op=\"sum\", *, group=None, timeout_s=DEFAULT_WAIT_S):\n"
+               "    dist.all_reduce(tensor, group=group)\n"
+               "    return tensor.div_(dist.get_world_size(group)) if op == \"avg\" else tensor\n\n\n"
+               "def _ring_all_reduce(tensor, op=\"sum\", *, group=None, timeout_s=DEFAULT_WAIT_S):\n")],
+}
+EXPECTED_KIND = {"names": "missing", "all_reduce_sum": "not_in_place", "all_reduce_avg": "mismatch",
+                 "reduce_scatter": "raised", "all_gather": "crashed", "bytes": "bytes"}
+
+
+def test_every_check_has_a_mistake_that_it_catches() -> None:
+    assert sorted(MISTAKES) == sorted(CHECK_KEYS) == sorted(EXPECTED_KIND)
+
+
+def test_the_course_implementation_passes_every_check(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "course_filled.py"
+    path.write_text("from lesson_code.collectives.ring import (ring_all_gather, ring_all_reduce,\n"
+                    "                                          ring_reduce_scatter)\n")
+    assert main(["check", "76", str(path)]) == 0
+    report = capsys.readouterr().out
+    assert f"All {len(CHECK_KEYS)} checks passed." in report and "FAILED" not in report
+    assert "the course's" in report  # the timing line, printed once every check passed
+
+
+def test_a_learner_style_ring_passes_every_check() -> None:
+    results = grade(76, LEARNER)
+    assert {key: result.failure for key, result in results.items() if not result.passed} == {}
+
+
+def test_the_unfilled_template_fails_with_not_implemented(tmp_path: Path) -> None:
+    path = write_template(76, "en", tmp_path / "mine.py")
+    results = grade(76, path, keys=("names", "all_gather", "bytes"))
+    assert results["names"].passed
+    for key in ("all_gather", "bytes"):
+        failure = results[key].failure
+        assert failure.kind == "raised" and "NotImplementedError" in failure.fields["error"]
+        assert "mine.py" in failure.details
+
+
+@pytest.mark.parametrize("key", CHECK_KEYS)
+def test_a_mistake_fails_its_check(key: str, tmp_path: Path) -> None:
+    path = variant(LEARNER, MISTAKES[key], tmp_path)
+    failure = grade(76, path, keys=(key,))[key].failure
+    assert failure is not None, f"the check {key!r} passed a file with its mistake"
+    assert failure.kind == EXPECTED_KIND[key], failure
