@@ -1,9 +1,11 @@
 # The two commands of the README, each setting itself up from nothing on a machine with make and
 # Python 3.11, 3.12, 3.13 or 3.14:
-#   make book   creates .venv, installs the pinned dependencies, executes every notebook, builds _build/html
+#   make book   creates .venv, installs the pinned dependencies, builds _build/html; a notebook runs
+#               when its code differs from the run stored in it (see BOOK below)
 #   make test   the whole suite: unit, distributed (real gloo ranks), notebooks (nbval), book build, browser
 # and, separately, make selfcheck (each lesson's check on this machine's CPUs or GPUs), make bench
-# (figures, not tests) and make notebooks (re-execute, store outputs).
+# (figures, not tests), make notebooks (re-execute, store outputs and run times) and make lab
+# (JupyterLab on the notebooks, with the project's kernel and its widgets).
 #
 # Python: torch 2.13.0 ships wheels for 3.10 to 3.14, but the pinned numpy 2.4, pandas 3.1 and
 # matplotlib 3.11 need 3.11 or later, so PYTHON_VERSIONS (pyproject's requires-python, checked
@@ -20,13 +22,14 @@ endif
 VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
+LAB_READY := $(VENV)/.lab-ready
 # Extra pip arguments. For a CPU-only torch on a machine whose default index would pick a CUDA
 # build, add PyTorch's CPU-only wheel index: PIP_ARGS="--extra-index-url <that index>", with the
 # address that PyTorch's installation instructions (the Get Started page on pytorch.org, pip,
 # Compute Platform: CPU) give for pip.
 PIP_ARGS ?=
 
-.PHONY: book test selfcheck bench notebooks clean
+.PHONY: book test selfcheck bench notebooks lab clean
 
 $(READY): pyproject.toml requirements.lock
 	@test -n "$(PYTHON)" || { echo "make: found no python3.11, python3.1[234] or python3 on PATH:" \
@@ -41,13 +44,24 @@ $(READY): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet $(PIP_ARGS) -c requirements.lock -e '.[book,test]'
 	touch $(READY)
 
+# JupyterLab and its server: only for make lab and the JupyterLab browser test.
+$(LAB_READY): $(READY)
+	$(BIN)/python -m pip install --quiet $(PIP_ARGS) -c requirements.lock -e '.[book,test,lab]'
+	touch $(LAB_READY)
+
+# BOOK: execute_notebooks is "cache" (_config.yml): a notebook runs only when its code is not in
+# _build/.jupyter_cache. lesson_code.book_cache first puts there every notebook whose stored outputs
+# come from `make notebooks` on exactly its current code (notebooks/run-times.csv keeps the hash),
+# so a fresh clone builds without running the lessons and an edited lesson is run again. The HTML
+# and doctrees are rebuilt from scratch every time, so that -W sees the warnings of every page.
 book: $(READY)
-	rm -rf _build
+	rm -rf _build/html _build/.doctrees _build/jupyter_execute
+	$(BIN)/python -m lesson_code.book_cache
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	@echo
 	@echo "The book is in _build/html: open _build/html/index.html in a browser."
 
-test: $(READY)
+test: $(LAB_READY)
 	$(BIN)/python -m pytest
 
 selfcheck: $(READY)
@@ -56,10 +70,16 @@ selfcheck: $(READY)
 bench: $(READY)
 	$(BIN)/python -m lesson_code.bench all
 
+# Executes every notebook in place in its folder, and records in notebooks/run-times.csv how long
+# each took, on which machine, when, and the hash of the code it ran (the lesson pages quote the
+# time; make book reuses the outputs while the code keeps that hash).
 notebooks: $(READY)
-	for notebook in notebooks/*/*.ipynb; do \
-		(cd $$(dirname $$notebook) && ../../$(BIN)/jupyter execute --inplace $$(basename $$notebook)) || exit 1; \
-	done
+	$(BIN)/python -m lesson_code.run_times notebooks/*/*.ipynb
+
+# JupyterLab on the notebooks, with this environment's python3 kernel (lesson_code and
+# ipywidgets installed), on localhost only. Stop it with Ctrl+C.
+lab: $(LAB_READY)
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. notebooks
 
 clean:
 	rm -rf _build bench-results .pytest_cache

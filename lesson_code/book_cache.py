@@ -1,0 +1,65 @@
+"""Seed the book's execution cache from the notebooks' stored outputs (book infrastructure).
+
+    python -m lesson_code.book_cache            # run by `make book` before jupyter-book
+
+The book builds with execute_notebooks: cache (myst-nb with jupyter-cache in _build/.jupyter_cache):
+a notebook runs only when its code is not in the cache. On a fresh clone the cache is empty, but
+the notebooks hold the outputs of their last run by `make notebooks`, which recorded the hash of the
+code it ran in notebooks/run-times.csv (lesson_code.run_times). Every notebook whose code still has
+that hash and whose cells ran in order goes into the cache as it is; a notebook edited since
+then does not, so the build executes it. The book never shows outputs of code other than its own.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lesson_code import run_times
+
+CACHE = "_build/.jupyter_cache"
+
+
+def ran_in_order(path: Path) -> bool:
+    """True when the code cells' execution counts are 1, 2, 3, ... (one top-to-bottom run)."""
+    import nbformat
+
+    cells = nbformat.read(str(path), nbformat.NO_CONVERT).cells
+    counts = [cell.get("execution_count") for cell in cells if cell.cell_type == "code"]
+    return counts == list(range(1, len(counts) + 1))
+
+
+def seed(root: Path, cache_folder: Path) -> dict[str, str]:
+    """Cache every notebook whose stored outputs match its code; notebook -> what was done."""
+    from jupyter_cache import get_cache
+
+    cache = get_cache(str(cache_folder))
+    done = {}
+    for name, row in sorted(run_times.read(root / run_times.CSV).items()):
+        path = root / "notebooks" / name
+        if not path.is_file():
+            done[name] = "listed in the CSV but missing"
+        elif run_times.notebook_hash(path) != row["code_hash"]:
+            done[name] = "code changed since its stored run: the build executes it"
+        elif not ran_in_order(path):
+            done[name] = "stored outputs are not one run in order: the build executes it"
+        else:
+            cache.cache_notebook_file(str(path), uri=str(path), overwrite=True,
+                                      data={"execution_seconds": float(row["seconds"])})
+            done[name] = f"stored outputs reused ({row['seconds']} s on {row['machine']})"
+    return done
+
+
+def main() -> int:
+    """Seed the cache under the current folder (the repository root) and say what was done."""
+    root = Path.cwd()
+    done = seed(root, root / CACHE)
+    if not done:
+        print(f"book_cache: no {run_times.CSV} yet: the build executes every notebook")
+    for name, what in done.items():
+        print(f"book_cache: {name}: {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

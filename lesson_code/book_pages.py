@@ -1,0 +1,146 @@
+"""The book's two editions, for the Jupyter Book build: a Sphinx extension, not a lesson.
+
+_config.yml loads it (sphinx.extra_extensions), so `jupyter-book build .` runs it. For every page
+it decides the edition (Persian: book/fa/ and notebooks/fa/; English: book/en/ and notebooks/en/)
+and gives book/_templates/layout.html what the page needs:
+
+- `edition`: lang and dir of the page, the same page in the other edition (the language switch and
+  the <link rel="alternate" hreflang> tags), and on Persian pages the theme's strings in Persian
+  from book/_templates/theme.fa.po (the themes ship no Persian translation);
+- `run_lesson` on lesson pages: how to run the notebook, how long its last run took (from the
+  CSV that `make notebooks` writes, read by lesson_code.run_times) and where to download it;
+- `memory_calculator` on lesson 78: the page loads book/_static/memory-calculator.js.
+
+After the build it writes dir="rtl" into the <html> tag of Persian pages (the theme builds that tag
+itself, so no template can add an attribute to it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lesson_code import run_times
+
+CATALOG = "book/_templates/theme.fa.po"
+EDITIONS = ("fa", "en")
+FOLDERS = ("book", "notebooks")
+DIRECTION = {"fa": "rtl", "en": "ltr"}
+LANGUAGE_NAME = {"fa": "فارسی", "en": "English"}
+PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
+CALCULATOR_LESSON = "78-zero"
+
+
+def edition_of(docname: str) -> str | None:
+    """"fa" or "en" for a page of one edition (book/fa/intro, notebooks/en/78-zero), else None."""
+    parts = docname.split("/")
+    if len(parts) == 3 and parts[0] in FOLDERS and parts[1] in EDITIONS:
+        return parts[1]
+    return None
+
+
+def counterpart(docname: str) -> str | None:
+    """The same page in the other edition (notebooks/fa/X <-> notebooks/en/X), or None."""
+    edition = edition_of(docname)
+    if edition is None:
+        return None
+    folder, _, name = docname.split("/")
+    other = "en" if edition == "fa" else "fa"
+    return f"{folder}/{other}/{name}"
+
+
+def persian_digits(text: str) -> str:
+    """`text` with Western digits (and the decimal point) written as Persian ones."""
+    return str(text).translate(PERSIAN_DIGITS)
+
+
+def read_catalog(path: Path) -> dict[str, str]:
+    """English message -> Persian translation, from a gettext .po file (empty ones left out)."""
+    from babel.messages.pofile import read_po
+
+    if not path.is_file():
+        raise FileNotFoundError(f"the Persian catalog {path} is missing: restore it from git")
+    with path.open("rb") as handle:
+        catalog = read_po(handle)
+    return {m.id: m.string for m in catalog if m.id and isinstance(m.id, str) and m.string}
+
+
+def translator(messages: dict[str, str]):
+    """A gettext function for templates: the Persian string, else the English one unchanged."""
+
+    def gettext(message: str, *args, **kwargs) -> str:
+        text = messages.get(message, message)
+        return text % kwargs if kwargs else text
+
+    return gettext
+
+
+def run_box(docname: str, times: dict[str, dict], pathto) -> dict | None:
+    """What the "Run this lesson" box of a lesson page says, or None on other pages."""
+    folder, edition, name = docname.split("/") if edition_of(docname) else ("", "", "")
+    if folder != "notebooks":
+        return None
+    notebook = f"{edition}/{name}.ipynb"
+    measured = times.get(notebook)
+    box = {"folder": f"notebooks/{edition}", "file": f"{name}.ipynb",
+           "download": pathto(f"_sources/notebooks/{notebook}", 1), "measured": measured}
+    if measured and edition == "fa":
+        box["measured"] = {**measured, "seconds": persian_digits(measured["seconds"]),
+                           "date": persian_digits(measured["date"])}
+    return box
+
+
+def page_context(app, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """html-page-context: the edition, its switch, its strings and the lesson's run box."""
+    edition = edition_of(pagename)
+    other = counterpart(pagename)
+    if other is not None and other not in app.env.all_docs:
+        other = None
+    context["edition"] = {
+        "lang": edition or "en", "dir": DIRECTION[edition or "en"], "persian": edition == "fa",
+        "href": pagename.rsplit("/", 1)[-1] + ".html",
+        "other": other and {"lang": edition_of(other), "name": LANGUAGE_NAME[edition_of(other)],
+                            "href": context["pathto"](other)},
+    }
+    context["language"] = edition or "en"
+    messages = app.config.book_fa_messages
+    if edition == "fa":
+        gettext = translator(messages)
+        context.update(_=gettext, gettext=gettext, translate=gettext,
+                       ngettext=lambda one, many, n: gettext(one if n == 1 else many) % {"num": n},
+                       theme_search_bar_text=gettext("Search this book..."))
+    if pagename == "search":
+        context["edition_messages"] = json.dumps(messages, ensure_ascii=False)
+    context["run_lesson"] = run_box(pagename, app.config.book_run_times, context["pathto"])
+    context["memory_calculator"] = pagename.endswith("/" + CALCULATOR_LESSON)
+
+
+def mark_rtl(app, exception) -> None:
+    """build-finished: <html lang="fa"> becomes <html lang="fa" dir="rtl"> on Persian pages."""
+    if exception is not None or app.builder.format != "html":
+        return
+    for docname in sorted(app.env.found_docs):
+        page = Path(app.outdir) / f"{docname}.html"
+        if edition_of(docname) != "fa" or not page.is_file():
+            continue
+        html = page.read_text(encoding="utf-8")
+        if '<html lang="fa" dir="rtl"' not in html:
+            page.write_text(html.replace('<html lang="fa"', '<html lang="fa" dir="rtl"', 1),
+                            encoding="utf-8")
+
+
+def load_data(app, config) -> None:
+    """config-inited: read the Persian catalog and the notebooks' run times once per build."""
+    root = Path(app.srcdir)
+    config.book_fa_messages = read_catalog(root / CATALOG)
+    config.book_run_times = run_times.read(root / run_times.CSV)
+
+
+def setup(app) -> dict:
+    """Register the handlers; priority 900 runs after the themes have filled the context."""
+    app.add_config_value("book_fa_messages", {}, "html")
+    app.add_config_value("book_run_times", {}, "html")
+    app.connect("config-inited", load_data)
+    app.connect("html-page-context", page_context, priority=900)
+    app.connect("build-finished", mark_rtl)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,67 @@
+"""The book's editions (lesson_code.book_pages): page pairs, Persian digits, the theme's strings."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from lesson_code import book_pages
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = Path(pytest.importorskip("sphinx").__file__).parents[1]  # site-packages of the book extra
+THEMES = [SITE / "pydata_sphinx_theme" / "theme", SITE / "sphinx_book_theme" / "theme"]
+# Strings the themes pass to _(), translate() or translation() with a literal argument: in their
+# templates, and in sphinx-book-theme's Python for its buttons' tooltips.
+CALL = re.compile(r"""\b(?:_|translate|translation)\(\s*(['"])(.+?)\1\s*\)""")
+
+
+@pytest.mark.parametrize("docname, edition, other", [
+    ("notebooks/fa/78-zero", "fa", "notebooks/en/78-zero"),
+    ("notebooks/en/76-collectives", "en", "notebooks/fa/76-collectives"),
+    ("book/fa/glossary", "fa", "book/en/glossary"),
+    ("book/en/references", "en", "book/fa/references"),
+    ("book/index", None, None),
+    ("search", None, None),
+    ("notebooks/de/78-zero", None, None),
+])
+def test_each_page_has_its_edition_and_counterpart(docname, edition, other):
+    assert book_pages.edition_of(docname) == edition
+    assert book_pages.counterpart(docname) == other
+
+
+def test_persian_digits():
+    assert book_pages.persian_digits("4.19 s, 2026-12-03") == "۴٫۱۹ s, ۲۰۲۶-۱۲-۰۳"
+
+
+def test_every_theme_string_of_the_templates_has_a_persian_translation():
+    messages = book_pages.read_catalog(ROOT / book_pages.CATALOG)
+    sources = [page for theme in THEMES for page in theme.rglob("*.html")]
+    sources += list((SITE / "sphinx_book_theme").rglob("*.py"))
+    used = {match[1] for page in sources for match in CALL.findall(page.read_text(encoding="utf-8"))}
+    used.add("Contents")  # the table of contents' title, translate(theme_toc_title)
+    assert {"Search", "Download notebook file", "next", "previous"} <= used, "the scan found too little"
+    missing = sorted(used - set(messages))
+    assert not missing, f"add these strings to {book_pages.CATALOG}: {missing}"
+    assert all(re.search("[\u0600-\u06ff]", messages[m]) for m in used)
+
+
+def test_the_translator_formats_and_falls_back_to_english():
+    gettext = book_pages.translator({"Copyright %(copyright)s": "حق نشر %(copyright)s"})
+    assert gettext("Copyright %(copyright)s", copyright="2026") == "حق نشر 2026"
+    assert gettext("Untranslated") == "Untranslated"
+
+
+def test_a_missing_catalog_names_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="theme.fa.po"):
+        book_pages.read_catalog(tmp_path / "theme.fa.po")
+
+
+def test_the_run_box_of_a_persian_lesson_quotes_its_time_in_persian_digits():
+    times = {"fa/78-zero.ipynb": {"notebook": "fa/78-zero.ipynb", "seconds": "27",
+                                  "machine": "Linux x86_64, 2 CPUs", "date": "2026-12-03"}}
+    box = book_pages.run_box("notebooks/fa/78-zero", times, lambda target, resource: target)
+    assert box["download"] == "_sources/notebooks/fa/78-zero.ipynb"
+    assert box["folder"] == "notebooks/fa" and box["file"] == "78-zero.ipynb"
+    assert box["measured"]["seconds"] == "۲۷" and box["measured"]["date"] == "۲۰۲۶-۱۲-۰۳"
+    assert book_pages.run_box("notebooks/en/78-zero", times, lambda t, r: t)["measured"] is None
+    assert book_pages.run_box("book/fa/intro", times, lambda t, r: t) is None
