@@ -276,6 +276,16 @@ def bubble_fraction(events: list[tuple[int, int, str, float, float]], num_stages
     return 1 - busy / (num_stages * (end - start))
 
 
+def imbalance_floor(events: list[tuple[int, int, str, float, float]], num_stages: int) -> float:
+    """1 - mean/max of the stages' busy times: the least bubble these stages allow at any m.
+
+    A step lasts at least as long as its busiest stage is busy, so `bubble_fraction` can never
+    fall below this; the formula (P-1)/(m+P-1) assumes equal stages, where it is 0.
+    """
+    busy = [sum(e[4] - e[3] for e in events if e[0] == stage) for stage in range(num_stages)]
+    return 1 - sum(busy) / (num_stages * max(busy))
+
+
 def theoretical_bubble(num_stages: int, micro_batches: int) -> float:
     """(P - 1) / (m + P - 1): the idle fraction of GPipe and 1F1B with equal stage times."""
     return (num_stages - 1) / (micro_batches + num_stages - 1)

@@ -11,6 +11,7 @@ algorithm itself is `lesson_code.pipeline`.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -22,9 +23,14 @@ from lesson_code.collectives.ledger import CommLedger
 from lesson_code.devices import current_device
 from lesson_code.experiment import RunConfig, global_mean
 from lesson_code.timing import PhaseClock
-from lesson_code.models import as_layers, build_model, loss_function
-from lesson_code.pipeline import SCHEDULES, PipelineStage, bubble_fraction, partition_layers
+from lesson_code.models import GPTConfig, as_layers, build_model, loss_function
+from lesson_code.pipeline import (SCHEDULES, PipelineStage, bubble_fraction, imbalance_floor,
+                                  partition_layers)
 from lesson_code.validate import require_choice, require_positive_int
+
+
+# The lesson's wide MiniGPT: 6 blocks of width 256, enough compute per micro-batch to time.
+WIDE_GPT = GPTConfig(n_embd=256, n_layer=6, n_head=8, context=32)
 
 
 @dataclass(frozen=True)
@@ -132,27 +138,40 @@ def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
     return {"grads": layer_gradients(module, start), "loss": loss}
 
 
-def timed_steps(rank: int, world_size: int, run: PipeRun) -> dict:
-    """Events of the last of `run.steps` pipelined steps (the first ones warm up), and the bubble.
+def timed_steps(rank: int, world_size: int, run: PipeRun, warmup: int = 1) -> dict:
+    """Run `run.steps` pipelined steps; the bubble of each after the first `warmup`, and its median.
 
-    Collective: call on every rank. Every step starts on all ranks together (`PhaseClock`).
-    Events of all stages are gathered, so every rank returns the same measured bubble fraction.
+    Collective: call on every rank. Every step starts on all ranks together (`PhaseClock`), and
+    after each step (outside its timing) the events of all stages are gathered, so every rank
+    returns the same figures: "bubbles" (one per measured step), "bubble" (their median, which
+    one slow step cannot move), "floor" (the median `imbalance_floor`, the least bubble these
+    stages' unequal busy times allow), "events" (the last step's, for a Gantt chart) and the
+    median "step_seconds". With `run.steps <= warmup` the last step is measured anyway.
     """
     stage, _ = build_stage(run, run.communicator())
     x, y = run.batch(0)
-    steps = PhaseClock()
-    for _ in range(run.steps):
+    clock, measured = PhaseClock(), []
+    for index in range(run.steps):
         stage.layers.zero_grad()
-        steps.start()
+        clock.start()
         stats = stage.train_step(x, y, run.micro_batches, run.schedule)
-        steps.stop()
-    gathered: list = [None] * world_size
-    dist.all_gather_object(gathered, stats.events)
-    events = [event for stage_events in gathered for event in stage_events]
-    origin = min(event[3] for event in events)  # perf_counter is one clock for all local ranks
-    events = [(s, i, kind, begin - origin, end - origin) for s, i, kind, begin, end in events]
-    return {"events": events, "bubble": bubble_fraction(events, world_size),
-            "peak_stored": stats.peak_stored, "step_seconds": steps.samples["step"][-1]}
+        clock.stop()
+        gathered: list = [None] * world_size
+        dist.all_gather_object(gathered, stats.events)
+        if index >= warmup or index == run.steps - 1:
+            measured.append([event for stage_events in gathered for event in stage_events])
+    step_seconds = clock.samples["step"][-len(measured):]
+    bubbles = [bubble_fraction(events, world_size) for events in measured]
+    origin = min(event[3] for event in measured[-1])  # perf_counter: one clock for local ranks
+    events = [(s, i, kind, begin - origin, end - origin) for s, i, kind, begin, end in measured[-1]]
+    floor = statistics.median(imbalance_floor(events, world_size) for events in measured)
+    return {"events": events, "bubble": statistics.median(bubbles), "bubbles": bubbles,
+            "floor": floor, "peak_stored": stats.peak_stored, "step_seconds": statistics.median(step_seconds)}
+
+
+def timed_sweep(rank: int, world_size: int, runs: list[PipeRun], warmup: int = 1) -> list[dict]:
+    """`timed_steps` for each run in turn (one launch for a whole sweep of m). Collective."""
+    return [timed_steps(rank, world_size, run, warmup) for run in runs]
 
 
 def pipeline_steps(rank: int, world_size: int, runs: list[PipeRun]) -> list[dict]:

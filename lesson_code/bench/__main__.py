@@ -1,4 +1,4 @@
-"""Command line of the benchmarks: `python -m lesson_code.bench {collectives,all}`."""
+"""Command line of the benchmarks: `python -m lesson_code.bench {collectives,...,all}`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from lesson_code.bench import capstone as capstone_bench
 from lesson_code.bench import collectives as collectives_bench
 from lesson_code.bench import ddp as ddp_bench
 from lesson_code.bench import launch as launch_bench
+from lesson_code.bench import pipeline as pipeline_bench
 from lesson_code.bench import zero as zero_bench
 from lesson_code.cli_args import positive_int
 
 BENCHMARKS = {"collectives": collectives_bench.run, "ddp": ddp_bench.run, "zero": zero_bench.run,
+              "pipeline": pipeline_bench.run,
               "capstone": capstone_bench.run, "launch": launch_bench.run}
 
 

@@ -11,15 +11,37 @@ from matplotlib.figure import Figure
 
 from lesson_code.pipeline import theoretical_bubble
 from lesson_code.plots import start_figure
+from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"stage": "stage", "time": "time (ms)", "F": "forward", "B": "backward",
            "micro": "micro-batches m", "bubble": "bubble (idle fraction)",
-           "measured": "measured, P = {p}", "formula": "(P − 1)/(m + P − 1), P = {p}"},
+           "measured": "measured, P = {p}", "formula": "(P − 1)/(m + P − 1), P = {p}",
+           "floor": "imbalance floor, P = {p}"},
     "fa": {"stage": "مرحله", "time": "زمان (ms)", "F": "گذر رفت", "B": "گذر برگشت",
            "micro": "تعداد میکرودسته‌ها m", "bubble": "حباب (کسر زمان بیکاری)",
-           "measured": "اندازه‌گیری‌شده، P = {p}", "formula": "(P − 1)/(m + P − 1)، P = {p}"},
+           "measured": "اندازه‌گیری‌شده، P = {p}", "formula": "(P − 1)/(m + P − 1)، P = {p}",
+           "floor": "کف ناترازی، P = {p}"},
 }
+# Table labels of the Persian edition (the English labels are the keys).
+TABLE_WORDS = {"fa": {
+    "stage": "مرحله", "layers": "لایه‌ها", "parameters": "پارامترها", "order": "ترتیب",
+    "schedule": "زمان‌بندی", "max_grad_diff": "بیشینهٔ اختلاف گرادیان", "loss_diff": "اختلاف زیان",
+    "all_layers_once": "هر لایه یک بار", "replica": "رونوشت", "rank": "رتبه",
+    "measured": "اندازه‌گیری‌شده", "lowest": "کمترین", "highest": "بیشترین", "formula": "فرمول",
+    "imbalance_floor": "کف ناترازی", "step_s": "ثانیه در هر گام", "bubble": "حباب",
+    "max grad diff": "بیشینهٔ اختلاف گرادیان", "bubble, balanced": "حباب، متوازن",
+    "bubble, 5 + 3 layers": "حباب، ۵ + ۳ لایه", "micro-batches": "میکرودسته‌ها",
+    "stage 0 under GPipe": "مرحلهٔ ۰ زیر GPipe", "stage 0 under 1F1B": "مرحلهٔ ۰ زیر 1F1B",
+    "value": "مقدار",
+}}
+
+
+def table(frame, lang: str = "en"):
+    """A lesson-79 table with its labels in `lang` (`plots.tables.translate`)."""
+    return translate(frame, TABLE_WORDS, lang)
+
+
 COLOURS = {"F": "#8fbbd9", "B": "#1f77b4"}
 
 
@@ -44,10 +66,12 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en") -> Figure:
     return fig
 
 
-def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en") -> Figure:
+def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en",
+                  floors: dict[int, dict[int, float]] | None = None) -> Figure:
     """Measured bubble against m (points) beside (P - 1)/(m + P - 1) (lines), for each P.
 
-    `measured[P][m]` is the measured idle fraction with P stages and m micro-batches.
+    `measured[P][m]` is the measured idle fraction with P stages and m micro-batches;
+    `floors[P][m]`, when given, the measured imbalance floor (dotted).
     """
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.8))
     for stages, by_m in sorted(measured.items()):
@@ -56,6 +80,9 @@ def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en") -> Fi
                         label=labels["formula"].format(p=stages))
         ax.plot(ms, [by_m[m] for m in ms], "o", color=line.get_color(),
                 label=labels["measured"].format(p=stages))
+        if floors and stages in floors:
+            ax.plot(ms, [floors[stages][m] for m in ms], ":", color=line.get_color(),
+                    label=labels["floor"].format(p=stages))
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({m for by_m in measured.values() for m in by_m}))
     ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())

@@ -1,0 +1,93 @@
+"""Benchmark of lesson 79: the measured pipeline bubble against (P - 1)/(m + P - 1).
+
+    python -m lesson_code.bench pipeline [--out-dir bench-results]
+
+Runs 1F1B steps of the lesson's wide MiniGPT (`pipeline_lab.WIDE_GPT`) on P = 2 and P = 4
+stages with m = 1, 2, 4, 8, 16 micro-batches of a fixed size (8 sequences), so that every
+micro-batch costs the same compute whatever m is. Each setting runs `WARMUP + REPEATS` steps;
+the bubble is the median over the measured steps, with their minimum and maximum. The table is
+stored with the package (`lesson_code/measured_pipeline_bubble.csv`, with this machine and the
+date in its comment lines), where lesson 79 reads it; `--quick` stores nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from lesson_code import launch, pipeline_lab
+from lesson_code.pipeline import theoretical_bubble
+from lesson_code.pipeline_lab import WIDE_GPT, PipeRun
+
+STORED = Path(__file__).resolve().parents[1] / "measured_pipeline_bubble.csv"
+STAGES = (2, 4)
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+SEQUENCES_PER_MICRO_BATCH = 8
+WARMUP, REPEATS = 1, 7
+
+
+def sweep_runs(micro_batches: tuple[int, ...], repeats: int) -> list[PipeRun]:
+    """One 1F1B run per m, each micro-batch `SEQUENCES_PER_MICRO_BATCH` sequences."""
+    return [PipeRun(gpt=WIDE_GPT, batch_size=SEQUENCES_PER_MICRO_BATCH * m, micro_batches=m,
+                    schedule="1f1b", steps=WARMUP + repeats) for m in micro_batches]
+
+
+def measure(stages: tuple[int, ...] = STAGES, micro_batches: tuple[int, ...] = MICRO_BATCHES,
+            repeats: int = REPEATS) -> pd.DataFrame:
+    """One row per (P, m): median, min and max measured bubble, the formula, the floor, step time."""
+    rows = []
+    for p in stages:
+        runs = sweep_runs(micro_batches, repeats)
+        results = launch.spawn(pipeline_lab.timed_sweep, runs, WARMUP, world_size=p,
+                               timeout_s=3600)[0]
+        for run, result in zip(runs, results):
+            rows.append({"P": p, "m": run.micro_batches, "measured": result["bubble"],
+                         "lowest": min(result["bubbles"]), "highest": max(result["bubbles"]),
+                         "formula": theoretical_bubble(p, run.micro_batches),
+                         "imbalance_floor": result["floor"], "step_s": result["step_seconds"]})
+    return pd.DataFrame(rows)
+
+
+def machine_note(repeats: int) -> str:
+    """Where and when, for the comment lines of the stored table."""
+    return (f"pipeline bubble of 1F1B steps, median of {repeats} steps after {WARMUP} warm-up, "
+            f"{SEQUENCES_PER_MICRO_BATCH} sequences per micro-batch, measured "
+            f"{datetime.date.today().isoformat()} by python -m lesson_code.bench pipeline\n"
+            f"machine: {' '.join(filter(None, (platform.machine(), platform.processor())))}, "
+            f"{os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}, "
+            f"torch {torch.__version__}")
+
+
+def store(table: pd.DataFrame, note: str, path: Path | str = STORED) -> Path:
+    """Write `table` as CSV after `note` as comment lines."""
+    path = Path(path)
+    with open(path, "w", newline="") as handle:
+        handle.writelines(f"# {line}\n" for line in note.splitlines())
+        table.to_csv(handle, index=False)
+    return path
+
+
+def read_stored(path: Path | str = STORED) -> tuple[list[str], pd.DataFrame]:
+    """The stored table and its comment lines (what was measured, where and when)."""
+    lines = Path(path).read_text().splitlines()
+    note = [line.removeprefix("# ") for line in lines if line.startswith("#")]
+    return note, pd.read_csv(path, comment="#")
+
+
+def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
+    """Measure the sweep (P = 2 and 4 whatever `world_size`), print it, write pipeline.csv."""
+    repeats = 2 if quick else REPEATS
+    table = measure(micro_batches=(1, 4) if quick else MICRO_BATCHES, repeats=repeats)
+    if not quick:
+        print(f"stored in {store(table, machine_note(repeats))}")
+    path = Path(out_dir) / "pipeline.csv"
+    table.to_csv(path, index=False)
+    print(f"lesson 79 benchmark: 1F1B bubble, median of {repeats} steps")
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"table written to {path}")
+    return table
