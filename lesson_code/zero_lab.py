@@ -92,9 +92,10 @@ def train_single_process(run: ZeroRun) -> dict:
     return {"params": flat_parameters(model), "losses": losses}
 
 
-def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None):
-    """(model to call, optimizer) for `run.optimizer`; parameters equal rank 0's afterwards."""
-    comm = run.communicator(ledger)
+def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None, comm=None):
+    """(model to call, optimizer) for `run.optimizer`; parameters equal rank 0's afterwards.
+    `comm` (default: the run's communicator over `ledger`) carries our variants' traffic."""
+    comm = comm if comm is not None else run.communicator(ledger)
     kwargs = {"lr": run.lr, "weight_decay": run.weight_decay}
     if run.optimizer == "torch_zero":
         # Imported here: torch.distributed.optim imports TorchScript, which warns on import.
@@ -186,20 +187,28 @@ def load_mismatched_shard(rank: int, world_size: int) -> str:
 
 
 def time_steps(rank: int, world_size: int, run: ZeroRun, warmup: int = 2) -> dict:
-    """Median seconds of forward, backward and optimizer step (with its communication), and the
-    bytes this rank sent per step. Collective: call on every rank.
+    """Median seconds of forward, backward, optimizer step and communication, and the bytes
+    this rank sent per step. Collective: call on every rank.
 
-    For "ddp" the gradient all-reduce runs inside backward (overlapped, lesson 77); for the ZeRO
-    variants the reduce-scatter and all-gather run inside the optimizer step.
+    "comm" is the time the communicator's calls themselves took in a step. For "ddp" they run on
+    a background thread during backward (overlapped, lesson 77); for the ZeRO variants the
+    reduce-scatter and all-gather run inside the optimizer step, so its computation alone is
+    optimizer - comm. NaN for "torch_zero", whose gloo calls no ledger sees.
     """
     ledger = CommLedger()
-    model, optimizer = build_optimizer(run, run_model(run), rank, world_size, ledger)
+    comm = run.communicator(ledger, record_events=True)
+    model, optimizer = build_optimizer(run, run_model(run), rank, world_size, comm=comm)
     clock = PhaseClock()
     for step in range(warmup + run.steps):
         if step == warmup:
             clock.discard()
         ledger.clear()
+        comm.events.clear()  # (op, bytes, start, end) of this step's calls only
         timed_step(clock, optimizer, lambda: run_loss(run, model, step, rank, world_size))
+        stats = getattr(model, "stats", None)  # our DDP reads (and clears) its buckets' events
+        seconds = stats["comm_s"] if stats else sum(end - start for _, _, start, end in comm.events)
+        clock.samples.setdefault("comm", []).append(
+            float("nan") if run.optimizer == "torch_zero" else seconds)
     return {**clock.medians(), "bytes_sent": ledger.bytes_sent}
 
 

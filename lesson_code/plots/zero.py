@@ -10,18 +10,45 @@ from matplotlib.figure import Figure
 
 from lesson_code import memory
 from lesson_code.plots import label_ranks, start_figure
+from lesson_code.plots.ddp import localized as localized_with
 
 LABELS = {
     "en": {"ranks": "ranks N", "per_rank": "GB per rank", "saving": "saving vs DDP (%)",
-           "title": "Mixed-precision Adam, {p:g}B parameters", "measured": "measured",
+           "title": "Mixed-precision Adam, {p}B parameters", "measured": "measured",
            "formula": "formula 12 × shard", "bytes": "optimizer bytes per rank", "rank": "rank",
            "ddp": "DDP (every rank holds all)", "zero1": "ZeRO-1"},
     "fa": {"ranks": "تعداد رتبه‌ها N", "per_rank": "گیگابایت در هر رتبه",
-           "saving": "صرفه‌جویی نسبت به DDP (٪)", "title": "Adam با دقت ترکیبی، {p:g} میلیارد پارامتر",
-           "measured": "اندازه‌گیری‌شده", "formula": "فرمول 12 × شارد",
+           "saving": "صرفه‌جویی نسبت به DDP (٪)", "title": "Adam با دقت ترکیبی، {p} میلیارد پارامتر",
+           "measured": "اندازه‌گیری‌شده", "formula": "فرمول ۱۲ × شارد",
            "bytes": "بایت‌های بهینه‌ساز در هر رتبه", "rank": "رتبه",
            "ddp": "DDP (هر رتبه همه را دارد)", "zero1": "ZeRO-1"},
 }
+
+
+# The tables of lesson 78 in Persian: English label -> Persian term (book/fa/glossary.md).
+TABLE_LABELS = {
+    "params": "پارامترها", "grads": "گرادیان‌ها", "optimizer": "وضعیت بهینه‌ساز",
+    "parameters": "پارامترها", "gradients": "گرادیان‌ها", "total": "جمع", "rank": "رتبه",
+    "GB per rank under DDP": "گیگابایت در هر رتبه زیر DDP", "GB per rank": "گیگابایت در هر رتبه",
+    "stage": "مرحله", "saving": "صرفه‌جویی (٪)", "bytes_per_param": "بایت برای هر پارامتر",
+    "saving_percent": "صرفه‌جویی (٪)", "step": "گام", "ddp": "DDP", "zero": "ZeRO-1",
+    "naive_zero": "ZeRO ساده‌لوحانه", "torch_zero": "ZeroRedundancyOptimizer",
+    "all_reduce": "کاهش همگانی", "reduce_scatter": "کاهش و پخش", "all_gather": "گردآوری همگانی",
+    "ZeRO-1 on 4 ranks": "ZeRO-1 روی ۴ رتبه", "torch.optim.Adam, one process": "torch.optim.Adam، یک فرایند",
+    "DDP optimizer": "بهینه‌ساز DDP", "ZeRO-1 optimizer": "بهینه‌ساز ZeRO-1", "12 x shard": "۱۲ × شارد",
+    "max |parameter - torch.optim.Adam|": "بیشینهٔ |پارامتر − torch.optim.Adam|",
+    "forward": "گذر رفت", "backward": "گذر برگشت", "comm": "ارتباطات", "MB sent": "MB فرستاده",
+    "optimizer compute": "محاسبهٔ بهینه‌ساز", "MB sent per step": "MB فرستاده در هر گام",
+    "vs our ddp": "نسبت به DDP ما", "vs torch zero": "نسبت به ZeroRedundancyOptimizer",
+    "bytes per parameter": "بایت برای هر پارامتر", "bytes sent, measured": "بایت فرستاده، اندازه‌گیری‌شده",
+    "bytes sent, formula": "بایت فرستاده، فرمول", "memory per rank": "حافظه در هر رتبه",
+    "model, ranks": "مدل، رتبه‌ها", "none fits": "هیچ‌کدام جا نمی‌شود",
+}
+
+
+def localized(table, lang: str):
+    """`table` with its labels in edition `lang` (Persian terms from TABLE_LABELS for "fa")."""
+    return localized_with(table, lang, TABLE_LABELS)
 
 
 def stages_figure(params: float, world_sizes: list[int], lang: str = "en") -> Figure:
@@ -39,7 +66,10 @@ def stages_figure(params: float, world_sizes: list[int], lang: str = "en") -> Fi
         ax.set_ylabel(ylabel)
     left.set_yscale("log")
     right.legend(fontsize=8)
-    fig.suptitle(labels["title"].format(p=params / 1e9), fontsize=10)
+    billions = f"{params / 1e9:g}"
+    if lang == "fa":  # Persian digits and decimal separator in the Persian title
+        billions = billions.translate(str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫"))
+    fig.suptitle(labels["title"].format(p=billions), fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -2,7 +2,8 @@
 
 For every notebook in notebooks/fa and notebooks/en: the same file names; the same code cells
 (source and tags) in the same order; the same number of headings at each level; the same MyST
-labels and cross-reference targets; the same number of figures and images. `compare_notebooks`
+labels and cross-reference targets; the same number of figures and images; the same number of
+tables (DataFrame or other HTML tables among the outputs, and markdown tables in the prose). `compare_notebooks`
 returns the differences as sentences that name the file, the cell and what differs.
 
 Sphinx labels are global, so the two editions cannot both define `(ring-all-reduce)=`: labels
@@ -34,6 +35,8 @@ HASH_LINK = re.compile(r"\]\(#([^)\s]+)\)")
 FIGURE = re.compile(r"^\s*(?:`{3,}|:{3,})\{(?:figure|image)\}|!\[|<img\b", re.MULTILINE)
 CODE_DIRECTIVES = {"{code}", "{code-block}", "{code-cell}", "{sourcecode}"}
 IMAGE_MIME = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
+HTML_TABLE = re.compile(r"<table\b")
+MARKDOWN_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)+\|?\s*$")
 
 
 def _source(cell: dict) -> str:
@@ -82,7 +85,7 @@ def _without_edition(name: str, lang: str, cell: int, problems: list[str]) -> st
 
 def _summary(nb: dict, lang: str, problems: list[str]) -> dict:
     """What must match between editions, each item tagged with the cell it came from."""
-    code, headings, labels, refs, figures = [], Counter(), {}, {}, []
+    code, headings, labels, refs, figures, tables = [], Counter(), {}, {}, [], []
     where_headings: dict[int, list[int]] = {}
     for i, cell in enumerate(nb.get("cells", [])):
         text = _source(cell)
@@ -92,6 +95,9 @@ def _summary(nb: dict, lang: str, problems: list[str]) -> dict:
             for out in cell.get("outputs", []):
                 if any(m in out.get("data", {}) for m in IMAGE_MIME):
                     figures.append(i)
+                html = out.get("data", {}).get("text/html", "")
+                html = "".join(html) if isinstance(html, list) else html
+                tables += [i] * len(HTML_TABLE.findall(html))
         elif cell.get("cell_type") == "markdown":
             lines = _markdown_lines(text)
             for line in lines:
@@ -107,8 +113,9 @@ def _summary(nb: dict, lang: str, problems: list[str]) -> dict:
             for target in HASH_LINK.findall(prose):
                 refs[_without_edition(target, lang, i, problems)] = i
             figures += [i] * len(FIGURE.findall(prose))
+            tables += [i] * sum(1 for line in lines if MARKDOWN_TABLE_RULE.match(line))
     return dict(code=code, headings=headings, where_headings=where_headings, labels=labels,
-                refs=refs, figures=figures)
+                refs=refs, figures=figures, tables=tables)
 
 
 def _first_difference(a: str, b: str) -> str:
@@ -155,6 +162,9 @@ def compare_notebooks(fa: dict, en: dict, name: str = "notebook") -> list[str]:
     if len(a["figures"]) != len(b["figures"]):
         problems.append(f"figures and images: fa has {len(a['figures'])} (cells {a['figures']}), "
                         f"en has {len(b['figures'])} (cells {b['figures']})")
+    if len(a["tables"]) != len(b["tables"]):
+        problems.append(f"tables: fa has {len(a['tables'])} (cells {a['tables']}), "
+                        f"en has {len(b['tables'])} (cells {b['tables']})")
     return [f"{name}: {p}" for p in dict.fromkeys(problems)]  # each problem once, in order
 
 
@@ -209,6 +219,8 @@ def test_checker_accepts_editions_that_differ_only_in_prose(en: dict) -> None:
     ({2: ("markdown", "## Part\n\n```{figure} ring.svg\n:name: en-rings\n```")},
      "label 'ring' in fa (cell 2) is missing in en"),
     ({2: ("markdown", "## Part")}, "figures and images: fa has 1"),
+    ({2: ("markdown", "## Part\n\n```{figure} ring.svg\n:name: en-ring\n```\n\n"
+                      "| a | b |\n|---|---|\n| 1 | 2 |")}, "tables: fa has 0"),
     ({0: ("markdown", "(intro)=\n# Lesson\n\nSee {ref}`intro`.")}, "should start with 'en-'"),
 ])
 def test_checker_reports_drift(drift: dict, expected: str) -> None:
@@ -218,3 +230,13 @@ def test_checker_reports_drift(drift: dict, expected: str) -> None:
     problems = compare_notebooks(FA, _nb(*cells), "76-collectives.ipynb")
     assert any(expected in p for p in problems), problems
     assert all(p.startswith("76-collectives.ipynb: ") for p in problems)
+
+
+def test_checker_counts_table_outputs() -> None:
+    table_output = {"output_type": "execute_result", "metadata": {}, "execution_count": 1,
+                    "data": {"text/html": ["<div><table class=\"dataframe\">", "</table></div>"],
+                             "text/plain": ["   a\n0  1"]}}
+    en = json.loads(json.dumps(EN))
+    en["cells"][1]["outputs"] = [table_output]
+    problems = compare_notebooks(FA, en, "77-ddp.ipynb")
+    assert any("tables: fa has 0 (cells []), en has 1 (cells [1])" in p for p in problems), problems

@@ -1,0 +1,60 @@
+"""Benchmark tables stored with the package, with the machine and the date they were measured on.
+
+A lesson cannot run a long measurement while its page is built, so `python -m lesson_code.bench
+ddp` (or `zero`) stores its table here as CSV, headed by comment lines that say when, where and
+with which command it was measured; the lesson reads it back with `load`. Rerun the benchmark on
+your machine to replace it.
+
+    table, note = load("ddp")        # note["measured"], note["machine"], note["command"]
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+STORED = Path(__file__).resolve().parent
+NAMES = ("ddp", "zero")
+
+
+def path_of(name: str) -> Path:
+    """The stored CSV of benchmark `name`; raises ValueError for a benchmark that stores none."""
+    if name not in NAMES:
+        raise ValueError(f"no stored table for benchmark {name!r}: use one of {', '.join(NAMES)}")
+    return STORED / f"measured_{name}.csv"
+
+
+def machine() -> str:
+    """This machine in one line: architecture, cores, system, Python, torch, load average."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{' '.join(filter(None, (platform.machine(), platform.processor())))}, "
+            f"{os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}, "
+            f"torch {torch.__version__}, load average {load:.2f} at the start")
+
+
+def store(table: pd.DataFrame, name: str, description: str) -> Path:
+    """Write `table` (index included) to the stored CSV of `name`, headed by what, when, where."""
+    path = path_of(name)
+    note = {"description": description, "measured": datetime.date.today().isoformat(),
+            "command": f"python -m lesson_code.bench {name}", "machine": machine()}
+    header = "".join(f"# {key}: {value}\n" for key, value in note.items())
+    path.write_text(header + table.to_csv())
+    return path
+
+
+def load(name: str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """(the stored table of benchmark `name`, its note: description, measured, command, machine).
+
+    Raises FileNotFoundError naming the command that makes the table when none is stored.
+    """
+    path = path_of(name)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run python -m lesson_code.bench {name}")
+    lines = path.read_text().splitlines()
+    note = dict(line[2:].split(": ", 1) for line in lines if line.startswith("# "))
+    return pd.read_csv(path, comment="#", index_col=0), note
