@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from lesson_code.checkpoint.faults import CrashingDisk, flip_one_byte
-from lesson_code.checkpoint.files import DISK
+from lesson_code.checkpoint.files import DISK, Disk
 from lesson_code.checkpoint.zero import FLAT_KEYS, load_zero, save_zero
 from lesson_code.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
@@ -149,3 +149,66 @@ def dcp_after_a_flipped_byte(rank: int, world_size: int, root: str) -> dict:
         return {"rank": rank, "raised": type(error).__name__, "max_abs_change": None}
     change = (loaded[f"rank{rank}.master"] - saved).abs().max().item()
     return {"rank": rank, "raised": None, "max_abs_change": change}
+
+
+class TimedDisk(Disk):
+    """The real disk, noting when each file write, fsync and rename of a save began and ended.
+
+    `events` holds (kind, name, start, end) with kind "write" (a whole `write_atomically`:
+    temporary file, fsync, rename, fsync of the folder), "fsync", "rename", or "publish" (the
+    rename of the staging folder to its final `step-XXXXXXXX` name, the moment a checkpoint
+    exists), times from `devices.clock`, the name the file or folder ends up with.
+    """
+
+    def __init__(self):
+        self.events: list[tuple[str, str, float, float]] = []
+
+    def write_atomically(self, path: Path, payload: bytes) -> None:
+        start = clock()
+        super().write_atomically(path, payload)
+        self.events.append(("write", Path(path).name, start, clock()))
+
+    def fsync(self, handle: int) -> None:
+        start = clock()
+        super().fsync(handle)
+        self.events.append(("fsync", "", start, clock()))
+
+    def replace(self, source: Path, destination: Path) -> None:
+        start = clock()
+        super().replace(source, destination)
+        publish = Path(destination).is_dir() and Path(destination).name.startswith("step-")
+        self.events.append(("publish" if publish else "rename", Path(destination).name, start, clock()))
+
+
+def timed_save(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
+    """Train one step, then save it through a `TimedDisk`: every rank's file operations in time.
+
+    Collective: call on every rank. The ranks start the save together (a barrier); returns
+    this rank's events with times in seconds from that start, and the published folder.
+    """
+    model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
+    train_steps(run, model, optimizer, range(1))
+    disk = TimedDisk()
+    dist.barrier()
+    origin = clock()
+    folder = save_zero(root, model, optimizer, step=1, extra={"next_step": 1}, disk=disk)
+    events = [(kind, name, start - origin, end - origin) for kind, name, start, end in disk.events]
+    return {"rank": rank, "events": events, "folder": str(folder)}
+
+
+def shard_layout(manifest: dict) -> list[dict]:
+    """Each shard's rank, start, length and its own padding, from a checkpoint's manifest.
+
+    The manifest's layout gives every shard the run's total padding (the zeros ZeRO appends to
+    the flat vector so that it splits evenly); they all sit at the end of the last shard, so a
+    shard's own padding is how far it reaches past the `numel` real elements.
+    """
+    rows = []
+    for entry in manifest["files"]:
+        if entry["rank"] is None:
+            continue
+        layout = entry["layout"]
+        own = min(layout["length"], max(0, layout["start"] + layout["length"] - layout["numel"]))
+        rows.append({"rank": entry["rank"], "start": layout["start"], "length": layout["length"],
+                     "padding": own})
+    return rows

@@ -5,12 +5,18 @@
 Runs `python -m lesson_code.capstone` (our DDP broadcast + ZeRO-1 + sharded checkpoint) and
 `python -m lesson_code.capstone.torch_baseline` (DistributedDataParallel +
 ZeroRedundancyOptimizer + torch.distributed.checkpoint), each from process start to exit,
-alternately, and reports the median of the runs.
+alternately, and reports the median of the runs, and whether both printed the same loss per step
+(to the five decimals they print). The table is stored with the package
+(`lesson_code/measured_capstone.csv`, with this machine and the date in its comment lines), where
+lesson 81 reads it; `--quick` stores nothing.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
+import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -19,15 +25,21 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import torch
 
+STORED = Path(__file__).resolve().parents[1] / "measured_capstone.csv"
+LOSS_ROW = re.compile(r"^\s*(\d+)\s+(\d+\.\d{5})(\s|$)")
 COMMANDS = {
     "lesson_code.capstone (ours)": ["-m", "lesson_code.capstone"],
     "torch DDP + ZeroRedundancyOptimizer + DCP": ["-m", "lesson_code.capstone.torch_baseline"],
 }
 
 
-def time_command(arguments: list[str], out_dir: str, world_size: int) -> float:
-    """Seconds from starting the Python process to its exit; raises if it fails."""
+def time_command(arguments: list[str], out_dir: str, world_size: int) -> tuple[float, list[str]]:
+    """Seconds from starting the Python process to its exit, and the loss rows it printed.
+
+    Raises RuntimeError (with the command's stderr) if it fails.
+    """
     environment = dict(os.environ, TORCH_CPP_LOG_LEVEL="ERROR")
     start = time.perf_counter()
     completed = subprocess.run([sys.executable, *arguments, "--out-dir", out_dir,
@@ -36,20 +48,49 @@ def time_command(arguments: list[str], out_dir: str, world_size: int) -> float:
     elapsed = time.perf_counter() - start
     if completed.returncode != 0:
         raise RuntimeError(f"{arguments} failed:\n{completed.stderr[-2000:]}")
-    return elapsed
+    losses = [f"{int(m.group(1))} {m.group(2)}" for m in map(LOSS_ROW.match, completed.stdout.splitlines()) if m]
+    return elapsed, losses
+
+
+def machine_note(world_size: int, repeats: int) -> str:
+    """Where and when, for the comment lines of the stored table."""
+    return (f"the whole capstone command against its torch-only twin on {world_size} ranks, from "
+            f"process start to exit, median of {repeats} runs, measured "
+            f"{datetime.date.today().isoformat()} by python -m lesson_code.bench capstone\n"
+            f"machine: {' '.join(filter(None, (platform.machine(), platform.processor())))}, "
+            f"{os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}, "
+            f"torch {torch.__version__}")
+
+
+def read_stored(path: Path | str = STORED) -> tuple[list[str], pd.DataFrame]:
+    """The stored table (one row per command) and its comment lines."""
+    lines = Path(path).read_text().splitlines()
+    note = [line.removeprefix("# ") for line in lines if line.startswith("#")]
+    return note, pd.read_csv(path, comment="#", index_col=0)
 
 
 def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
     """Time both commands `repeats` times, alternately; print medians and write capstone.csv."""
     repeats = 1 if quick else 3
     seconds: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    losses: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for index in range(repeats):
             for name, arguments in COMMANDS.items():
-                seconds[name].append(time_command(arguments, f"{scratch}/{index}-{len(seconds[name])}",
-                                                  world_size))
+                elapsed, losses[name] = time_command(
+                    arguments, f"{scratch}/{index}-{len(seconds[name])}", world_size)
+                seconds[name].append(elapsed)
+    same = len(set(map(tuple, losses.values()))) == 1 and bool(next(iter(losses.values())))
     table = pd.DataFrame({"median_s": {n: statistics.median(v) for n, v in seconds.items()},
-                          "runs_s": {n: ", ".join(f"{s:.2f}" for s in v) for n, v in seconds.items()}})
+                          "runs_s": {n: " ".join(f"{s:.2f}" for s in v) for n, v in seconds.items()},
+                          "loss_rows": {n: len(v) for n, v in losses.items()},
+                          "same_losses": {n: same for n in COMMANDS}})
+    table.index.name = "command"
+    if not quick:
+        with open(STORED, "w", newline="") as handle:
+            handle.writelines(f"# {line}\n" for line in machine_note(world_size, repeats).splitlines())
+            table.to_csv(handle)
+        print(f"stored in {STORED}")
     path = Path(out_dir) / "capstone.csv"
     table.to_csv(path)
     print(f"lesson 81 benchmark: the whole 20-step command on {world_size} ranks, spawn to exit")

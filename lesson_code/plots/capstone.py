@@ -9,24 +9,61 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from lesson_code.plots import label_ranks, start_figure
+from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"step": "step", "loss": "loss", "rollback": "rollback", "rank": "rank",
            "bytes": "bytes per rank", "parameters": "parameters", "gradients": "gradients",
-           "optimizer": "optimizer state", "formula": "12P/N"},
+           "optimizer": "optimizer state", "formula": "12P/N", "diverged": "rejected step (loss {loss:.0f})"},
     "fa": {"step": "گام", "loss": "زیان", "rollback": "بازگشت به چکپوینت", "rank": "رتبه",
            "bytes": "بایت در هر رتبه", "parameters": "پارامترها", "gradients": "گرادیان‌ها",
-           "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N"},
+           "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N", "diverged": "گام ردشده (زیان {loss:.0f})"},
 }
+
+# Table labels of the Persian edition (the English labels are the keys).
+TABLE_WORDS = {"fa": {
+    "step": "گام", "loss": "زیان", "grad_norm": "نرم گرادیان", "param_norm": "نرم پارامترها",
+    "step_time_s": "زمان گام (ثانیه)", "rank": "رتبه", "parameters": "پارامترها",
+    "gradients": "گرادیان‌ها", "optimizer": "وضعیت بهینه‌ساز", "holds": "برقرار است",
+    "event": "رویداد", "reason": "دلیل", "to_step": "بازگشت به گام", "at_step": "گام ردشده",
+    "(a) loss falls at every step": "(الف) زیان در هر گام کم می‌شود",
+    "(b) same parameter norm on every rank, every step": "(ب) نرم پارامترها در همهٔ رتبه‌ها و همهٔ گام‌ها یکسان است",
+    "(c) optimizer bytes = 12P/N on every rank": "(پ) بایت‌های بهینه‌ساز در هر رتبه = 12P/N",
+    "(d) step-10 checkpoint restores byte for byte": "(ت) چکپوینت گام ۱۰ بایت‌به‌بایت بازمی‌گردد",
+    "command": "فرمان", "median_s": "میانهٔ ثانیه‌ها", "runs_s": "ثانیه‌های هر اجرا",
+    "loss_rows": "سطرهای زیان", "same_losses": "زیان‌های یکسان", "value": "مقدار",
+    "2 ranks, half the heads each": "۲ رتبه، هر کدام نیمی از سرها",
+    "1 rank, all heads": "۱ رتبه، همهٔ سرها",
+    "final loss, never stopped": "زیان پایانی، بی‌وقفه",
+    "final loss, resumed at 10": "زیان پایانی، ازسرگیری در گام ۱۰",
+}}
+
+
+def table(frame, lang: str = "en"):
+    """A lesson-81 table with its labels in `lang` (`plots.tables.translate`)."""
+    return translate(frame, TABLE_WORDS, lang)
 
 
 def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
-    """Loss per step from metrics rows (step records and guard events), rollbacks marked."""
-    steps = [r for r in rows if "step" in r]
+    """Loss per step from metrics rows (step records and guard events), rollbacks marked.
+
+    A rollback event that names the step it rejected (`at_step`) is drawn there with its loss,
+    joined to the last accepted step before it; the loss axis is then logarithmic, so a spike a
+    hundred times the loss stays on the figure beside the curve it interrupted.
+    """
+    steps = [r for r in rows if "step" in r and "event" not in r]
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
     ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], marker="o", markersize=3)
     for event in (r for r in rows if r.get("event") == "rollback"):
         ax.axvline(event["to_step"], color="#d62728", linestyle=":", label=labels["rollback"])
+        if "at_step" in event:
+            before = [r for r in steps if r["step"] == event["at_step"] - 1]
+            xs = [event["at_step"] - 1, event["at_step"]] if before else [event["at_step"]]
+            ys = [before[-1]["loss"], event["loss"]] if before else [event["loss"]]
+            ax.plot(xs, ys, linestyle="--", color="#d62728", linewidth=1)
+            ax.plot(event["at_step"], event["loss"], "x", color="#d62728", markersize=9,
+                    label=labels["diverged"].format(loss=event["loss"]))
+            ax.set_yscale("log")
     ax.set_xlabel(labels["step"])
     ax.set_ylabel(labels["loss"])
     if any(r.get("event") for r in rows):
@@ -36,15 +73,20 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
 
 
 def memory_profile_figure(results: list[dict], lang: str = "en") -> Figure:
-    """Stacked bars per rank (parameters, gradients, optimizer) and the line 12P/N (+ padding)."""
+    """Stacked bars per rank (optimizer state at the bottom, then gradients and parameters) and
+    the line 12P/N (+ padding), which meets the top of the optimizer segment when ZeRO-1 holds."""
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
     ranks = [r["rank"] for r in results]
     bottoms = [0] * len(results)
-    for part, colour in (("parameters", "#8fbbd9"), ("gradients", "#c7c7c7"), ("optimizer", "#1f77b4")):
+    for part, colour in (("optimizer", "#1f77b4"), ("gradients", "#c7c7c7"), ("parameters", "#8fbbd9")):
         heights = [r["memory"][part] for r in results]
         ax.bar(ranks, heights, bottom=bottoms, color=colour, label=labels[part])
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     numel, padding = results[0]["numel"], results[0]["padding"]
     ax.axhline(12 * (numel + padding) / len(results), color="#d62728", linestyle="--",
                label=labels["formula"])
-    return label_ranks(fig, ax, ranks, labels, labels["bytes"])
+    ax.set_ylim(0, 1.35 * max(bottoms))  # room above the bars for the legend
+    label_ranks(fig, ax, ranks, labels, labels["bytes"])
+    ax.legend(fontsize=8, loc="upper center", ncol=4)
+    fig.tight_layout()
+    return fig

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 
 from lesson_code.collectives import choose  # noqa: E402
 from lesson_code.collectives.cost_model import AlphaBeta  # noqa: E402
-from lesson_code.plots import capstone, collectives, ddp, pipeline, zero  # noqa: E402
+from lesson_code.plots import capstone, checkpoint, collectives, ddp, pipeline, zero  # noqa: E402
 
 ROWS76 = [{"op": op, "nbytes": n, "seconds": 1e-4 + n * 1e-9, "repeats": 1}
           for op in ("ring all_reduce", "gloo all_reduce", "naive all_reduce")
@@ -27,6 +27,12 @@ EVENTS = [(stage, micro, kind, start, start + 0.001)  # (stage, micro-batch, F/B
           for stage in range(2) for micro in range(2) for kind in "FB"
           for start in [0.001 * (stage + micro + (2 if kind == "B" else 0))]]
 MEMORY = [{"rank": r, "parameters": 100, "gradients": 100, "optimizer": 300} for r in range(2)]
+SAVES = [{"rank": r, "events": [("write", "shard", 0.001 * r, 0.002 + 0.001 * r),
+                                 ("fsync", "", 0.0015 + 0.001 * r, 0.002 + 0.001 * r),
+                                 ("rename", "shard", 0.002 + 0.001 * r, 0.002 + 0.001 * r)]
+          + ([("publish", "step-00000001", 0.006, 0.006)] if r == 0 else [])} for r in range(2)]
+LAYOUTS = [[{"rank": r, "start": 4 * r, "length": 4, "padding": 2 if r == 1 else 0} for r in range(2)],
+           [{"rank": r, "start": 2 * r, "length": 2, "padding": 0} for r in range(3)]]
 CAPSTONE = [{"rank": r, "memory": {"parameters": 100, "gradients": 100, "optimizer": 300},
              "numel": 50, "padding": 0} for r in range(2)]
 FIGURES = {
@@ -43,10 +49,16 @@ FIGURES = {
     "stages": lambda lang: zero.stages_figure(7.5e9, [2, 4, 8], lang=lang),
     "zero memory": lambda lang: zero.measured_memory_figure(MEMORY, MEMORY, 25, lang=lang),
     "gantt": lambda lang: pipeline.gantt_figure({"GPipe": EVENTS, "1F1B": EVENTS}, lang=lang),
-    "bubble": lambda lang: pipeline.bubble_figure({2: {1: 0.5, 4: 0.2}}, lang=lang),
+    "bubble": lambda lang: pipeline.bubble_figure({2: {1: 0.5, 4: 0.2}}, lang=lang,
+                                                  floors={2: {1: 0.05, 4: 0.02}}),
+    "save timeline": lambda lang: checkpoint.save_timeline_figure(SAVES, lang=lang),
+    "reshard layout": lambda lang: checkpoint.reshard_layout_figure(LAYOUTS, 6, lang=lang),
     "loss": lambda lang: capstone.loss_curve_figure(
         [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0},
          {"event": "rollback", "to_step": 1}], lang=lang),
+    "loss with a rejected step": lambda lang: capstone.loss_curve_figure(
+        [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0}, {"step": 2, "loss": 3.0},
+         {"event": "rollback", "to_step": 1, "at_step": 3, "loss": 129.0}], lang=lang),
     "capstone memory": lambda lang: capstone.memory_profile_figure(CAPSTONE, lang=lang),
 }
 

@@ -1,0 +1,109 @@
+"""Figures of lesson 80: each rank's save in time, and the shards' layout before and after
+resharding. Drawn from real runs: `checkpoint_lab.timed_save` (the file operations of every rank,
+through a timing disk) and `checkpoint_lab.shard_layout` (read from a manifest).
+
+    save_timeline_figure(launch.spawn(checkpoint_lab.timed_save, run, root, world_size=4), lang="fa")
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from lesson_code.plots import start_figure
+from lesson_code.plots.tables import translate
+
+LABELS = {
+    "en": {"rank": "rank", "time": "time from the start of the save (ms)", "write": "file written",
+           "fsync": "fsync", "rename": "rename", "publish": "folder renamed: published",
+           "elements": "element of the flat parameter vector", "ranks": "{n} ranks",
+           "padding": "+{n} padding"},
+    "fa": {"rank": "رتبه", "time": "زمان از آغاز ذخیره (ms)", "write": "نوشتن فایل",
+           "fsync": "fsync", "rename": "تغییر نام", "publish": "تغییر نام پوشه: انتشار",
+           "elements": "عنصرِ بردار تخت پارامترها", "ranks": "{n} رتبه",
+           "padding": "{n} عنصر پدینگ"},
+}
+COLOURS = {"write": "#c6dbef", "fsync": "#2171b5", "rename": "black", "publish": "#d62728"}
+PERSIAN_DIGITS = str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹")
+
+# Table labels of the Persian edition (the English labels are the keys).
+TABLE_WORDS = {"fa": {
+    "file": "فایل", "rank": "رتبه", "all": "همه", "tensors": "تنسورها", "bytes": "بایت",
+    "start": "آغاز", "length": "طول", "padding": "پدینگ", "step": "گام",
+    "never stopped": "بی‌وقفه", "resumed at 10": "ازسرگیری در گام ۱۰", "error": "خطا",
+    "no manifest": "بدون مانیفست", "missing shard": "شارد گم‌شده", "truncated shard": "شارد بریده",
+    "manifest edited": "مانیفست ویرایش‌شده", "another world size": "اندازهٔ جهان دیگر",
+    "max_diff_after_10_more_steps": "بیشینهٔ اختلاف پس از ۱۰ گام دیگر", "format": "قالب",
+    "count": "شمار", "sum": "جمع", "seconds": "ثانیه", "raised": "خطای برخاسته",
+    "max_abs_change": "بیشینهٔ تغییر مطلق", "ours": "قالب ما", "dcp": "DCP",
+}}
+
+
+def table(frame, lang: str = "en"):
+    """A lesson-80 table with its labels in `lang` (`plots.tables.translate`)."""
+    return translate(frame, TABLE_WORDS, lang)
+
+
+def _number(value: int, lang: str) -> str:
+    return str(value).translate(PERSIAN_DIGITS) if lang == "fa" else str(value)
+
+
+def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
+    """A row per rank: each file's write (light), its fsyncs (dark), renames (ticks), and the
+    rename that publishes the folder (red line over every row), in milliseconds.
+
+    `results` are every rank's `checkpoint_lab.timed_save` results.
+    """
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(8, 1.2 + 0.55 * len(results)))
+    seen = set()
+    for result in results:
+        rank = result["rank"]
+        for kind, _, start, end in sorted(result["events"], key=lambda e: e[0] != "write"):
+            label = labels[kind] if kind not in seen else None
+            seen.add(kind)
+            if kind in ("write", "fsync"):
+                ax.barh(rank, 1e3 * (end - start), left=1e3 * start, color=COLOURS[kind],
+                        height=0.6 if kind == "write" else 0.3, label=label)
+            elif kind == "rename":
+                ax.plot([1e3 * end] * 2, [rank - 0.32, rank + 0.32], color=COLOURS[kind],
+                        linewidth=1, label=label)
+            else:
+                ax.axvline(1e3 * end, color=COLOURS[kind], linestyle="--", label=label)
+    ranks = [r["rank"] for r in results]
+    ax.set_yticks(ranks, [f"{labels['rank']} {_number(r, lang)}" for r in ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel(labels["time"])
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4)
+    fig.tight_layout()
+    return fig
+
+
+def reshard_layout_figure(layouts: list[list[dict]], numel: int, lang: str = "en") -> Figure:
+    """One row per world size: each shard's elements [start, start + length) coloured by rank,
+    with the padding past the `numel` real elements hatched.
+
+    `layouts` holds, for each checkpoint, its `checkpoint_lab.shard_layout` rows.
+    """
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(8, 0.9 + 0.8 * len(layouts)))
+    colours = plt.get_cmap("tab10").colors
+    for row, shards in enumerate(layouts):
+        for shard in shards:
+            real = shard["length"] - shard["padding"]
+            ax.barh(row, real, left=shard["start"], color=colours[shard["rank"] % 10],
+                    edgecolor="white", height=0.6)
+            ax.text(shard["start"] + real / 2, row, f"{labels['rank']} {_number(shard['rank'], lang)}",
+                    ha="center", va="center", fontsize=8, color="white")
+            if shard["padding"]:  # a few elements: hatched, and named beside the bar
+                ax.barh(row, shard["padding"], left=shard["start"] + real, color="white",
+                        edgecolor="grey", hatch="///", height=0.6)
+                ax.annotate(labels["padding"].format(n=_number(shard["padding"], lang)),
+                            (shard["start"] + shard["length"], row), xytext=(4, 0),
+                            textcoords="offset points", va="center", fontsize=8)
+    ax.set_yticks(range(len(layouts)),
+                  [labels["ranks"].format(n=_number(len(shards), lang)) for shards in layouts])
+    ax.invert_yaxis()
+    ax.axvline(numel, color="black", linewidth=0.8)
+    ax.set_xlabel(labels["elements"])
+    ax.set_xlim(0, numel * 1.18)  # room for the padding's label
+    fig.tight_layout()
+    return fig
