@@ -56,6 +56,27 @@ FAILURES = {
         "value": "{case}: {what} is {got}, expected {expected}",
         "accepted": "{case}: the load accepted a {damage} checkpoint instead of raising",
         "lost": "{case}: after the crash, {what}",
+        # lesson 80: sharded checkpoints
+        "no_manifest": "{case}: {file} is missing or unreadable ({error})",
+        "no_entry": "{case}: manifest.json lists no file with \"rank\": {rank}",
+        "unlisted": "{case}: {file} is in the checkpoint folder but not in manifest.json's files",
+        "checksum": "{case}: manifest.json records {field} {got} for {file}, but the file has "
+                    "{expected}",
+        "accepted_flipped": "{case}: rank {rank} loaded {file} with one byte flipped instead of "
+                            "raising",
+        "accepted_truncated": "{case}: rank {rank} loaded {file} cut to half its bytes instead of "
+                              "raising",
+        "accepted_world_size": "{case}: rank {rank} loaded a checkpoint of {saved} ranks as one of "
+                               "{world_size} ranks instead of raising",
+        "lost_previous": "{case}: after the killed saves, rank {rank} cannot load {folder}: {error}",
+        "published_half": "{case}: {folder} exists although its save was killed before it finished",
+        "no_crash": "{case}: the save finished, but every rank was to be killed inside torch.save: "
+                    "write each file's tensors with torch.save",
+        # lesson 81: the capstone's resume
+        "resumed": "{case}: the run resumed from step {step}'s checkpoint differs from the run "
+                   "that never stopped in {what}",
+        "no_checkpoint": "{case}: run_rank returned no checkpoint of step {step} in "
+                         "result[\"checkpoints\"]",
     },
     "fa": {
         "missing": "فایل شما {name} را ندارد",
@@ -71,6 +92,28 @@ FAILURES = {
         "value": "{case}: {what} برابر {got} است، نه {expected}",
         "accepted": "{case}: بارگذاری به‌جای خطا، نقطهٔ وارسی {damage} را پذیرفت",
         "lost": "{case}: پس از خرابی، {what}",
+        # درس ۸۰: چکپوینت شاردشده
+        "no_manifest": "{case}: {file} وجود ندارد یا خواندنی نیست ({error})",
+        "no_entry": "{case}: manifest.json هیچ فایلی با \"rank\": {rank} را فهرست نمی‌کند",
+        "unlisted": "{case}: {file} در پوشهٔ چکپوینت هست ولی در فهرست فایل‌های manifest.json نیست",
+        "checksum": "{case}: manifest.json برای {file} مقدار {field} را {got} ثبت کرده، ولی "
+                    "مقدار خود فایل {expected} است",
+        "accepted_flipped": "{case}: رتبهٔ {rank} فایل {file} را با یک بایت وارونه بارگذاری کرد، "
+                            "به‌جای آنکه خطا بدهد",
+        "accepted_truncated": "{case}: رتبهٔ {rank} فایل {file} را که به نیمه کوتاه شده بود "
+                              "بارگذاری کرد، به‌جای آنکه خطا بدهد",
+        "accepted_world_size": "{case}: رتبهٔ {rank} چکپوینتِ {saved} رتبه را در گروهی از "
+                               "{world_size} رتبه بارگذاری کرد، به‌جای آنکه خطا بدهد",
+        "lost_previous": "{case}: پس از ذخیره‌های کشته‌شده، رتبهٔ {rank} نمی‌تواند {folder} را "
+                         "بارگذاری کند: {error}",
+        "published_half": "{case}: {folder} وجود دارد، هرچند ذخیره‌اش پیش از پایان کشته شد",
+        "no_crash": "{case}: ذخیره تمام شد، ولی قرار بود هر رتبه درون torch.save کشته شود: "
+                    "تنسورهای هر فایل را با torch.save بنویسید",
+        # درس ۸۱: ادامهٔ آموزش در پروژهٔ پایانی
+        "resumed": "{case}: اجرای ادامه‌یافته از چکپوینت گام {step} در {what} با اجرای بی‌وقفه "
+                   "فرق دارد",
+        "no_checkpoint": "{case}: run_rank در result[\"checkpoints\"] هیچ چکپوینتی از گام {step} "
+                         "برنگرداند",
     },
 }
 
