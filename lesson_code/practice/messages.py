@@ -56,6 +56,7 @@ FAILURES = {
         "value": "{case}: {what} is {got}, expected {expected}",
         "accepted": "{case}: the load accepted a {damage} checkpoint instead of raising",
         "lost": "{case}: after the crash, {what}",
+        "not_raised": "{case}: returned {got} instead of raising {expected}",
         # lesson 80: sharded checkpoints
         "no_manifest": "{case}: {file} is missing or unreadable ({error})",
         "no_entry": "{case}: manifest.json lists no file with \"rank\": {rank}",
@@ -92,6 +93,7 @@ FAILURES = {
         "value": "{case}: {what} برابر {got} است، نه {expected}",
         "accepted": "{case}: بارگذاری به‌جای خطا، نقطهٔ وارسی {damage} را پذیرفت",
         "lost": "{case}: پس از خرابی، {what}",
+        "not_raised": "{case}: به‌جای خطای {expected}، مقدار {got} را برگرداند",
         # درس ۸۰: چکپوینت شاردشده
         "no_manifest": "{case}: {file} وجود ندارد یا خواندنی نیست ({error})",
         "no_entry": "{case}: manifest.json هیچ فایلی با \"rank\": {rank} را فهرست نمی‌کند",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.book
 
@@ -183,5 +185,141 @@ def test_english_lesson_is_ltr_and_offline(browser, site: str) -> None:
         assert_offline_and_complete(v)
         assert computed(v.page, "article.bd-article", "direction") == "ltr"
         assert_mathjax_rendered(v)
+    finally:
+        v.page.context.close()
+
+
+# --- The two editions: language, chrome, navigation, switch, calculator, search --------------
+
+def toc_pages() -> list[str]:
+    """The root page and every chapter of _toc.yml's parts (the book has no deeper sections)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    return [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+
+
+EDITION_PAGES = ["book/fa/intro", "book/en/intro", "notebooks/fa/78-zero", "notebooks/en/78-zero",
+                 "book/fa/glossary", "book/en/glossary"]
+
+
+def open_page(browser, url: str) -> Visit:
+    """Open `url` offline like visit(), without waiting for MathJax (pages without formulas)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    result = Visit(page)
+
+    def route(r) -> None:
+        if urlparse(r.request.url).hostname in LOCAL_HOSTS:
+            r.continue_()
+        else:
+            result.blocked.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.on("response", lambda r: result.failed.append(f"{r.status} {r.url}")
+            if r.status >= 400 and urlparse(r.url).hostname in LOCAL_HOSTS else None)
+    page.goto(url, wait_until="networkidle")
+    page.evaluate("() => document.fonts.ready.then(() => true)")
+    return result
+
+
+def shoot(v: Visit, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    v.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+
+
+@pytest.mark.parametrize("page", toc_pages() + ["search"])
+def test_no_page_reaches_another_host(browser, site: str, page: str) -> None:
+    v = open_page(browser, f"{site}/{page}.html")
+    try:
+        assert_offline_and_complete(v)
+    finally:
+        v.page.context.close()
+
+
+@pytest.mark.parametrize("page", EDITION_PAGES)
+def test_edition_language_direction_and_chrome(browser, site: str, page: str) -> None:
+    v = open_page(browser, f"{site}/{page}.html")
+    try:
+        shoot(v, "edition-" + page.replace("/", "-"))
+        persian = "/fa/" in page
+        html = v.page.evaluate("() => [document.documentElement.lang, document.documentElement.dir]")
+        assert html == (["fa", "rtl"] if persian else ["en", ""]), f"<html> of {page}: {html}"
+        placeholder = v.page.get_attribute("form.bd-search input[name=q]", "placeholder")
+        contents = v.page.locator(".bd-sidebar-secondary .onthispage")
+        toc_title = contents.first.inner_text() if contents.count() else None  # none on glossaries
+        if persian:
+            assert placeholder == "جستجو در این کتاب…"
+            assert toc_title in (None, "فهرست مطالب") or "فهرست مطالب" in toc_title
+            assert computed(v.page, ".prev-next-area", "direction") == "rtl"
+            if toc_title:
+                assert computed(v.page, ".bd-sidebar-secondary", "direction") == "rtl"
+        else:
+            assert placeholder.startswith("Search")
+            assert toc_title is None or "Contents" in toc_title
+        # Every Persian entry of the site navigation reads right-to-left, English ones left-to-right.
+        entries = v.page.evaluate("""() => [...document.querySelectorAll(".bd-sidebar-primary nav li")]
+            .map(li => [li.querySelector("a").pathname, getComputedStyle(li).direction])""")
+        persian_entries = [d for path, d in entries if re.search("/(book|notebooks)/fa/", path)]
+        english_entries = [d for path, d in entries if re.search("/(book|notebooks)/en/", path)]
+        assert persian_entries and set(persian_entries) == {"rtl"}, entries
+        assert english_entries and set(english_entries) == {"ltr"}, entries
+    finally:
+        v.page.context.close()
+
+
+@pytest.mark.parametrize("page", ["notebooks/fa/78-zero", "book/en/glossary", "book/fa/references"])
+def test_the_switch_lands_on_the_same_page_in_the_other_edition(browser, site: str, page: str):
+    v = open_page(browser, f"{site}/{page}.html")
+    try:
+        link = v.page.locator("nav.edition-switch a[hreflang]")
+        other = "en" if "/fa/" in page else "fa"
+        assert link.get_attribute("hreflang") == other and link.is_visible()
+        link.click()
+        v.page.wait_for_load_state("networkidle")
+        assert v.page.url.endswith(page.replace(f"/{'fa' if other == 'en' else 'en'}/",
+                                                f"/{other}/") + ".html"), v.page.url
+        assert v.page.evaluate("document.documentElement.lang") == other
+    finally:
+        v.page.context.close()
+
+
+@pytest.mark.parametrize("edition, figures", [("en", ["5.5Ψ", "4.19Ψ"]), ("fa", ["۵٫۵Ψ", "۴٫۱۹Ψ"])])
+def test_the_memory_calculator_works_offline(browser, site: str, edition: str, figures: list):
+    v = open_page(browser, f"{site}/notebooks/{edition}/78-zero.html")
+    try:
+        assert_offline_and_complete(v)
+        calculator = v.page.locator("div.memory-calculator")
+        assert calculator.count() == 1 and calculator.get_attribute("lang") == edition
+        zero1 = calculator.locator("tr[data-stage='ZeRO-1'] td.per-param")
+        for world_size, figure in zip(["8", "64"], figures, strict=True):
+            calculator.locator("input[name=world_size]").fill(world_size)
+            assert zero1.inner_text() == figure
+        calculator.scroll_into_view_if_needed()
+        shoot(v, f"calculator-{edition}")
+    finally:
+        v.page.context.close()
+
+
+@pytest.mark.parametrize("edition, word", [("fa", "حافظه"), ("en", "memory")])
+def test_search_finds_the_word_in_the_edition_it_was_asked_from(browser, site, edition, word):
+    v = open_page(browser, f"{site}/notebooks/{edition}/78-zero.html")
+    try:
+        v.page.evaluate("""(word) => { const form = document.querySelector("form.bd-search");
+            form.querySelector("input[name=q]").value = word; form.submit(); }""", word)
+        v.page.wait_for_url("**/search.html?**")
+        v.page.wait_for_function("""() => { const s = document.querySelector("#search-results p");
+            return s && s.textContent && !/^(Searching|در حال جستجو)/.test(s.textContent)
+                   && document.querySelectorAll("#search-results ul.search li").length > 0; }""",
+                                 timeout=30_000)
+        v.page.wait_for_timeout(300)  # results are appended one by one
+        hits = v.page.eval_on_selector_all("#search-results ul.search li > a",
+                                           "links => links.map(a => a.pathname)")
+        shoot(v, f"search-{edition}")
+        other = "en" if edition == "fa" else "fa"
+        assert any(f"/{edition}/" in h for h in hits), hits
+        assert not [h for h in hits if f"/{other}/" in h], f"{other} pages in the {edition} search"
+        if edition == "fa":
+            assert "جستجو تمام شد" in v.page.inner_text("#search-results")
+            assert v.page.evaluate("document.documentElement.dir") == "rtl"
     finally:
         v.page.context.close()

@@ -160,3 +160,63 @@ def test_mathjax_is_the_shipped_copy(book_html: Path) -> None:
     assert loaded, "no page loads MathJax: is mathjax_path set in _config.yml?"
     wrong = [ref for ref in loaded if "_static/mathjax/es5/tex-chtml.js" not in ref]
     assert not wrong, "pages that load another MathJax:\n" + "\n".join(wrong)
+
+
+# --- The two editions (lesson_code/book_pages.py, book/_templates/layout.html) ----------------
+
+HTML_TAG = re.compile(r"<html\b[^>]*>")
+ALTERNATE = re.compile(r'<link rel="alternate" hreflang="(fa|en)" href="([^"]+)" />')
+SWITCH = re.compile(r'<a class="edition-switch__link" href="([^"]+)" hreflang="(fa|en)"')
+# Placeholder of the search box, title of the page's contents, download and full-screen buttons,
+# and the sidebar toggles (book/_templates/toggle-*-sidebar.html).
+PERSIAN_CHROME = ["جستجو در این کتاب", "فهرست مطالب", 'title="بارگیری فایل', "تمام‌صفحه",
+                  "نمایش یا پنهان کردن فهرست کتاب"]
+
+
+def edition_pages() -> list[str]:
+    return [p for p in toc_pages() if p.split("/")[1:2] in (["fa"], ["en"])]
+
+
+def other_edition(page: str) -> str:
+    folder, edition, name = page.split("/")
+    return f"{folder}/{'en' if edition == 'fa' else 'fa'}/{name}"
+
+
+@pytest.mark.parametrize("page", edition_pages())
+def test_each_page_declares_its_language_and_links_the_other_edition(book_html: Path, page: str):
+    html = (book_html / f"{page}.html").read_text(encoding="utf-8")
+    persian = page.split("/")[1] == "fa"
+    tag = HTML_TAG.search(html).group(0)
+    assert ('lang="fa" dir="rtl"' in tag) if persian else ('lang="en"' in tag and "rtl" not in tag)
+    own, other = ("fa", "en") if persian else ("en", "fa")
+    target = other_edition(page)
+    base = (book_html / page).parent
+    alternates = dict(ALTERNATE.findall(html))
+    assert set(alternates) == {"fa", "en"}, f"{page}: hreflang alternates {alternates}"
+    assert (base / alternates[own]).resolve() == (book_html / f"{page}.html").resolve()
+    assert (base / alternates[other]).resolve() == (book_html / f"{target}.html").resolve()
+    switch = SWITCH.search(html)
+    assert switch and switch.group(2) == other, f"{page} has no visible switch to {other}"
+    assert (base / switch.group(1)).resolve() == (book_html / f"{target}.html").resolve()
+
+
+@pytest.mark.parametrize("page", [p for p in edition_pages() if p.split("/")[1] == "fa"])
+def test_persian_pages_speak_persian_in_the_theme(book_html: Path, page: str):
+    html = (book_html / f"{page}.html").read_text(encoding="utf-8")
+    has_contents = "onthispage" in html  # pages without sections have no contents list
+    missing = [s for s in PERSIAN_CHROME if s not in html and (has_contents or s != "فهرست مطالب")]
+    assert not missing, f"{page} lacks the Persian theme strings {missing}"
+    english = ["Search this book", ">Contents<", 'title="Download', 'title="Toggle', 'title="Fullscreen']
+    assert not [s for s in english if s in html], f"{page} shows the theme's English strings"
+
+
+@pytest.mark.parametrize("page", [p for p in edition_pages() if p.startswith("notebooks/")])
+def test_each_lesson_says_how_to_run_it_and_offers_its_notebook(book_html: Path, page: str):
+    html = (book_html / f"{page}.html").read_text(encoding="utf-8")
+    folder, name = page.rsplit("/", 1)
+    assert "make lab" in html and f"<code>{folder}/{name}.ipynb</code>" in html
+    download = re.search(r'class="run-lesson__download" href="([^"]+)"', html)
+    assert download, f"{page} has no download link for its notebook"
+    notebook = ((book_html / page).parent / download.group(1)).resolve()
+    assert notebook.is_file() and notebook.suffix == ".ipynb"
+    assert notebook.read_bytes() == (ROOT / f"{page}.ipynb").read_bytes()
