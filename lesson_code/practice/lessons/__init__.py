@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from lesson_code.practice.grading import Lesson
 from lesson_code.practice.lessons import collectives
+from lesson_code.practice.lessons import ddp, zero
 
-LESSONS: dict[int, Lesson] = {lesson.number: lesson for lesson in (collectives.LESSON,)}
+LESSONS: dict[int, Lesson] = {lesson.number: lesson for lesson in (collectives.LESSON, ddp.LESSON, zero.LESSON)}
 
 
 def lesson(number: int) -> Lesson:

@@ -1,0 +1,265 @@
+"""Practice for lesson 78: the learner's ZeRO stage 1 optimizer and its flat parameter helpers.
+
+The learner writes `flatten_params`, `unflatten_into` and `ZeroOptimizer(model, world_size, rank,
+lr, betas, eps, group)` with `step()` and `zero_grad()`, to the course's layout
+(`lesson_code.zero`): the flat parameters padded with zeros to a multiple of N, shard r the r-th
+of N equal slices, an fp32 master shard and Adam's two moments of that length (`master`,
+`exp_avg`, `exp_avg_sq`). The checks train an MLP of 6922 parameters (not divisible by 3, 4 or
+5) in groups of 1 to 5 ranks against torch.optim.Adam on the full batch and torch's
+ZeroRedundancyOptimizer, train a bfloat16 model against the course's unsharded fp32-master Adam,
+read the optimizer's state bytes from storage, and count the bytes a step puts on the wire.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from lesson_code.experiment import flat_parameters
+from lesson_code.models import MLP
+from lesson_code.practice.grading import Check, Failure, Lesson, Timing, load_learner, run_ranks
+from lesson_code.practice.lessons.ddp_support import (BFLOAT16_RELATIVE, ZERO_BOUND,
+                                                      counted_collectives, over_world_sizes,
+                                                      prefix_groups, relative_distance,
+                                                      train_in_group, value_failure, within)
+from lesson_code.practice.rank_checks import names_check
+from lesson_code.timing import collective_seconds
+from lesson_code.zero import ZeroOptimizer as CourseZeroOptimizer
+from lesson_code.zero import storage_bytes
+from lesson_code.zero_lab import ZeroRun, run_loss, run_model, train_single_process
+
+NAMES = ("flatten_params", "unflatten_into", "ZeroOptimizer")
+STEPS = 4
+# 60 samples split equally over 1 to 5 ranks; the MLP's 6922 parameters need padding for 3, 4, 5.
+RUN = ZeroRun(model="mlp", steps=STEPS, batch_size=60)
+STATE = ("master", "exp_avg", "exp_avg_sq")
+
+
+def _optimizer(learner, model, size: int, rank: int, group, lr: float):
+    """The learner's ZeroOptimizer over `group` (None: every rank)."""
+    if group is None:
+        return learner.ZeroOptimizer(model, size, rank, lr)
+    return learner.ZeroOptimizer(model, size, rank, lr, group=group)
+
+
+def grade_flatten(rank: int, world_size: int, path: str) -> list[Failure]:
+    """Rank function: flatten_params is parameters_to_vector; unflatten_into writes in place."""
+    learner = load_learner(path)
+    failures = []
+    for index, dtype in enumerate((torch.float32, torch.bfloat16)):
+        model = MLP().to(dtype)
+        params = list(model.parameters())
+        case = f"MLP in {str(dtype).replace('torch.', '')}"
+        flat = learner.flatten_params(model)
+        found = within(flat, torch.nn.utils.parameters_to_vector(params).detach(), None,
+                       case=f"flatten_params({case})", case_index=2 * index, rank=rank,
+                       reference="parameters_to_vector(model.parameters())")
+        new = torch.randn(flat.numel(), dtype=torch.float32)
+        written = new.clone()
+        learner.unflatten_into(model, new)
+        new.add_(1.0)  # the model must not see this: unflatten_into copies
+        got = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+        same = all(a is b for a, b in zip(params, model.parameters()))
+        found = found or (None if same else value_failure(
+            "the parameters after unflatten_into", "new Parameter objects",
+            "the same ones, written in place", case=f"unflatten_into({case})",
+            case_index=2 * index + 1, rank=rank))
+        found = found or within(got, written.to(dtype), None, case=f"unflatten_into({case}, "
+                                "a float32 vector), then the vector changed", case_index=2 * index + 1,
+                                rank=rank, reference="the vector's values, cast to the model's dtype")
+        failures += [found] if found else []
+    return failures
+
+
+def train_learner(rank: int, size: int, group, learner, run: ZeroRun) -> tuple[dict, object]:
+    """Train `run` on this rank's slice with the learner's ZeroOptimizer inside `group`."""
+    model = run_model(run)
+    optimizer = _optimizer(learner, model, size, rank, group, run.lr)
+    losses = train_in_group(lambda step: run_loss(run, model, step, rank, size), optimizer,
+                            run.steps, group)
+    return {"params": flat_parameters(model), "losses": losses, "model": model}, optimizer
+
+
+def train_torch_zero(rank: int, size: int, group, run: ZeroRun) -> dict:
+    """Train `run` with torch's DDP and ZeroRedundancyOptimizer (Adam) inside `group`."""
+    # Imported here: torch.distributed.optim imports TorchScript, which warns on import.
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    model = run_model(run)
+    wrapped = DistributedDataParallel(model, process_group=group)
+    optimizer = ZeroRedundancyOptimizer(wrapped.parameters(), optimizer_class=torch.optim.Adam,
+                                        process_group=group, lr=run.lr)
+    losses = train_in_group(lambda step: run_loss(run, wrapped, step, rank, size), optimizer,
+                            run.steps, group)
+    return {"params": flat_parameters(model), "losses": losses}
+
+
+def grade_training(rank: int, world_size: int, path: str) -> list[Failure]:
+    """Rank function: in groups of 1 to `world_size` ranks, the learner's ZeRO-1 trains as
+    torch.optim.Adam on the full batch (and, on the most ranks, as ZeroRedundancyOptimizer)."""
+    learner = load_learner(path)
+    single = train_single_process(RUN)  # every rank, before the groups split up
+    failures = []
+    for size, group in prefix_groups(world_size).items():
+        if rank >= size:
+            continue
+        result, _ = train_learner(rank, size, group, learner, RUN)
+        case = f"ZeroOptimizer, Adam lr={RUN.lr}, {STEPS} steps, world_size={size}"
+        where = {"case": case, "case_index": size, "rank": rank}
+        gathered = [torch.empty_like(result["params"]) for _ in range(size)]
+        dist.all_gather(gathered, result["params"], group=group)
+        references = {"torch.optim.Adam, one process, full batch": single}
+        if size == world_size:
+            references["torch ZeroRedundancyOptimizer"] = train_torch_zero(rank, size, group, RUN)
+        found = [within(result["params"], gathered[0], None, reference="rank 0's parameters",
+                        **where)]
+        found += [within(result["params"], reference["params"], ZERO_BOUND, reference=name,
+                         **where) for name, reference in references.items()]
+        failures += [failure for failure in found if failure is not None][:1]
+    return failures
+
+
+def grade_bfloat16(rank: int, world_size: int, path: str) -> list[Failure]:
+    """Rank function: a bfloat16 model keeps an fp32 master shard, trains as the course's
+    unsharded fp32-master Adam, and holds the gathered master rounded to bfloat16."""
+    learner = load_learner(path)
+    run = replace(RUN, dtype="bfloat16")
+    single = train_single_process(run)  # lesson_code.zero.MasterAdam on the full batch
+    result, optimizer = train_learner(rank, world_size, None, learner, run)
+    where = {"case": f"bfloat16 MLP, {STEPS} steps, world_size={world_size}", "rank": rank}
+    master = getattr(optimizer, "master", None)
+    if not isinstance(master, torch.Tensor) or master.dtype != torch.float32:
+        return [value_failure("optimizer.master", getattr(master, "dtype", master),
+                              "a torch.float32 tensor (the master shard)", case_index=0, **where)]
+    model_dtype = {p.dtype for p in result["model"].parameters()}
+    if model_dtype != {torch.bfloat16}:
+        return [value_failure("the model's parameter dtypes", sorted(map(str, model_dtype)),
+                              "torch.bfloat16 (the model keeps its dtype)", case_index=1, **where)]
+    shards = [torch.empty_like(master) for _ in range(world_size)]
+    dist.all_gather(shards, master.contiguous())
+    numel = result["params"].numel()
+    found = within(result["params"], torch.cat(shards)[:numel].to(torch.bfloat16).double(), None,
+                   reference="the ranks' master shards, concatenated, rounded to bfloat16",
+                   case_index=2, **where)
+    distance = relative_distance(result["params"], single["params"], flat_parameters(run_model(run)))
+    if found is None and not distance < BFLOAT16_RELATIVE:
+        found = value_failure("the relative distance ||params - reference|| / ||reference - start|| "
+                              "from MasterAdam on the full batch", round(distance, 3),
+                              f"below {BFLOAT16_RELATIVE}", case_index=3, **where)
+    return [found] if found else []
+
+
+def grade_memory(rank: int, world_size: int, path: str) -> list[Failure]:
+    """Rank function: master, exp_avg and exp_avg_sq hold 12 bytes per padded shard element."""
+    learner = load_learner(path)
+    result, optimizer = train_learner(rank, world_size, None, learner, replace(RUN, steps=1))
+    numel = result["params"].numel()
+    shard = math.ceil(numel / world_size)
+    case = f"MLP of {numel} parameters, world_size={world_size}, after one step"
+    missing = [name for name in STATE if not isinstance(getattr(optimizer, name, None), torch.Tensor)]
+    if missing:
+        return [value_failure(f"optimizer.{missing[0]}", getattr(optimizer, missing[0], None),
+                              "a tensor", case=case, case_index=0, rank=rank)]
+    storages = {getattr(optimizer, name).untyped_storage().data_ptr(): getattr(optimizer, name)
+                for name in STATE}  # each storage once
+    held = storage_bytes(*storages.values())
+    if held != 12 * shard:
+        return [value_failure("the bytes of master + exp_avg + exp_avg_sq, read from storage",
+                              held, f"{12 * shard} (12 x ceil({numel} / {world_size}))",
+                              case=case, case_index=0, rank=rank)]
+    return []
+
+
+def grade_bytes(rank: int, world_size: int, path: str) -> list[Failure]:
+    """Rank function: one step sends a reduce-scatter plus an all-gather of the padded gradient."""
+    learner = load_learner(path)
+    model = run_model(RUN)
+    optimizer = _optimizer(learner, model, world_size, rank, None, RUN.lr)
+    run_loss(RUN, model, 0, rank, world_size).backward()
+    with counted_collectives() as calls:
+        optimizer.step()
+    numel = sum(p.numel() for p in model.parameters())
+    shard_bytes = 4 * math.ceil(numel / world_size)
+    sent = sum(call.sent for call in calls)
+    if sent != 2 * (world_size - 1) * shard_bytes:
+        listed = ", ".join(f"{call.name} {call.sent}" for call in calls) or "no collective"
+        return [Failure("bytes", {
+            "case": f"one step, {numel} float32 parameters, world_size={world_size} ({listed})",
+            "case_index": 0, "rank": rank, "got": sent,
+            "expected": 2 * (world_size - 1) * shard_bytes,
+            "expected_what": "a reduce-scatter plus an all-gather of the padded gradient"})]
+    return []
+
+
+def time_step(rank: int, world_size: int, path: str) -> tuple[float, float]:
+    """Rank function: (learner's, course's) slowest-rank median seconds of one optimizer step."""
+    learner = load_learner(path)
+    run = replace(RUN, model="gpt", batch_size=16)
+    seconds = []
+    for make in (lambda m: learner.ZeroOptimizer(m, world_size, rank, run.lr),
+                 lambda m: CourseZeroOptimizer(m, world_size, rank, run.lr, comm="builtin")):
+        model = run_model(run)
+        optimizer = make(model)
+        run_loss(run, model, 0, rank, world_size).backward()
+        seconds.append(collective_seconds(optimizer.step, trials=5)[0])
+    return seconds[0], seconds[1]
+
+
+def timing(path: str, timeout_s: float) -> Timing:
+    """The learner's ZeroOptimizer.step against the course's (built-in collectives), 4 ranks."""
+    yours, course = run_ranks(time_step, path, world_size=4, timeout_s=timeout_s,
+                              case="timing")[0]
+    return Timing("ZeroOptimizer.step on MiniGPT", 4, 5, yours, course)
+
+
+CHECKS = (
+    names_check(NAMES),
+    Check("flatten",
+          {"en": "flatten_params concatenates the parameters; unflatten_into writes them back in place",
+           "fa": "flatten_params پارامترها را پشت هم می‌گذارد و unflatten_into آن‌ها را در جا بازمی‌نویسد"},
+          {"en": "copy each slice into its parameter (param.copy_ under torch.no_grad()), which also "
+                 "casts the dtype; vector_to_parameters would make the parameters views of the vector",
+           "fa": "هر تکه را در پارامتر خودش کپی کنید (param.copy_ زیر torch.no_grad())، که نوع داده را "
+                 "هم تبدیل می‌کند؛ vector_to_parameters پارامترها را نمایی از بردار می‌کند"},
+          over_world_sizes(grade_flatten, world_sizes=(1,))),
+    Check("training",
+          {"en": "ZeRO-1 trains as torch.optim.Adam on the full batch, 1 to 5 ranks (with padding)",
+           "fa": "ZeRO-1 مانند torch.optim.Adam روی کل دسته آموزش می‌دهد، ۱ تا ۵ رتبه (با لایه‌گذاری)"},
+          {"en": "pad the flat gradient with zeros to N x ceil(P / N), reduce-scatter it and divide "
+                 "by N, run Adam with bias correction on your shard, all-gather the shards and drop "
+                 "the padding; pass group= to every collective",
+           "fa": "گرادیان تخت را با صفر تا N x ceil(P / N) لایه‌گذاری کنید، reduce-scatter کنید و بر N "
+                 "تقسیم کنید، Adam را با تصحیح سوگیری روی تکهٔ خود اجرا کنید، تکه‌ها را all-gather "
+                 "کنید و لایه را دور بریزید؛ group= را به هر collective بدهید"},
+          over_world_sizes(grade_training, world_sizes=(5,))),
+    Check("bfloat16",
+          {"en": "a bfloat16 model keeps an fp32 master shard and trains as fp32-master Adam",
+           "fa": "مدل bfloat16 تکهٔ اصلی fp32 نگه می‌دارد و مانند Adam با نسخهٔ اصلی fp32 آموزش می‌بیند"},
+          {"en": "make master a float32 copy of your shard, run Adam on it, and all-gather it cast "
+                 "to the model's dtype",
+           "fa": "master را کپی float32 تکهٔ خود بسازید، Adam را روی آن اجرا کنید و آن را با نوع "
+                 "دادهٔ مدل all-gather کنید"},
+          over_world_sizes(grade_bfloat16, world_sizes=(3,))),
+    Check("memory",
+          {"en": "optimizer state per rank is 12 bytes per shard element (12 x ceil(P / N))",
+           "fa": "حالت بهینه‌ساز هر رتبه ۱۲ بایت به ازای هر عنصر تکه است (12 x ceil(P / N))"},
+          {"en": "master, exp_avg and exp_avg_sq are fp32 tensors of the shard's length: clone "
+                 "the shard, or it stays a view of the whole flat vector (and keeps it alive)",
+           "fa": "master و exp_avg و exp_avg_sq تانسورهای fp32 به طول تکه‌اند: تکه را clone کنید، "
+                 "وگرنه نمایی از کل بردار تخت می‌ماند (و آن را زنده نگه می‌دارد)"},
+          over_world_sizes(grade_memory, world_sizes=(4,))),
+    Check("bytes",
+          {"en": "a step sends a reduce-scatter plus an all-gather: the bytes of one DDP all-reduce",
+           "fa": "هر گام یک reduce-scatter و یک all-gather می‌فرستد: به اندازهٔ یک all-reduce در DDP"},
+          {"en": "reduce-scatter the gradient (each rank receives only its shard) instead of "
+                 "all-reducing all of it and slicing",
+           "fa": "گرادیان را reduce-scatter کنید (هر رتبه فقط تکهٔ خود را می‌گیرد)، نه اینکه همه را "
+                 "all-reduce کنید و تکه بردارید"},
+          over_world_sizes(grade_bytes, world_sizes=(4,))),
+)
+
+LESSON = Lesson(78, "my_zero.py", NAMES, CHECKS, timing)
