@@ -28,8 +28,8 @@ TABLE_WORDS = {"fa": {
     "event": "رویداد", "reason": "دلیل", "to_step": "بازگشت به گام", "at_step": "گام ردشده",
     "(a) loss falls at every step": "(الف) زیان در هر گام کم می‌شود",
     "(b) same parameter norm on every rank, every step": "(ب) نرم پارامترها در همهٔ رتبه‌ها و همهٔ گام‌ها یکسان است",
-    "(c) optimizer bytes = 12P/N on every rank": "(پ) بایت‌های بهینه‌ساز در هر رتبه = 12P/N",
-    "(d) step-10 checkpoint restores byte for byte": "(ت) چکپوینت گام ۱۰ بایت‌به‌بایت بازمی‌گردد",
+    "(c) optimizer bytes = 12P/N on every rank": "(ج) بایت‌های بهینه‌ساز در هر رتبه = 12P/N",
+    "(d) step-10 checkpoint restores byte for byte": "(د) چکپوینت گام ۱۰ بایت‌به‌بایت بازمی‌گردد",
     "command": "فرمان", "median_s": "میانهٔ ثانیه‌ها", "runs_s": "ثانیه‌های هر اجرا",
     "loss_rows": "سطرهای زیان", "same_losses": "زیان‌های یکسان", "value": "مقدار",
     "2 ranks, half the heads each": "۲ رتبه، هر کدام نیمی از سرها",
@@ -37,6 +37,11 @@ TABLE_WORDS = {"fa": {
     "final loss, never stopped": "زیان پایانی، بی‌وقفه",
     "final loss, resumed at 10": "زیان پایانی، ازسرگیری در گام ۱۰",
 }}
+
+
+def _digits(text: str, lang: str) -> str:
+    """`text` with Persian digits in the Persian edition."""
+    return text.translate(str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹")) if lang == "fa" else text
 
 
 def table(frame, lang: str = "en"):
@@ -62,7 +67,7 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
             ys = [before[-1]["loss"], event["loss"]] if before else [event["loss"]]
             ax.plot(xs, ys, linestyle="--", color="#d62728", linewidth=1)
             ax.plot(event["at_step"], event["loss"], "x", color="#d62728", markersize=9,
-                    label=labels["diverged"].format(loss=event["loss"]))
+                    label=_digits(labels["diverged"].format(loss=event["loss"]), lang))
             ax.set_yscale("log")
     ax.set_xlabel(labels["step"])
     ax.set_ylabel(labels["loss"])
