@@ -12,7 +12,7 @@ import torch
 from lesson_code import launch, pipeline_lab
 from lesson_code.models import MLP, as_layers, build_model
 from lesson_code.pipeline import (HEADER_LENGTH, PipelineStage, bubble_fraction,
-                                  partition_layers, schedule_order, split_micro_batches,
+                                  imbalance_floor, partition_layers, schedule_order, split_micro_batches,
                                   theoretical_bubble)
 from lesson_code.pipeline_lab import PipeRun, reference_step
 from lesson_code.reference import in_one_rank
@@ -170,6 +170,27 @@ def test_bubble_arithmetic():
     events = [(0, 0, "F", 0.0, 1.0), (1, 0, "F", 1.0, 2.0), (1, 0, "B", 2.0, 3.0),
               (0, 0, "B", 3.0, 4.0)]
     assert bubble_fraction(events, 2) == 0.5
+    assert imbalance_floor(events, 2) == 0.0  # both stages busy 2 s: nothing forces idling
+
+
+def test_the_imbalance_floor_bounds_the_bubble_of_unequal_stages():
+    # Stage 0 computes 3 s, stage 1 1 s, in a 4 s step: busy 4 of 8 stage-seconds.
+    events = [(0, 0, "F", 0.0, 1.0), (1, 0, "F", 1.0, 1.5), (1, 0, "B", 1.5, 2.0),
+              (0, 0, "B", 2.0, 4.0)]
+    assert imbalance_floor(events, 2) == pytest.approx(1 - 4 / (2 * 3))
+    assert bubble_fraction(events, 2) == pytest.approx(0.5)
+    assert bubble_fraction(events, 2) >= imbalance_floor(events, 2)
+
+
+def test_timed_steps_report_the_median_bubble_of_the_measured_steps():
+    runs = [PipeRun(micro_batches=m, steps=4) for m in (1, 4)]
+    results = launch.spawn(pipeline_lab.timed_sweep, runs, 1, world_size=2)
+    # every rank returns the same gathered figures
+    assert all(a["bubbles"] == b["bubbles"] for a, b in zip(results[0], results[1]))
+    for result in results[0]:
+        assert len(result["bubbles"]) == 3  # 4 steps, the first a warm-up
+        assert result["bubble"] == sorted(result["bubbles"])[1]
+        assert 0 <= result["floor"] <= result["bubble"] < 1
 
 
 def steps_of_two_batch_sizes(rank, world_size, dtype_name, misalign_targets=False):
