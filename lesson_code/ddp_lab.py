@@ -230,6 +230,15 @@ def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
             "bytes sent": totals["bytes_sent"]}
 
 
+def each_run(rank: int, world_size: int, fn: Callable, runs: list, *args) -> list:
+    """`fn(rank, world_size, run, *args)` for each of `runs`, in order, in one process group.
+
+    Collective: call on every rank. One start of the ranks serves several runs (starting ranks
+    costs more than a small run), e.g. `launch.spawn(each_run, time_steps, runs)`.
+    """
+    return [fn(rank, world_size, run, *args) for run in runs]
+
+
 def key_bias_gradients(seed: int = 0) -> dict[str, float]:
     """Largest |gradient| of MiniGPT's attention query, key and value biases on one batch.
 

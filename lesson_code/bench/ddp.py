@@ -6,7 +6,7 @@ Each rank trains MiniGPT (6 blocks, 256 wide, context 64; 4.8M parameters) with 
 sequences; the table gives the slowest rank's median per phase over 8 steps after 2 warm-up
 steps, and the step time relative to torch's DistributedDataParallel with the same bucket size
 (4 MB). Two more rows time the bucketed wrapper with smaller and larger buckets. A full run also
-stores the table with the package (`bench/measured_ddp.csv`, with this machine and the date),
+stores the table with the package (`lesson_code/measured_ddp.csv`, with this machine and the date),
 where lesson 77 reads it; a `--quick` run stores nothing.
 """
 

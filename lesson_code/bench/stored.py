@@ -1,8 +1,9 @@
 """Benchmark tables stored with the package, with the machine and the date they were measured on.
 
 A lesson cannot run a long measurement while its page is built, so `python -m lesson_code.bench
-ddp` (or `zero`) stores its table here as CSV, headed by comment lines that say when, where and
-with which command it was measured; the lesson reads it back with `load`. Rerun the benchmark on
+ddp` (or `zero`) stores its table as `lesson_code/measured_<name>.csv` (package data), headed by
+comment lines that say when, where and with which command it was measured; the lesson reads it
+back with `load`. Rerun the benchmark on
 your machine to replace it.
 
     table, note = load("ddp")        # note["measured"], note["machine"], note["command"]
@@ -18,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-STORED = Path(__file__).resolve().parent
+STORED = Path(__file__).resolve().parents[1]  # lesson_code/, whose measured_*.csv ship with it
 NAMES = ("ddp", "zero")
 
 

@@ -7,7 +7,7 @@ table gives the slowest rank's median per phase over 8 steps (after 2 warm-up st
 the ring communication itself took (`comm_ms`: inside the optimizer step for ZeRO, on a background
 thread during backward for our DDP; not counted for torch's optimizer, which uses gloo), the bytes
 each rank sent per step, and the step time relative to our DDP and to ZeroRedundancyOptimizer. A
-full run also stores the table with the package (`bench/measured_zero.csv`, with this machine and
+full run also stores the table with the package (`lesson_code/measured_zero.csv`, with this machine and
 the date); a `--quick` run stores nothing.
 """
 

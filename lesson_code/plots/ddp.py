@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from lesson_code.plots import check_language, start_figure
+from lesson_code.plots import start_figure
+from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"forward": "forward", "backward": "backward", "wait": "waiting for buckets",
@@ -80,7 +81,7 @@ TABLE_LABELS = {
     "hidden comm": "ارتباطات پنهان‌شده", "naive": "ساده‌لوحانه", "bucketed": "باکت‌دار",
     "all-reduce calls": "فراخوانی‌های کاهش همگانی", "messages sent": "پیام‌های فرستاده",
     "bytes sent": "بایت‌های فرستاده", "bucket MB": "اندازهٔ باکت (MB)",
-    "vs torch": "نسبت به torch", "figure": "کمیت", "value": "مقدار",
+    "vs torch": "نسبت به torch", "communicator": "ارتباط‌دهنده", "parameters": "پارامترها", "figure": "کمیت", "value": "مقدار",
     "key-bias gradient": "گرادیان بایاس کلید", "Adam eps": "eps در Adam",
     "first step / lr": "گام نخست / lr", "smallest max_param_diff": "کمینهٔ بیشینهٔ اختلاف پارامتر",
     "largest max_param_diff": "بیشینهٔ بیشینهٔ اختلاف پارامتر",
@@ -90,12 +91,7 @@ TABLE_LABELS = {
 def localized(table, lang: str, labels: dict[str, str] = TABLE_LABELS):
     """`table` (a DataFrame or Series) to show in edition `lang`: for "fa" its index and column
     labels, their names and a Series' name become the Persian terms in `labels` (labels it lacks
-    stay as they are); for "en" it is returned unchanged. The values are never touched, so the
-    code that computed and checked the table reads English labels in both editions."""
-    if check_language(lang) == "en":
-        return table
-    name = lambda label: labels.get(label, label) if isinstance(label, str) else label
-    shown = table.rename(index=name).rename_axis(index=name(table.index.name))
-    if hasattr(shown, "columns"):
-        return shown.rename(columns=name).rename_axis(columns=name(shown.columns.name))
-    return shown.rename(name(shown.name))
+    stay as they are; `plots.tables.translate`); for "en" it is returned unchanged. The values are
+    never touched, so the code that computed and checked the table reads English labels in both
+    editions. Raises ValueError for another language."""
+    return translate(table, {"fa": labels}, lang)

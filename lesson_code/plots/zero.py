@@ -27,7 +27,7 @@ LABELS = {
 
 # The tables of lesson 78 in Persian: English label -> Persian term (book/fa/glossary.md).
 TABLE_LABELS = {
-    "params": "پارامترها", "grads": "گرادیان‌ها", "optimizer": "وضعیت بهینه‌ساز",
+    "params": "پارامترها", "grads": "گرادیان‌ها", "optimizer": "بهینه‌ساز",
     "parameters": "پارامترها", "gradients": "گرادیان‌ها", "total": "جمع", "rank": "رتبه",
     "GB per rank under DDP": "گیگابایت در هر رتبه زیر DDP", "GB per rank": "گیگابایت در هر رتبه",
     "stage": "مرحله", "saving": "صرفه‌جویی (٪)", "bytes_per_param": "بایت برای هر پارامتر",

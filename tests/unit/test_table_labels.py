@@ -1,0 +1,42 @@
+"""Lessons 77 and 78 show their tables with Persian labels in the Persian edition.
+
+The code cells are the same in both editions, so the labels come from the lessons' plots modules
+(`plots.ddp.localized`, `plots.zero.localized`); these tests check that every label they know is
+translated, that the English edition is left as computed, and that the values are never touched.
+"""
+
+import re
+
+import pandas as pd
+import pytest
+
+from lesson_code.plots import ddp, zero
+
+PERSIAN_LETTER = re.compile(r"[\u0600-\u06FF]")
+MODULES = [pytest.param(ddp, id="lesson 77"), pytest.param(zero, id="lesson 78")]
+KEPT_AS_NAMES = {"DDP", "ZeRO-1", "ZeroRedundancyOptimizer"}  # names of systems, not words
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_label_becomes_persian(module) -> None:
+    labels = module.TABLE_LABELS
+    frame = pd.DataFrame([range(len(labels))], columns=list(labels), index=["rank"])
+    shown = module.localized(frame.rename_axis("stage"), "fa")
+    untranslated = [label for label in shown.columns
+                    if label not in KEPT_AS_NAMES and not PERSIAN_LETTER.search(label)]
+    assert not untranslated, f"labels left without Persian: {untranslated}"
+    assert shown.index.tolist() == ["رتبه"] and shown.to_numpy().tolist() == frame.to_numpy().tolist()
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_english_edition_is_unchanged(module) -> None:
+    series = pd.Series({"forward": 1.5, "backward": 2.5}, name="comm").rename_axis("rank")
+    pd.testing.assert_series_equal(module.localized(series, "en"), series)
+    shown = module.localized(series, "fa")
+    assert shown.name == "ارتباطات" and shown.index.name == "رتبه"
+    assert shown.tolist() == [1.5, 2.5]
+
+
+def test_an_unknown_language_is_refused() -> None:
+    with pytest.raises(ValueError, match="'de'"):
+        ddp.localized(pd.Series([1.0]), "de")
