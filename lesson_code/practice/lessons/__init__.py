@@ -10,8 +10,9 @@ from lesson_code.practice.grading import Lesson
 from lesson_code.practice.lessons import collectives
 from lesson_code.practice.lessons import ddp, zero
 from lesson_code.practice.lessons import pipeline
+from lesson_code.practice.lessons import capstone_resume, sharded_checkpoint
 
-LESSONS: dict[int, Lesson] = {lesson.number: lesson for lesson in (collectives.LESSON, ddp.LESSON, zero.LESSON, pipeline.LESSON)}
+LESSONS: dict[int, Lesson] = {lesson.number: lesson for lesson in (collectives.LESSON, ddp.LESSON, zero.LESSON, pipeline.LESSON, sharded_checkpoint.LESSON, capstone_resume.LESSON)}
 
 
 def lesson(number: int) -> Lesson:
