@@ -1,0 +1,43 @@
+"""The benchmark tables lessons 77 and 78 read: stored with the package, saying where and when."""
+
+import datetime
+
+import pandas as pd
+import pytest
+
+from lesson_code.bench import stored
+
+COLUMNS = {  # what the lessons' cells read from each table
+    "ddp": {"wrapper", "comm", "bucket_mb", "step_ms", "comm_ms", "wait_ms", "hidden_comm_ms",
+            "vs_torch", "parameters"},
+    "zero": {"forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "step_ms", "vs_our_ddp",
+             "parameters"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(COLUMNS))
+def test_the_stored_table_says_which_machine_measured_it_and_when(name: str) -> None:
+    table, note = stored.load(name)
+    assert COLUMNS[name] <= set(table.columns), sorted(COLUMNS[name] - set(table.columns))
+    datetime.date.fromisoformat(note["measured"])
+    assert "cores" in note["machine"] and "load average" in note["machine"]
+    assert note["command"] == f"python -m lesson_code.bench {name}"
+    assert len(table) >= 4 and (table["step_ms"] > 0).all()
+
+
+def test_store_then_load_gives_back_the_table_and_its_note(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(stored, "STORED", tmp_path)
+    table = pd.DataFrame({"wrapper": ["naive", "torch"], "step_ms": [2.5, 1.0]})
+    path = stored.store(table, "ddp", "a description")
+    assert path == tmp_path / "measured_ddp.csv"
+    again, note = stored.load("ddp")
+    pd.testing.assert_frame_equal(again, table)
+    assert note["description"] == "a description"
+
+
+def test_an_unknown_or_missing_table_is_named_with_the_fix(tmp_path, monkeypatch) -> None:
+    with pytest.raises(ValueError, match="'pipe'.*ddp, zero"):
+        stored.path_of("pipe")
+    monkeypatch.setattr(stored, "STORED", tmp_path)
+    with pytest.raises(FileNotFoundError, match="python -m lesson_code.bench zero"):
+        stored.load("zero")
