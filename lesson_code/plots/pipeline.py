@@ -33,7 +33,7 @@ TABLE_WORDS = {"fa": {
     "max grad diff": "بیشینهٔ اختلاف گرادیان", "bubble, balanced": "حباب، متوازن",
     "bubble, 5 + 3 layers": "حباب، ۵ + ۳ لایه", "micro-batches": "میکرودسته‌ها",
     "stage 0 under GPipe": "مرحلهٔ ۰ زیر GPipe", "stage 0 under 1F1B": "مرحلهٔ ۰ زیر 1F1B",
-    "value": "مقدار",
+    "value": "مقدار", "balanced": "متوازن", "5 + 3 layers": "۵ + ۳ لایه", "floor": "کف ناترازی",
 }}
 
 
