@@ -42,7 +42,7 @@ MISTAKES = {
                "receive(torch.float64, stage - 1).float().requires_grad_()")],
 }
 EXPECTED_KIND = {"names": "missing", "schedule_gpipe": "order", "schedule_1f1b": "value",
-                 "schedule_errors": "not_raised", "gradients": "mismatch", "order": "order",
+                 "schedule_errors": "not_raised", "gradients": "value", "order": "order",
                  "bytes": "bytes"}
 
 
@@ -80,3 +80,13 @@ def test_a_mistake_fails_its_check(key: str, tmp_path: Path) -> None:
     failure = grade(79, path, keys=(key,))[key].failure
     assert failure is not None, f"the check {key!r} passed a file with its mistake"
     assert failure.kind == EXPECTED_KIND[key], failure
+
+
+def test_gradients_zeroed_inside_the_step_fail_the_gradient_check(tmp_path: Path) -> None:
+    # The loss of the last step is right; the gradients of two steps no longer add up.
+    path = variant(LEARNER, [("    stored, sends, total = {}, [], 0.0\n",
+                              "    layers.zero_grad()\n    stored, sends, total = {}, [], 0.0\n")],
+                   tmp_path)
+    failure = grade(79, path, keys=("gradients",))["gradients"].failure
+    assert failure is not None and failure.kind == "mismatch", failure
+    assert "2 steps without zero_grad" in failure.fields["case"]

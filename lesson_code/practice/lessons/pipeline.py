@@ -85,8 +85,9 @@ def _step_cases(model: str) -> list[tuple[int, PipeRun]]:
 
 
 def _case(stages: int, run: PipeRun, world_size: int) -> str:
-    ranks = "all ranks" if stages == world_size else f"ranks 0-{stages - 1}"
-    return (f"{run.model} on {stages} stages ({ranks}), {run.schedule}, "
+    ranks = ("all ranks" if stages == world_size else "rank 0" if stages == 1
+             else f"ranks 0-{stages - 1}")
+    return (f"{run.model} on {stages} stage{'s' * (stages > 1)} ({ranks}), {run.schedule}, "
             f"micro_batches={run.micro_batches}, batch={run.batch_size}")
 
 
