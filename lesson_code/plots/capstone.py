@@ -9,7 +9,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from lesson_code.plots import label_ranks, start_figure
-from lesson_code.plots.tables import translate
+from lesson_code.plots.tables import PERSIAN_DIGITS, translate
 
 LABELS = {
     "en": {"step": "step", "loss": "loss", "rollback": "rollback", "rank": "rank",
@@ -41,7 +41,7 @@ TABLE_WORDS = {"fa": {
 
 def _digits(text: str, lang: str) -> str:
     """`text` with Persian digits in the Persian edition."""
-    return text.translate(str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹")) if lang == "fa" else text
+    return text.translate(PERSIAN_DIGITS) if lang == "fa" else text
 
 
 def table(frame, lang: str = "en"):

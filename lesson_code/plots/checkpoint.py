@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from lesson_code.plots import start_figure
-from lesson_code.plots.tables import translate
+from lesson_code.plots.tables import PERSIAN_DIGITS, translate
 
 LABELS = {
     "en": {"rank": "rank", "time": "time from the start of the save (ms)", "write": "file written",
@@ -24,7 +24,6 @@ LABELS = {
            "padding": "{n} عنصر پدینگ"},
 }
 COLOURS = {"write": "#c6dbef", "fsync": "#2171b5", "rename": "black", "publish": "#d62728"}
-PERSIAN_DIGITS = str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹")
 
 # Table labels of the Persian edition (the English labels are the keys).
 TABLE_WORDS = {"fa": {
