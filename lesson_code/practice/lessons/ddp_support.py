@@ -125,17 +125,6 @@ def within(got: torch.Tensor, expected: torch.Tensor, bound: float | None, *, ca
                    reference=reference)
 
 
-def ranks_agree(params: torch.Tensor, *, case: str, case_index: int, rank: int) -> Failure | None:
-    """None when every rank holds bitwise the parameters of rank 0. Collective: every rank.
-
-    Ranks that apply the same averaged gradient stay bitwise equal; any difference means a rank
-    stepped on its own gradient or started from its own initialisation."""
-    gathered = [torch.empty_like(params) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, params.contiguous())
-    return within(params, gathered[0], None, case=case, case_index=case_index, rank=rank,
-                  reference="rank 0's parameters")
-
-
 def value_failure(what: str, got, expected, *, case: str, case_index: int, rank: int) -> Failure:
     """A Failure of kind "value": `what` was `got` where `expected` was due."""
     return Failure("value", {"case": case, "case_index": case_index, "rank": rank, "what": what,

@@ -100,21 +100,26 @@ def train_torch_zero(rank: int, size: int, group, run: ZeroRun) -> dict:
 
 def grade_training(rank: int, world_size: int, path: str) -> list[Failure]:
     """Rank function: in groups of 1 to `world_size` ranks, the learner's ZeRO-1 trains as
-    torch.optim.Adam on the full batch (and, on the most ranks, as ZeroRedundancyOptimizer)."""
+    torch.optim.Adam on the full batch (and, on the most ranks, as ZeroRedundancyOptimizer).
+    The learner's runs come first, so that an optimizer that raises ends the check at once."""
     learner = load_learner(path)
-    single = train_single_process(RUN)  # every rank, before the groups split up
+    groups = prefix_groups(world_size)
+    results = {size: train_learner(rank, size, group, learner, RUN)[0]
+               for size, group in groups.items() if rank < size}
+    single = train_single_process(RUN)  # every rank together, once the groups are done
+    torch_zero = train_torch_zero(rank, world_size, groups[world_size], RUN)
     failures = []
-    for size, group in prefix_groups(world_size).items():
+    for size, group in groups.items():
         if rank >= size:
             continue
-        result, _ = train_learner(rank, size, group, learner, RUN)
-        case = f"ZeroOptimizer, Adam lr={RUN.lr}, {STEPS} steps, world_size={size}"
-        where = {"case": case, "case_index": size, "rank": rank}
+        result = results[size]
+        where = {"case": f"ZeroOptimizer, Adam lr={RUN.lr}, {STEPS} steps, world_size={size}",
+                 "case_index": size, "rank": rank}
         gathered = [torch.empty_like(result["params"]) for _ in range(size)]
         dist.all_gather(gathered, result["params"], group=group)
         references = {"torch.optim.Adam, one process, full batch": single}
         if size == world_size:
-            references["torch ZeroRedundancyOptimizer"] = train_torch_zero(rank, size, group, RUN)
+            references["torch ZeroRedundancyOptimizer"] = torch_zero
         found = [within(result["params"], gathered[0], None, reference="rank 0's parameters",
                         **where)]
         found += [within(result["params"], reference["params"], ZERO_BOUND, reference=name,
