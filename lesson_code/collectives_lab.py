@@ -193,18 +193,25 @@ def _ring_ops(world_size: int) -> dict:
     def scatter_builtin(x):
         dist.reduce_scatter_single(x.new_empty(x.shape[0] // world_size), x)
 
+    def gather_with(all_gather):
+        return lambda shard: all_gather(shard, [shard.shape[0]] * world_size)
+
     return {
         "ring all_reduce": (collectives.ring_all_reduce, torch.clone),
         "gloo all_reduce": (dist.all_reduce, torch.clone),
         "naive all_reduce": (collectives.naive_all_reduce, torch.clone),
         "recursive_doubling all_reduce": (collectives.recursive_doubling_all_reduce, torch.clone),
         "halving_doubling all_reduce": (collectives.halving_doubling_all_reduce, torch.clone),
+        "direct all_reduce": (collectives.direct_all_reduce, torch.clone),
         "auto all_reduce": (collectives.all_reduce, torch.clone),
         "ring reduce_scatter": (collectives.ring_reduce_scatter, torch.clone),
         "gloo reduce_scatter": (scatter_builtin, torch.clone),
-        "ring all_gather": (lambda shard: collectives.ring_all_gather(
-            shard, [shard.shape[0]] * world_size), shard_of),
+        "direct reduce_scatter": (collectives.direct_reduce_scatter, torch.clone),
+        "auto reduce_scatter": (collectives.reduce_scatter, torch.clone),
+        "ring all_gather": (gather_with(collectives.ring_all_gather), shard_of),
         "gloo all_gather": (gather_builtin, shard_of),
+        "direct all_gather": (gather_with(collectives.direct_all_gather), shard_of),
+        "auto all_gather": (gather_with(collectives.all_gather), shard_of),
         "tree broadcast": (collectives.broadcast, torch.clone),
         "gloo broadcast": (lambda x: dist.broadcast(x, 0), torch.clone),
     }

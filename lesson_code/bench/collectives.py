@@ -2,13 +2,15 @@
 
     python -m lesson_code.bench collectives [--world-size 4] [--out-dir bench-results]
 
-Two runs of ranks. The first times every all-reduce algorithm and the other primitives; their
-all-reduce times are stored with the package (`collectives/measured_all_reduce.csv`, with this
-machine and the date), where `all_reduce(algorithm="auto")` fits its cost model. The second
-times "auto" and gloo's all_reduce side by side, so the comparison that matters is measured in
-one run; their rows are stored too (as "auto" and "gloo"), for lesson 76. Prints time, algbw and busbw (nccl-tests definitions) of each primitive next to the gloo
-built-in doing the same job, with the ratio ours / built-in, and writes the table as CSV. A
-`--quick` run stores nothing.
+Two runs of ranks. The first times every algorithm of the all-reduce, reduce-scatter and
+all-gather, and the broadcast; their times are stored with the package, one file per collective
+(`collectives/measured_all_reduce.csv`, `measured_reduce_scatter.csv`, `measured_all_gather.csv`,
+with this machine and the date), where `algorithm="auto"` fits its cost model. The second times
+"auto" and gloo's built-in of each collective side by side, so the comparison that matters is
+measured in one run; their rows are stored too (as "auto" and "gloo"), for lesson 76. Prints
+time, algbw and busbw (nccl-tests definitions) of each primitive next to the gloo built-in doing
+the same job, with the ratio ours / built-in, and writes the table as CSV. A `--quick` run stores
+nothing.
 """
 
 from __future__ import annotations
@@ -31,9 +33,14 @@ PAIRS = [  # (our primitive, the built-in doing the same job, the nccl-tests alg
     ("naive all_reduce", "gloo all_reduce", "all_reduce"),
     ("recursive_doubling all_reduce", "gloo all_reduce", "all_reduce"),
     ("halving_doubling all_reduce", "gloo all_reduce", "all_reduce"),
+    ("direct all_reduce", "gloo all_reduce", "all_reduce"),
     ("auto all_reduce", "gloo all_reduce", "all_reduce"),
     ("ring reduce_scatter", "gloo reduce_scatter", "reduce_scatter"),
+    ("direct reduce_scatter", "gloo reduce_scatter", "reduce_scatter"),
+    ("auto reduce_scatter", "gloo reduce_scatter", "reduce_scatter"),
     ("ring all_gather", "gloo all_gather", "all_gather"),
+    ("direct all_gather", "gloo all_gather", "all_gather"),
+    ("auto all_gather", "gloo all_gather", "all_gather"),
     ("tree broadcast", "gloo broadcast", "broadcast"),
 ]
 
@@ -57,21 +64,35 @@ def comparison_table(rows: list[dict], world_size: int) -> pd.DataFrame:
     return pd.DataFrame(table)
 
 
-# Stored names: the algorithms, and "auto" and "gloo" from the side-by-side run.
-ALGORITHM_OF = {f"{name} all_reduce": name for name in (*choose.ALL_REDUCE, "auto", "gloo")}
-FIRST_RUN = [op for op in collectives_lab.TIMED_OPS if op not in ("auto all_reduce", "gloo all_reduce")]
+# The side-by-side run: "auto" and gloo's built-in of each collective that chooses.
+SIDE_BY_SIDE = [f"{who} {collective}" for collective in choose.ALGORITHMS
+                for who in ("auto", "gloo")]
+FIRST_RUN = [op for op in collectives_lab.TIMED_OPS if op not in SIDE_BY_SIDE]
 
 
-def algorithm_rows(rows: list[dict], world_size: int) -> list[dict]:
-    """The all-reduce times (algorithms, auto, gloo) as `choose.store_times` wants them."""
-    return [{"algorithm": ALGORITHM_OF[row["op"]], "world_size": world_size,
+def algorithm_rows(rows: list[dict], world_size: int, collective: str = "all_reduce") -> list[dict]:
+    """The times of `collective` as `choose.store_times` wants them: every algorithm measured
+    (also one "auto" does not choose from, such as the direct all-reduce), "auto" and "gloo".
+
+    Rows are named "<algorithm> <collective>"; nbytes is always the full tensor's size.
+    """
+    return [{"algorithm": row["op"].split(" ")[0], "world_size": world_size,
              "nbytes": row["nbytes"], "seconds": row["seconds"]}
-            for row in rows if row["op"] in ALGORITHM_OF]
+            for row in rows if row["op"].endswith(f" {collective}")]
 
 
-def machine_note(world_size: int, trials: int) -> str:
+def store_all(rows: list[dict], world_size: int, trials: int) -> None:
+    """Store each collective's times in its file of `choose.STORED_FILES`."""
+    for collective, path in choose.STORED_FILES.items():
+        choose.store_times(algorithm_rows(rows, world_size, collective),
+                           machine_note(world_size, trials, collective), path)
+        print(f"{collective} algorithm times stored in {path}")
+
+
+def machine_note(world_size: int, trials: int, collective: str = "all_reduce") -> str:
     """Where and when: for the comment lines of the stored times."""
-    return (f"all-reduce times of {world_size} gloo ranks, median of {trials} trials, measured "
+    what = collective.replace("_", "-")
+    return (f"{what} times of {world_size} gloo ranks, median of {trials} trials, measured "
             f"{datetime.date.today().isoformat()} by python -m lesson_code.bench collectives\n"
             f"machine: {' '.join(filter(None, (platform.machine(), platform.processor())))}, "
             f"{os.cpu_count()} cores, "
@@ -85,22 +106,19 @@ def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
     min_trial_s = 0.05 if quick else 0.2
     rows = launch.spawn(collectives_lab.time_primitives, sizes, trials, min_trial_s, FIRST_RUN,
                         world_size=world_size, timeout_s=3600)[0]
-    if not quick:
-        stored = choose.store_times(algorithm_rows(rows, world_size),
-                                    machine_note(world_size, trials))
-        print(f"all-reduce algorithm times stored in {stored}")
+    if not quick:  # the side-by-side run's "auto" reads these (a new rank process fits them)
+        store_all(rows, world_size, trials)
     rows += launch.spawn(collectives_lab.time_primitives, sizes, trials, min_trial_s,
-                         ["auto all_reduce", "gloo all_reduce"], world_size=world_size,
-                         timeout_s=3600)[0]
+                         SIDE_BY_SIDE, world_size=world_size, timeout_s=3600)[0]
     if not quick:  # again, with the side-by-side run's "auto" and "gloo" rows for the lesson
-        choose.store_times(algorithm_rows(rows, world_size), machine_note(world_size, trials))
+        store_all(rows, world_size, trials)
     table = comparison_table(rows, world_size)
     path = Path(out_dir) / "collectives.csv"
     table.to_csv(path, index=False)
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(f"lesson 76 benchmark: {world_size} ranks, gloo, median of {trials} trials")
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    for primitive in ("auto all_reduce", "ring reduce_scatter", "ring all_gather"):
+    for primitive in ("auto all_reduce", "auto reduce_scatter", "auto all_gather"):
         ratios = table[table.primitive == primitive].ratio
         print(f"{primitive} / gloo: worst {ratios.max():.2f}x, best {ratios.min():.2f}x")
     print(f"table written to {path}")

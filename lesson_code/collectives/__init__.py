@@ -2,7 +2,9 @@
 
     ring.py        ring all-reduce, reduce-scatter, all-gather, tree broadcast, naive all-reduce
     doubling.py    recursive doubling and halving-doubling all-reduce (few steps, any N)
-    choose.py      `all_reduce(..., algorithm="auto")`: the fastest algorithm for the size
+    direct.py      direct reduce-scatter, all-gather, all-reduce (the ring's bytes, one round)
+    choose.py      `all_reduce`, `reduce_scatter`, `all_gather` with algorithm="auto": the
+                   fastest algorithm for the size
     p2p.py         `Peers`: bounded isend/irecv between ranks (the only place messages are sent)
     ledger.py      `CommLedger`: calls, messages and bytes each rank sends
     comm.py        `Communicator`: one switch between these rings and torch.distributed's own
@@ -14,14 +16,18 @@ What the lesson runs with them (checks against torch.distributed, timings, ledge
     from lesson_code import collectives
     collectives.ring_all_reduce(tensor, "sum")      # call on every rank
     collectives.all_reduce(tensor, "sum")           # the algorithm chosen by size
+    collectives.reduce_scatter(tensor, "sum")       # ring or direct, chosen by size
 """
 
-from lesson_code.collectives.choose import all_reduce
+from lesson_code.collectives.choose import all_gather, all_reduce, reduce_scatter
+from lesson_code.collectives.direct import (direct_all_gather, direct_all_reduce,
+                                            direct_reduce_scatter)
 from lesson_code.collectives.doubling import (halving_doubling_all_reduce,
                                               recursive_doubling_all_reduce)
 from lesson_code.collectives.ring import (OPS, broadcast, naive_all_reduce, ring_all_gather,
                                           ring_all_reduce, ring_chunk_indices, ring_reduce_scatter)
 
-__all__ = ["OPS", "all_reduce", "broadcast", "halving_doubling_all_reduce", "naive_all_reduce",
-           "recursive_doubling_all_reduce", "ring_all_gather", "ring_all_reduce",
-           "ring_chunk_indices", "ring_reduce_scatter"]
+__all__ = ["OPS", "all_gather", "all_reduce", "broadcast", "direct_all_gather",
+           "direct_all_reduce", "direct_reduce_scatter", "halving_doubling_all_reduce",
+           "naive_all_reduce", "recursive_doubling_all_reduce", "reduce_scatter",
+           "ring_all_gather", "ring_all_reduce", "ring_chunk_indices", "ring_reduce_scatter"]

@@ -1,11 +1,13 @@
-"""All-reduce that chooses its algorithm by message size and world size (lesson 76).
+"""Collectives that choose their algorithm by message size and world size (lesson 76).
 
 Short messages cost mostly latency (alpha per step), long ones bandwidth (beta per byte), so no
 one algorithm wins everywhere: recursive doubling takes the fewest steps, the ring and
-halving-doubling move the fewest bytes. `all_reduce(..., algorithm="auto")` predicts each
-algorithm's time with the alpha-beta model (`cost_model`), using constants fitted to times
-measured on this kind of machine, and runs the fastest. NCCL and MPICH choose the same way, from
-tables tuned per machine.
+halving-doubling move the fewest bytes, the direct algorithms send them in one round.
+`all_reduce(..., algorithm="auto")` predicts each algorithm's time with the alpha-beta model
+(`cost_model`), using constants fitted to times measured on this kind of machine, and runs the
+fastest; `reduce_scatter` and `all_gather` choose between the ring and the direct algorithm the
+same way, each from its own stored times. NCCL and MPICH choose the same way, from tables tuned
+per machine.
 
 The constants come from `AlgorithmCosts`: `stored_costs()` (the times `make bench` stored with
 the package, with the machine and date they were measured on) or `calibrate()` (a quick
@@ -16,11 +18,13 @@ every rank the same constants.
     from lesson_code.collectives import all_reduce
     all_reduce(tensor, "sum")                          # call on every rank; in place
     all_reduce(tensor, "sum", algorithm="recursive_doubling")
+    reduce_scatter(tensor, "sum"); all_gather(shard, sizes)   # chosen alike
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
@@ -28,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lesson_code.collectives import cost_model, doubling, ring
+from lesson_code.collectives import cost_model, direct, doubling, ring
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
 from lesson_code.devices import current_device
@@ -44,44 +48,63 @@ ALL_REDUCE = {
 CHOICES = ("auto", *ALL_REDUCE)
 MODEL_NAME = {"ring": "all_reduce", "recursive_doubling": "recursive_doubling",
               "halving_doubling": "halving_doubling", "naive": "naive_all_reduce"}
+REDUCE_SCATTER = {"ring": ring.ring_reduce_scatter, "direct": direct.direct_reduce_scatter}
+ALL_GATHER = {"ring": ring.ring_all_gather, "direct": direct.direct_all_gather}
+# Per collective: its algorithms, each one's name in `cost_model`, and the file of its times.
+ALGORITHMS = {"all_reduce": ALL_REDUCE, "reduce_scatter": REDUCE_SCATTER,
+              "all_gather": ALL_GATHER}
+MODEL_NAMES = {"all_reduce": MODEL_NAME,
+               "reduce_scatter": {"ring": "reduce_scatter", "direct": "direct_reduce_scatter"},
+               "all_gather": {"ring": "all_gather", "direct": "direct_all_gather"}}
 STORED = Path(__file__).with_name("measured_all_reduce.csv")
+STORED_FILES = {"all_reduce": STORED,
+                "reduce_scatter": STORED.with_name("measured_reduce_scatter.csv"),
+                "all_gather": STORED.with_name("measured_all_gather.csv")}
 CALIBRATION_SIZES = (2 ** 10, 2 ** 14, 2 ** 18, 2 ** 22)
 
 
 @dataclass(frozen=True)
 class AlgorithmCosts:
-    """Fitted alpha and beta of each all-reduce algorithm, and where the times came from."""
+    """Fitted alpha and beta of each algorithm of one collective, and where the times came from.
+
+    `nbytes` below is always the full tensor's size (for an all-gather: the gathered output).
+    """
 
     fits: dict[str, cost_model.AlphaBeta]
     source: str
+    collective: str = "all_reduce"
 
     def predict(self, algorithm: str, nbytes: int, world_size: int) -> float:
         """Predicted seconds of `algorithm` on a tensor of `nbytes` bytes over `world_size`."""
         fit = self.fits[algorithm]
-        return cost_model.predict(MODEL_NAME[algorithm], nbytes, world_size, fit.alpha, fit.beta)
+        return cost_model.predict(MODEL_NAMES[self.collective][algorithm], nbytes, world_size,
+                                  fit.alpha, fit.beta)
 
     def choose(self, nbytes: int, world_size: int) -> str:
         """The algorithm with the smallest predicted time (the first listed on a tie)."""
         return min(self.fits, key=lambda name: self.predict(name, nbytes, world_size))
 
     @classmethod
-    def from_times(cls, rows: list[dict], source: str) -> "AlgorithmCosts":
-        """Fit each algorithm to rows {algorithm, world_size, nbytes, seconds}.
+    def from_times(cls, rows: list[dict], source: str,
+                   collective: str = "all_reduce") -> "AlgorithmCosts":
+        """Fit each algorithm of `collective` to rows {algorithm, world_size, nbytes, seconds}.
 
         The fit weighs each time by its inverse (relative error), so 1 KiB and 64 MiB count
         alike although their times differ a thousandfold.
         """
+        require_choice("collective", collective, tuple(ALGORITHMS))
         fits = {}
-        for name in ALL_REDUCE:
+        for name, model in MODEL_NAMES[collective].items():
             mine = [row for row in rows if row["algorithm"] == name]
             if len(mine) >= 2:
                 fits[name] = cost_model.fit_alpha_beta(
-                    MODEL_NAME[name], int(mine[0]["world_size"]),
+                    model, int(mine[0]["world_size"]),
                     [float(row["nbytes"]) for row in mine], [float(row["seconds"]) for row in mine],
                     relative=True)
         if not fits:
-            raise ValueError(f"no algorithm has times at two sizes in {source}: measure again")
-        return cls(fits=fits, source=source)
+            raise ValueError(f"no {collective} algorithm has times at two sizes in {source}: "
+                             "measure again (python -m lesson_code.bench collectives)")
+        return cls(fits=fits, source=source, collective=collective)
 
 
 def predicted_switches(costs: AlgorithmCosts, world_size: int, low: int = 2 ** 10,
@@ -113,14 +136,16 @@ def stored_times(path: Path | str = STORED) -> list[dict]:
             for row in csv.DictReader(lines)]
 
 
-@lru_cache(maxsize=4)
-def stored_costs(path: Path | str = STORED) -> AlgorithmCosts:
-    """Costs fitted to the times stored with the package (written by `make bench`).
+@lru_cache(maxsize=8)
+def stored_costs(path: Path | str | None = None, collective: str = "all_reduce") -> AlgorithmCosts:
+    """Costs of `collective` fitted to the times stored with the package (by `make bench`).
 
-    Read and fitted once per process (the file does not change while it runs), since "auto"
-    asks for them on every call.
+    `path` defaults to `STORED_FILES[collective]`. Read and fitted once per process (the file
+    does not change while it runs), since "auto" asks for them on every call.
     """
-    return AlgorithmCosts.from_times(stored_times(path), source=str(path))
+    require_choice("collective", collective, tuple(ALGORITHMS))
+    path = STORED_FILES[collective] if path is None else path
+    return AlgorithmCosts.from_times(stored_times(path), source=str(path), collective=collective)
 
 
 def store_times(rows: list[dict], note: str, path: Path | str = STORED) -> Path:
@@ -176,3 +201,50 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, algorithm: str = "auto"
         algorithm = (costs or stored_costs()).choose(tensor.numel() * tensor.element_size(),
                                                     dist.get_world_size(group))
     return ALL_REDUCE[algorithm](tensor, op, group=group, ledger=ledger, timeout_s=timeout_s)
+
+
+def _chosen(collective: str, algorithm: str, costs: AlgorithmCosts | None, nbytes: int,
+            group) -> str:
+    """`algorithm`, or for "auto" the one `costs` (default: the stored ones) predicts fastest."""
+    require_choice("algorithm", algorithm, ("auto", *ALGORITHMS[collective]))
+    if algorithm != "auto":
+        return algorithm
+    costs = costs or stored_costs(collective=collective)
+    if costs.collective != collective:
+        raise ValueError(f"costs fitted for {costs.collective} cannot choose the {collective} algorithm: "
+                         f"pass choose.stored_costs(collective={collective!r})")
+    return costs.choose(nbytes, dist.get_world_size(group))
+
+
+def reduce_scatter(tensor: torch.Tensor, op: str = "sum", *, algorithm: str = "auto",
+                   costs: AlgorithmCosts | None = None, group=None,
+                   ledger: CommLedger | None = None,
+                   timeout_s: float = DEFAULT_WAIT_S) -> torch.Tensor:
+    """This rank's chunk `torch.tensor_split(reduced, N)[rank]` (dim 0) of the reduction of `tensor`.
+
+    Collective: call on every rank with tensors of the same shape and dtype, and the same
+    `algorithm` and `costs`. "auto" picks "ring" or "direct" by the tensor's size, from
+    `stored_costs(collective="reduce_scatter")` unless `costs` is given. Raises ValueError for an
+    unknown algorithm or op, or op="avg" on an integer tensor.
+    """
+    name = _chosen("reduce_scatter", algorithm, costs, tensor.numel() * tensor.element_size(),
+                   group)
+    return REDUCE_SCATTER[name](tensor, op, group=group, ledger=ledger, timeout_s=timeout_s)
+
+
+def all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, algorithm: str = "auto",
+               costs: AlgorithmCosts | None = None, group=None, ledger: CommLedger | None = None,
+               timeout_s: float = DEFAULT_WAIT_S) -> torch.Tensor:
+    """Every rank's `shard` concatenated along dim 0 in rank order; `sizes[r]` is rank r's length.
+
+    Collective: call on every rank, with the same `sizes`, `algorithm` and `costs`. "auto" picks
+    by the gathered size, which needs `sizes` (every rank must choose alike): without them it
+    runs the ring, which exchanges the lengths first. Raises ValueError as `ring_all_gather`, or
+    for an unknown algorithm.
+    """
+    if sizes is None and algorithm == "auto":
+        algorithm = "ring"
+    row_bytes = math.prod(shard.shape[1:]) * shard.element_size()
+    nbytes = sum(int(size) for size in sizes) * row_bytes if sizes is not None else 0
+    name = _chosen("all_gather", algorithm, costs, nbytes, group)
+    return ALL_GATHER[name](shard, sizes, group=group, ledger=ledger, timeout_s=timeout_s)

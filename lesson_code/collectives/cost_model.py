@@ -20,9 +20,13 @@ Formulas (N ranks, n bytes in the tensor):
 | naive all-reduce   | 2(N-1) (all at rank 0)| 2(N-1) * n                |
 | recursive doubling | log2 p (+2)          | log2 p * n (+2n)           |
 | halving-doubling   | 2 log2 p (+2)        | 2(p-1)/p * n (+2n)         |
+| direct reduce-scatter, all-gather | N-1 (in one round) | (N-1)/N * n      |
+| direct all-reduce  | 2(N-1) (two rounds)  | 2(N-1)/N * n               |
 
 p is the largest power of two <= N; when N is not one (r = N - p > 0), the first 2r ranks fold
 into pairs before the algorithm and unfold after it: one message of n bytes each way (the +2).
+The direct algorithms post their N - 1 messages of a round at once; they are counted as N - 1
+because one rank's link (or here, its CPU) still carries them one after another.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ import numpy as np
 from lesson_code.validate import require_choice, require_positive, require_positive_int
 
 ALGORITHMS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "naive_all_reduce",
-              "recursive_doubling", "halving_doubling")
+              "recursive_doubling", "halving_doubling", "direct_reduce_scatter",
+              "direct_all_gather", "direct_all_reduce")
 
 # nccl-tests (PERFORMANCE.md): bus bandwidth = algorithm bandwidth x this factor, so that busbw
 # can be compared with the link's peak whatever N is.
@@ -73,6 +78,9 @@ def message_count(algorithm: str, world_size: int) -> int:
         "all_gather": steps,
         "broadcast": math.ceil(math.log2(world_size)) if world_size > 1 else 0,
         "naive_all_reduce": 2 * steps,
+        "direct_reduce_scatter": steps,
+        "direct_all_gather": steps,
+        "direct_all_reduce": 2 * steps,
     }[algorithm]
 
 
@@ -94,6 +102,9 @@ def bytes_per_rank(algorithm: str, nbytes: float, world_size: int) -> float:
         "all_gather": (n - 1) / n * nbytes,
         "broadcast": message_count("broadcast", n) * nbytes,
         "naive_all_reduce": 2 * (n - 1) * nbytes,
+        "direct_reduce_scatter": (n - 1) / n * nbytes,
+        "direct_all_gather": (n - 1) / n * nbytes,
+        "direct_all_reduce": 2 * (n - 1) / n * nbytes,
     }[algorithm]
 
 

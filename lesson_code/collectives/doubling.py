@@ -148,7 +148,9 @@ def _reduce_scatter_by_halving(powers: PowerOfTwoGroup, flat: torch.Tensor,
                                bounds: list[int]) -> tuple[int, int]:
     """Halve the window of chunks each step; return the [low, high) chunks held at the end (one)."""
     low, high, mask = 0, powers.size, powers.size >> 1
-    incoming = flat.new_empty(flat.numel())
+    # The first step keeps the larger half at most; later steps keep less (never the whole).
+    half = bounds[powers.size // 2]
+    incoming = flat.new_empty(max(half, flat.numel() - half))
     while mask:
         middle = (low + high) // 2
         keep_low = not powers.new_rank & mask

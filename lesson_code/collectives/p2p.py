@@ -95,6 +95,22 @@ class Peers:
                 recvs[index].add_(adds[index])
         self._wait_all(sending)
 
+    def post_recv(self, tensor: torch.Tensor, source: int):
+        """Start receiving `tensor` from group rank `source`; a handle for `wait_all` (or None)."""
+        return self._post(dist.irecv, tensor, source)
+
+    def post_send(self, tensor: torch.Tensor, dest: int):
+        """Start sending `tensor` to group rank `dest`; a handle for `wait_all` (or None)."""
+        return self._post(dist.isend, tensor, dest)
+
+    def wait_all(self, works: list) -> None:
+        """Wait for each started message (None: nothing was posted), each wait bounded."""
+        self._wait_all(works)
+
+    def post_together(self, recvs: list, sends: list) -> None:
+        """Post (tensor, group rank) receives and sends as one NCCL group; wait for all, bounded."""
+        self._post_together(recvs, sends)
+
     def _post_together(self, recvs: list, sends: list) -> None:
         """Post (tensor, group rank) receives and sends as one NCCL group; wait for all, bounded."""
         ops = []

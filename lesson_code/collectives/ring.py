@@ -168,13 +168,8 @@ def ring_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, grou
     if shard.dim() == 0:
         raise ValueError("shard must have at least one dimension; use shard.reshape(1)")
     if sizes is None:
-        sizes = _exchange_sizes(shard.shape[0], shard.device, group, ledger, timeout_s)
-    sizes = [int(size) for size in sizes]
-    if len(sizes) != peers.world_size or sizes[peers.rank] != shard.shape[0]:
-        raise ValueError(
-            f"sizes={sizes} does not describe this group: it needs {peers.world_size} lengths "
-            f"and entry {peers.rank} must equal this rank's shard length {shard.shape[0]}"
-        )
+        sizes = exchange_sizes(shard.shape[0], shard.device, group, ledger, timeout_s)
+    sizes = check_sizes(sizes, peers, shard)
     output = shard.new_empty((sum(sizes), *shard.shape[1:]))
     chunks = torch.split(output, sizes)
     chunks[peers.rank].copy_(shard)
@@ -183,7 +178,18 @@ def ring_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, grou
     return output
 
 
-def _exchange_sizes(length: int, device: torch.device, group, ledger: CommLedger | None,
+def check_sizes(sizes, peers: Peers, shard: torch.Tensor) -> list[int]:
+    """`sizes` as ints; ValueError unless it has one length per rank and ours is `shard`'s."""
+    sizes = [int(size) for size in sizes]
+    if len(sizes) != peers.world_size or sizes[peers.rank] != shard.shape[0]:
+        raise ValueError(
+            f"sizes={sizes} does not describe this group: it needs {peers.world_size} lengths "
+            f"and entry {peers.rank} must equal this rank's shard length {shard.shape[0]}"
+        )
+    return sizes
+
+
+def exchange_sizes(length: int, device: torch.device, group, ledger: CommLedger | None,
                     timeout_s: float) -> list[int]:
     """Every rank's shard length, gathered with the same ring (one int64 per rank)."""
     peers = peers_for("all_gather_sizes", group, ledger, timeout_s)

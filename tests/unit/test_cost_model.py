@@ -111,3 +111,12 @@ def test_halving_doubling_moves_the_ring_bytes_in_fewer_steps_on_powers_of_two()
             cost_model.bytes_per_rank("all_reduce", 4096, n)
         assert cost_model.message_count("halving_doubling", n) <= \
             cost_model.message_count("all_reduce", n)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+def test_direct_algorithms_move_the_rings_bytes(n):
+    for direct, ring in (("direct_reduce_scatter", "reduce_scatter"),
+                         ("direct_all_gather", "all_gather"), ("direct_all_reduce", "all_reduce")):
+        assert cost_model.bytes_per_rank(direct, 4096, n) == cost_model.bytes_per_rank(ring, 4096, n)
+        assert cost_model.message_count(direct, n) == cost_model.message_count(ring, n)
+    assert cost_model.bytes_per_rank("direct_reduce_scatter", 1024, 4) == 768
