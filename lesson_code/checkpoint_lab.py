@@ -1,4 +1,5 @@
-"""Rank functions of lesson 80: save and resume ZeRO training, crash a save, compare with DCP.
+"""Rank functions of lesson 80: save and resume ZeRO training, time a save, crash one, compare
+with DCP; and `shard_layout`, each shard's place and own padding as a manifest records them.
 
 The notebook and tests run these through `launch.spawn`. Training is lesson 78's ZeRO-1 (a
 `zero_lab.ZeroRun`); checkpoints go under a root folder the caller gives (a temporary one in
