@@ -189,31 +189,25 @@ def _resume_check(path: str, timeout_s: float) -> None:
 
 
 def time_runs(rank: int, world_size: int, path: str, out_dir: str) -> tuple[float, float]:
-    """Rank function: (learner's, course's) slowest-rank median seconds of one graded run."""
+    """Rank function: (learner's, course's) slowest-rank median seconds of one graded run.
+
+    Each trial times the learner's run and then the course's, after one of each to warm up, so
+    that a machine busy with something else slows both alike. A whole run is long enough to
+    time once per trial. Every run writes under a folder of its own.
+    """
     learner = load_learner(path)
     runs = itertools.count()
-
-    def run(run_rank) -> None:
-        run_rank(rank, world_size, grading_config(world_size, str(Path(out_dir) / str(next(runs)))))
-
-    yours = median_seconds(lambda: run(learner.run_rank))
-    return yours, median_seconds(lambda: run(course_run_rank))
-
-
-def median_seconds(call, trials: int = TIMED_TRIALS) -> float:
-    """The slowest rank's median wall seconds of `call` over `trials`, after one run to warm up.
-
-    Collective: every rank starts each run together (a barrier). A whole training run is long
-    enough to time once per trial, so there is no repetition within a trial.
-    """
-    call()
-    samples = []
-    for _ in range(trials):
-        dist.barrier()
-        started = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - started)
-    return slowest_rank(statistics.median(samples))
+    samples: dict[str, list[float]] = {"yours": [], "course": []}
+    for trial in range(TIMED_TRIALS + 1):
+        for name, run_rank in (("yours", learner.run_rank), ("course", course_run_rank)):
+            config = grading_config(world_size, str(Path(out_dir) / str(next(runs))))
+            dist.barrier()
+            started = time.perf_counter()
+            run_rank(rank, world_size, config)
+            if trial:  # trial 0 warms up
+                samples[name].append(time.perf_counter() - started)
+    return (slowest_rank(statistics.median(samples["yours"])),
+            slowest_rank(statistics.median(samples["course"])))
 
 
 def timing(path: str, timeout_s: float) -> Timing:
@@ -224,7 +218,7 @@ def timing(path: str, timeout_s: float) -> Timing:
                                   case="timing")[0]
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    return Timing(f"run_rank, {STEPS} steps of MiniGPT", 2, TIMED_TRIALS, yours, course)
+    return Timing(f"run_rank, MiniGPT steps={STEPS}", 2, TIMED_TRIALS, yours, course)
 
 
 CHECKS = (

@@ -230,7 +230,7 @@ def timing(path: str, timeout_s: float) -> Timing:
     with _scratch() as root:
         yours, course = run_ranks(time_save_and_load, path, str(root), world_size=2,
                                   timeout_s=timeout_s, case="timing")[0]
-    return Timing("save_sharded + load_sharded, 4 MiB per rank", 2, 3, yours, course)
+    return Timing("save_sharded + load_sharded, shard=4 MiB", 2, 3, yours, course)
 
 
 CHECKS = (
