@@ -117,8 +117,9 @@ def grade_losses(rank: int, world_size: int, path: str, out_dir: str) -> list[Fa
                     case_index=1, rank=rank, reference="the course's run_rank (loss per step)")
     if found:
         return [found]
-    moved = (course["params"] - start).norm()
-    distance = ((yours["params"].double() - course["params"]).norm() / moved).item()
+    reference = course["params"].cpu()
+    moved = (reference - start).norm()
+    distance = ((yours["params"].detach().double().cpu() - reference).norm() / moved).item()
     if not distance <= PARAMS_RELATIVE:
         return [Failure("value", {"case": case, "case_index": 2, "rank": rank,
                                   "what": "|params - course| / |course - start|",
@@ -127,9 +128,11 @@ def grade_losses(rank: int, world_size: int, path: str, out_dir: str) -> list[Fa
 
 
 def _kept(result: dict) -> dict:
-    """What `compare_resumed` reads of a run's result, by value."""
+    """What `compare_resumed` reads of a run's result, by value (tensors on the CPU)."""
+    state = {key: result["final_state"][key] for key in COMPARED}
     return {"records": [{"step": row["step"], "loss": row["loss"]} for row in result["records"]],
-            "final_state": {key: result["final_state"][key] for key in COMPARED}}
+            "final_state": {key: value.detach().cpu() if isinstance(value, torch.Tensor) else value
+                            for key, value in state.items()}}
 
 
 def run_and_resume(rank: int, world_size: int, path: str, out_dir: str) -> dict:
