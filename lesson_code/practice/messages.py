@@ -54,8 +54,6 @@ FAILURES = {
         "bytes": "{case}: rank {rank} sent {got} bytes; {expected_what} sends {expected}",
         "order": "{case}: stage {stage} ran {got}, expected {expected}",
         "value": "{case}: {what} is {got}, expected {expected}",
-        "accepted": "{case}: the load accepted a {damage} checkpoint instead of raising",
-        "lost": "{case}: after the crash, {what}",
         "not_raised": "{case}: returned {got} instead of raising {expected}",
         # lesson 80: sharded checkpoints
         "no_manifest": "{case}: {file} is missing or unreadable ({error})",
@@ -91,8 +89,6 @@ FAILURES = {
         "bytes": "{case}: رتبهٔ {rank} {got} بایت فرستاد؛ {expected_what} {expected} بایت می‌فرستد",
         "order": "{case}: مرحلهٔ {stage} ترتیب {got} را اجرا کرد، نه {expected}",
         "value": "{case}: {what} برابر {got} است، نه {expected}",
-        "accepted": "{case}: بارگذاری به‌جای خطا، نقطهٔ وارسی {damage} را پذیرفت",
-        "lost": "{case}: پس از خرابی، {what}",
         "not_raised": "{case}: به‌جای خطای {expected}، مقدار {got} را برگرداند",
         # درس ۸۰: چکپوینت شاردشده
         "no_manifest": "{case}: {file} وجود ندارد یا خواندنی نیست ({error})",
@@ -139,7 +135,10 @@ def localized(value: Any, lang: str) -> Any:
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
-    text = f"{value:.3g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"  # 1234 ms, not 1.23e+03
+    else:
+        text = str(value)
     return persian_digits(text) if lang == "fa" else text
 
 
