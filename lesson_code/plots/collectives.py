@@ -16,6 +16,7 @@ from matplotlib.patches import Rectangle
 from lesson_code.collectives import cost_model
 from lesson_code.collectives import ring_chunk_indices
 from lesson_code.plots import start_figure
+from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {
@@ -177,3 +178,28 @@ def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en"
     ax.set_yscale("log")
     ax.set_title(labels["model"], fontsize=9)
     return _finish(fig, ax, labels["size"], labels["time"], legend_size=8)
+
+
+# The tables of lesson 76 in Persian: English label -> Persian term (book/fa/glossary.md).
+TABLE_LABELS = {
+    "rank": "رتبه", "world_size": "تعداد رتبه‌ها", "backend": "بک‌اند", "threads": "رشته‌ها",
+    "all_reduce": "کاهش همگانی", "reduce_scatter": "کاهش و پخش", "all_gather": "گردآوری همگانی",
+    "naive_all_reduce": "کاهش همگانی ساده‌لوحانه", "broadcast": "بازپخش", "primitive": "عملیات",
+    "bytes sent": "بایت‌های فرستاده", "bytes received": "بایت‌های دریافتی",
+    "messages sent": "پیام‌های فرستاده", "nbytes": "بایت‌ها", "op": "عملیات",
+    "ring": "حلقه", "naive": "ساده‌لوحانه", "recursive_doubling": "دوبرابرسازی بازگشتی",
+    "halving_doubling": "نیم‌سازی و دوبرابرسازی", "N =": "N =",
+    "ring all_reduce": "کاهش همگانی حلقه‌ای", "naive all_reduce": "کاهش همگانی ساده‌لوحانه",
+    "gloo all_reduce": "کاهش همگانی gloo", "auto all_reduce": "کاهش همگانی auto",
+    "recursive_doubling all_reduce": "کاهش همگانی با دوبرابرسازی بازگشتی",
+    "halving_doubling all_reduce": "کاهش همگانی با نیم‌سازی و دوبرابرسازی",
+    "ring / gloo": "حلقه / gloo", "auto / gloo": "auto / gloo",
+    "fastest measured": "سریع‌ترینِ اندازه‌گیری‌شده", "auto's choice": "انتخاب auto",
+}
+
+
+def localized(table, lang: str):
+    """`table` (a DataFrame or Series) with its labels in edition `lang`: the Persian terms of
+    TABLE_LABELS for "fa", unchanged for "en" (`plots.tables.translate`; values never change).
+    Raises ValueError for another language."""
+    return translate(table, {"fa": TABLE_LABELS}, lang)

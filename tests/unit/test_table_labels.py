@@ -1,7 +1,7 @@
-"""Lessons 77 and 78 show their tables with Persian labels in the Persian edition.
+"""Lessons 76, 77 and 78 show their tables with Persian labels in the Persian edition.
 
 The code cells are the same in both editions, so the labels come from the lessons' plots modules
-(`plots.ddp.localized`, `plots.zero.localized`); these tests check that every label they know is
+(`plots.collectives.localized`, `plots.ddp.localized`, `plots.zero.localized`); these tests check that every label they know is
 translated, that the English edition is left as computed, and that the values are never touched.
 """
 
@@ -10,11 +10,12 @@ import re
 import pandas as pd
 import pytest
 
-from lesson_code.plots import ddp, zero
+from lesson_code.plots import collectives, ddp, zero
 
 PERSIAN_LETTER = re.compile(r"[\u0600-\u06FF]")
-MODULES = [pytest.param(ddp, id="lesson 77"), pytest.param(zero, id="lesson 78")]
-KEPT_AS_NAMES = {"DDP", "ZeRO-1", "ZeroRedundancyOptimizer"}  # names of systems, not words
+MODULES = [pytest.param(collectives, id="lesson 76"), pytest.param(ddp, id="lesson 77"),
+           pytest.param(zero, id="lesson 78")]
+KEPT_AS_NAMES = {"DDP", "ZeRO-1", "ZeroRedundancyOptimizer", "auto / gloo", "N ="}  # not words
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -30,10 +31,10 @@ def test_every_label_becomes_persian(module) -> None:
 
 @pytest.mark.parametrize("module", MODULES)
 def test_english_edition_is_unchanged(module) -> None:
-    series = pd.Series({"forward": 1.5, "backward": 2.5}, name="comm").rename_axis("rank")
+    series = pd.Series({"forward": 1.5, "backward": 2.5}, name="rank").rename_axis("rank")
     pd.testing.assert_series_equal(module.localized(series, "en"), series)
     shown = module.localized(series, "fa")
-    assert shown.name == "ارتباطات" and shown.index.name == "رتبه"
+    assert shown.name == "رتبه" and shown.index.name == "رتبه"
     assert shown.tolist() == [1.5, 2.5]
 
 
