@@ -3,11 +3,11 @@
 Short messages cost mostly latency (alpha per step), long ones bandwidth (beta per byte), so no
 one algorithm wins everywhere: recursive doubling takes the fewest steps, the ring and
 halving-doubling move the fewest bytes, the direct algorithms send them in one round.
-`all_reduce(..., algorithm="auto")` predicts each algorithm's time with the alpha-beta model
-(`cost_model`), using constants fitted to times measured on this kind of machine, and runs the
-fastest; `reduce_scatter` and `all_gather` choose between the ring and the direct algorithm the
-same way, each from its own stored times. NCCL and MPICH choose the same way, from tables tuned
-per machine.
+`all_reduce(..., algorithm="auto")` expects each algorithm's time from times measured on this
+kind of machine (read between the measured sizes, and beyond them from the alpha-beta model of
+`cost_model` fitted to them), and runs the fastest; `reduce_scatter` and `all_gather` choose
+between the ring and the direct algorithm the same way, each from its own stored times. NCCL
+and MPICH choose the same way, from tables tuned per machine.
 
 The constants come from `AlgorithmCosts`: `stored_costs()` (the times `make bench` stored with
 the package, with the machine and date they were measured on) or `calibrate()` (a quick
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
 
@@ -65,7 +65,8 @@ CALIBRATION_SIZES = (2 ** 10, 2 ** 14, 2 ** 18, 2 ** 22)
 
 @dataclass(frozen=True)
 class AlgorithmCosts:
-    """Fitted alpha and beta of each algorithm of one collective, and where the times came from.
+    """Fitted alpha and beta of each algorithm of one collective, the measured times they were
+    fitted to ({algorithm: (world size, ((nbytes, seconds), ...) by size)}), and their source.
 
     `nbytes` below is always the full tensor's size (for an all-gather: the gathered output).
     """
@@ -73,6 +74,7 @@ class AlgorithmCosts:
     fits: dict[str, cost_model.AlphaBeta]
     source: str
     collective: str = "all_reduce"
+    measured: dict[str, tuple[int, tuple[tuple[int, float], ...]]] = field(default_factory=dict)
 
     def predict(self, algorithm: str, nbytes: int, world_size: int) -> float:
         """Predicted seconds of `algorithm` on a tensor of `nbytes` bytes over `world_size`."""
@@ -80,9 +82,26 @@ class AlgorithmCosts:
         return cost_model.predict(MODEL_NAMES[self.collective][algorithm], nbytes, world_size,
                                   fit.alpha, fit.beta)
 
+    def expected(self, algorithm: str, nbytes: int, world_size: int) -> float:
+        """Seconds `choose` expects: the measured times where they reach, the model beyond them.
+
+        Between two measured sizes (on the world size measured) the time is read off the
+        straight line joining them on log-log axes, the way NCCL and MPICH read their tuned
+        tables: two constants cannot follow every step a real machine shows (here the fit
+        misses single sizes by up to 40%, enough to rank two algorithms the wrong way).
+        """
+        ranks, points = self.measured.get(algorithm, (0, ()))
+        if ranks != world_size or not points or not points[0][0] <= nbytes <= points[-1][0]:
+            return self.predict(algorithm, nbytes, world_size)
+        for (n0, t0), (n1, t1) in zip(points, points[1:]):
+            if n0 <= nbytes <= n1:
+                weight = math.log(nbytes / n0) / math.log(n1 / n0)
+                return t0 * (t1 / t0) ** weight
+        return points[0][1]  # one measured size, and nbytes is it
+
     def choose(self, nbytes: int, world_size: int) -> str:
-        """The algorithm with the smallest predicted time (the first listed on a tie)."""
-        return min(self.fits, key=lambda name: self.predict(name, nbytes, world_size))
+        """The algorithm with the smallest expected time (the first listed on a tie)."""
+        return min(self.fits, key=lambda name: self.expected(name, nbytes, world_size))
 
     @classmethod
     def from_times(cls, rows: list[dict], source: str,
@@ -93,37 +112,43 @@ class AlgorithmCosts:
         alike although their times differ a thousandfold.
         """
         require_choice("collective", collective, tuple(ALGORITHMS))
-        fits = {}
+        fits, measured = {}, {}
         for name, model in MODEL_NAMES[collective].items():
             mine = [row for row in rows if row["algorithm"] == name]
             if len(mine) >= 2:
+                world_size = int(mine[0]["world_size"])
                 fits[name] = cost_model.fit_alpha_beta(
-                    model, int(mine[0]["world_size"]),
+                    model, world_size,
                     [float(row["nbytes"]) for row in mine], [float(row["seconds"]) for row in mine],
                     relative=True)
+                measured[name] = (world_size, tuple(sorted(
+                    (int(row["nbytes"]), float(row["seconds"])) for row in mine
+                    if int(row["world_size"]) == world_size)))
         if not fits:
             raise ValueError(f"no {collective} algorithm has times at two sizes in {source}: "
                              "measure again (python -m lesson_code.bench collectives)")
-        return cls(fits=fits, source=source, collective=collective)
+        return cls(fits=fits, source=source, collective=collective, measured=measured)
 
 
 def predicted_switches(costs: AlgorithmCosts, world_size: int, low: int = 2 ** 10,
                        high: int = 2 ** 26) -> list[tuple[int, str, str]]:
-    """(size, from, to) where the model's choice changes between `low` and `high` bytes.
+    """(size, from, to) where the choice of `costs` changes between `low` and `high` bytes.
 
-    Scans powers of two, then bisects each change down to a byte: the predicted crossovers.
+    Scans sizes 2^(1/8) apart, then bisects each change down to a byte: the expected crossovers
+    (two switches closer than an eighth of an octave would show as one).
     """
-    switches, nbytes = [], low
+    switches, nbytes, step = [], low, 2 ** 0.125
     while nbytes < high:
-        before, after = costs.choose(nbytes, world_size), costs.choose(2 * nbytes, world_size)
+        following = min(high, max(nbytes + 1, round(nbytes * step)))
+        before, after = costs.choose(nbytes, world_size), costs.choose(following, world_size)
         if before != after:
-            left, right = nbytes, 2 * nbytes
+            left, right = nbytes, following
             while right - left > 1:
                 middle = (left + right) // 2
                 left, right = (middle, right) if costs.choose(middle, world_size) == before \
                     else (left, middle)
             switches.append((right, before, costs.choose(right, world_size)))
-        nbytes *= 2
+        nbytes = following
     return switches
 
 

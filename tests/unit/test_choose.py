@@ -86,3 +86,27 @@ def test_an_unknown_algorithm_is_named():
     import torch
     with pytest.raises(ValueError, match="unknown algorithm 'tree'"):
         choose.all_reduce(torch.ones(2), algorithm="tree")
+
+
+def test_measured_times_decide_inside_their_range_and_the_model_beyond():
+    # The ring measured 3x faster than its model at 4 MiB only (a step the two constants of a
+    # fit cannot follow): auto takes it there and at sizes next to it, and the model elsewhere.
+    rows = times_from(SAME)
+    for row in rows:
+        if row["algorithm"] == "ring" and row["nbytes"] == 2 ** 22:
+            row["seconds"] /= 3
+    costs = choose.AlgorithmCosts.from_times(rows, source="model")
+    as_modelled = choose.AlgorithmCosts.from_times(times_from(SAME), source="model")
+    assert as_modelled.choose(2 ** 22, 4) == "halving_doubling"
+    assert costs.choose(2 ** 22, 4) == "ring"
+    assert costs.expected("ring", 2 ** 22, 4) == pytest.approx(
+        [r["seconds"] for r in rows if r["algorithm"] == "ring" and r["nbytes"] == 2 ** 22][0])
+    # Halfway between 1 MiB and 4 MiB on log axes: the geometric mean of the two times.
+    one, four = (next(r["seconds"] for r in rows if r["algorithm"] == "ring" and r["nbytes"] == n)
+                 for n in (2 ** 20, 2 ** 22))
+    assert costs.expected("ring", 2 ** 21, 4) == pytest.approx((one * four) ** 0.5)
+    # Past the largest measured size, and on another world size, the fitted model answers.
+    assert costs.expected("ring", 2 ** 28, 4) == costs.predict("ring", 2 ** 28, 4)
+    assert costs.expected("ring", 2 ** 22, 8) == costs.predict("ring", 2 ** 22, 8)
+    assert costs.choose(2 ** 28, 4) == min(costs.fits,
+                                           key=lambda name: costs.predict(name, 2 ** 28, 4))
