@@ -1,4 +1,5 @@
-"""Lesson 78's grader: the course's ZeRO-1 passes, the template fails, each mistake fails its check."""
+"""Lesson 78's grader: the course's ZeRO-1 passes, the template fails, each mistake fails its
+check."""
 
 from pathlib import Path
 
@@ -50,7 +51,8 @@ MISTAKES = {
     "bytes": [("        shard = grads.new_empty(self.shard_numel)\n"
                "        dist.reduce_scatter_single(shard, grads, group=self.group)\n",
                "        dist.all_reduce(grads, group=self.group)\n"
-               "        shard = grads[self.rank * self.shard_numel: (self.rank + 1) * self.shard_numel]\n")],
+               "        start = self.rank * self.shard_numel\n"
+               "        shard = grads[start: start + self.shard_numel]\n")],
 }
 EXPECTED_KIND = {"names": "missing", "flatten": "mismatch", "training": "mismatch",
                  "bfloat16": "value", "memory": "value", "bytes": "bytes"}

@@ -131,12 +131,16 @@ def value_failure(what: str, got, expected, *, case: str, case_index: int, rank:
                              "got": got, "expected": expected})
 
 
-def over_world_sizes(rank_fn, *args, world_sizes: tuple[int, ...]):
-    """A check's run: `rank_fn` on each of `world_sizes`, stopping at the first failure."""
+def over_world_sizes(rank_fn, *args, world_sizes: tuple[int, ...], groups: bool = False):
+    """A check's run: `rank_fn` on each of `world_sizes`, stopping at the first failure.
+
+    `groups`: the rank function grades every smaller world size too (`prefix_groups`), and a
+    run that raises or hangs is reported as "groups of 1 to N ranks"."""
     def run(path: str, timeout_s: float) -> None:
         for world_size in world_sizes:
+            case = f"groups of 1 to {world_size} ranks" if groups else f"world_size={world_size}"
             fail_on_first(run_ranks(rank_fn, path, *args, world_size=world_size,
-                                    timeout_s=timeout_s, case=f"world_size={world_size}"))
+                                    timeout_s=timeout_s, case=case))
     return run
 
 

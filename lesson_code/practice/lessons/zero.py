@@ -68,9 +68,10 @@ def grade_flatten(rank: int, world_size: int, path: str) -> list[Failure]:
             "the parameters after unflatten_into", "new Parameter objects",
             "the same ones, written in place", case=f"unflatten_into({case})",
             case_index=2 * index + 1, rank=rank))
-        found = found or within(got, written.to(dtype), None, case=f"unflatten_into({case}, "
-                                "a float32 vector), then the vector changed", case_index=2 * index + 1,
-                                rank=rank, reference="the vector's values, cast to the model's dtype")
+        found = found or within(
+            got, written.to(dtype), None, rank=rank, case_index=2 * index + 1,
+            case=f"unflatten_into({case}, a float32 vector), then the vector changed",
+            reference="the vector's values, cast to the model's dtype")
         failures += [found] if found else []
     return failures
 
@@ -150,10 +151,12 @@ def grade_bfloat16(rank: int, world_size: int, path: str) -> list[Failure]:
     found = within(result["params"], torch.cat(shards)[:numel].to(torch.bfloat16).double(), None,
                    reference="the ranks' master shards, concatenated, rounded to bfloat16",
                    case_index=2, **where)
-    distance = relative_distance(result["params"], single["params"], flat_parameters(run_model(run)))
+    start = flat_parameters(run_model(run))
+    distance = relative_distance(result["params"], single["params"], start)
     if found is None and not distance < BFLOAT16_RELATIVE:
-        found = value_failure("the relative distance ||params - reference|| / ||reference - start|| "
-                              "from MasterAdam on the full batch", round(distance, 3),
+        found = value_failure("the relative distance ||params - reference|| / "
+                              "||reference - start|| from MasterAdam on the full batch",
+                              round(distance, 3),
                               f"below {BFLOAT16_RELATIVE}", case_index=3, **where)
     return [found] if found else []
 
@@ -165,7 +168,8 @@ def grade_memory(rank: int, world_size: int, path: str) -> list[Failure]:
     numel = result["params"].numel()
     shard = math.ceil(numel / world_size)
     case = f"MLP of {numel} parameters, world_size={world_size}, after one step"
-    missing = [name for name in STATE if not isinstance(getattr(optimizer, name, None), torch.Tensor)]
+    missing = [name for name in STATE
+               if not isinstance(getattr(optimizer, name, None), torch.Tensor)]
     if missing:
         return [value_failure(f"optimizer.{missing[0]}", getattr(optimizer, missing[0], None),
                               "a tensor", case=case, case_index=0, rank=rank)]
@@ -233,28 +237,29 @@ CHECKS = (
           over_world_sizes(grade_flatten, world_sizes=(1,))),
     Check("training",
           {"en": "ZeRO-1 trains as torch.optim.Adam on the full batch, 1 to 5 ranks (with padding)",
-           "fa": "ZeRO-1 مانند torch.optim.Adam روی کل دسته آموزش می‌دهد، ۱ تا ۵ رتبه (با لایه‌گذاری)"},
+           "fa": "ZeRO-1 مانند torch.optim.Adam روی کل دسته آموزش می‌دهد، ۱ تا ۵ رتبه (با پدینگ)"},
           {"en": "pad the flat gradient with zeros to N x ceil(P / N), reduce-scatter it and divide "
                  "by N, run Adam with bias correction on your shard, all-gather the shards and drop "
                  "the padding; pass group= to every collective",
-           "fa": "گرادیان تخت را با صفر تا N x ceil(P / N) لایه‌گذاری کنید، reduce-scatter کنید و بر N "
-                 "تقسیم کنید، Adam را با تصحیح سوگیری روی تکهٔ خود اجرا کنید، تکه‌ها را all-gather "
-                 "کنید و لایه را دور بریزید؛ group= را به هر collective بدهید"},
-          over_world_sizes(grade_training, world_sizes=(5,))),
+           "fa": "گرادیان تخت را با صفر تا N x ceil(P / N) پدینگ کنید، reduce-scatter کنید و بر N "
+                 "تقسیم کنید، Adam را با تصحیح سوگیری روی شارد خود اجرا کنید، شاردها را all-gather "
+                 "کنید و پدینگ را دور بریزید؛ group= را به هر collective بدهید"},
+          over_world_sizes(grade_training, world_sizes=(5,), groups=True)),
     Check("bfloat16",
           {"en": "a bfloat16 model keeps an fp32 master shard and trains as fp32-master Adam",
-           "fa": "مدل bfloat16 تکهٔ اصلی fp32 نگه می‌دارد و مانند Adam با نسخهٔ اصلی fp32 آموزش می‌بیند"},
+           "fa": "مدل bfloat16 شاردی از وزن‌های اصلی fp32 نگه می‌دارد و مانند Adam با وزن‌های "
+                 "اصلی fp32 آموزش می‌بیند"},
           {"en": "make master a float32 copy of your shard, run Adam on it, and all-gather it cast "
                  "to the model's dtype",
-           "fa": "master را کپی float32 تکهٔ خود بسازید، Adam را روی آن اجرا کنید و آن را با نوع "
+           "fa": "master را کپی float32 شارد خود بسازید، Adam را روی آن اجرا کنید و آن را با نوع "
                  "دادهٔ مدل all-gather کنید"},
           over_world_sizes(grade_bfloat16, world_sizes=(3,))),
     Check("memory",
           {"en": "optimizer state per rank is 12 bytes per shard element (12 x ceil(P / N))",
-           "fa": "حالت بهینه‌ساز هر رتبه ۱۲ بایت به ازای هر عنصر تکه است (12 x ceil(P / N))"},
+           "fa": "وضعیت بهینه‌ساز هر رتبه ۱۲ بایت به ازای هر عنصر شارد است (12 x ceil(P / N))"},
           {"en": "master, exp_avg and exp_avg_sq are fp32 tensors of the shard's length: clone "
                  "the shard, or it stays a view of the whole flat vector (and keeps it alive)",
-           "fa": "master و exp_avg و exp_avg_sq تانسورهای fp32 به طول تکه‌اند: تکه را clone کنید، "
+           "fa": "master و exp_avg و exp_avg_sq تانسورهای fp32 به طول شاردند: شارد را clone کنید، "
                  "وگرنه نمایی از کل بردار تخت می‌ماند (و آن را زنده نگه می‌دارد)"},
           over_world_sizes(grade_memory, world_sizes=(4,))),
     Check("bytes",
@@ -262,8 +267,8 @@ CHECKS = (
            "fa": "هر گام یک reduce-scatter و یک all-gather می‌فرستد: به اندازهٔ یک all-reduce در DDP"},
           {"en": "reduce-scatter the gradient (each rank receives only its shard) instead of "
                  "all-reducing all of it and slicing",
-           "fa": "گرادیان را reduce-scatter کنید (هر رتبه فقط تکهٔ خود را می‌گیرد)، نه اینکه همه را "
-                 "all-reduce کنید و تکه بردارید"},
+           "fa": "گرادیان را reduce-scatter کنید (هر رتبه فقط شارد خود را می‌گیرد)، نه اینکه همه را "
+                 "all-reduce کنید و شارد خود را جدا کنید"},
           over_world_sizes(grade_bytes, world_sizes=(4,))),
 )
 
