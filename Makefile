@@ -23,6 +23,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 LAB_READY := $(VENV)/.lab-ready
+# make lab's Jupyter configuration: JupyterLab's settings for this course, and custom.css, which
+# aligns the Persian notebooks' right-to-left prose (book/_static/jupyterlab-rtl.css).
+LAB_CONFIG := $(VENV)/jupyter-config
 # Extra pip arguments. For a CPU-only torch on a machine whose default index would pick a CUDA
 # build, add PyTorch's CPU-only wheel index: PIP_ARGS="--extra-index-url <that index>", with the
 # address that PyTorch's installation instructions (the Get Started page on pytorch.org, pip,
@@ -45,8 +48,10 @@ $(READY): pyproject.toml requirements.lock
 	touch $(READY)
 
 # JupyterLab and its server: only for make lab and the JupyterLab browser test.
-$(LAB_READY): $(READY)
+$(LAB_READY): $(READY) book/_static/jupyterlab-rtl.css
 	$(BIN)/python -m pip install --quiet $(PIP_ARGS) -c requirements.lock -e '.[book,test,lab]'
+	mkdir -p $(LAB_CONFIG)/custom
+	cp book/_static/jupyterlab-rtl.css $(LAB_CONFIG)/custom/custom.css
 	touch $(LAB_READY)
 
 # BOOK: execute_notebooks is "cache" (_config.yml): a notebook runs only when its code is not in
@@ -77,9 +82,12 @@ notebooks: $(READY)
 	$(BIN)/python -m lesson_code.run_times notebooks/*/*.ipynb
 
 # JupyterLab on the notebooks, with this environment's python3 kernel (lesson_code and
-# ipywidgets installed), on localhost only. Stop it with Ctrl+C.
+# ipywidgets installed), on localhost only, without the extension manager's calls to a package
+# index. Stop it with Ctrl+C.
 lab: $(LAB_READY)
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. notebooks
+	JUPYTER_CONFIG_DIR=$(CURDIR)/$(LAB_CONFIG) $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 \
+		--ServerApp.root_dir=$(CURDIR)/notebooks --LabApp.custom_css=True \
+		--LabApp.extension_manager=readonly
 
 clean:
 	rm -rf _build bench-results .pytest_cache

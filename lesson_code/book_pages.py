@@ -18,6 +18,7 @@ itself, so no template can add an attribute to it).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from lesson_code import run_times
@@ -29,6 +30,10 @@ DIRECTION = {"fa": "rtl", "en": "ltr"}
 LANGUAGE_NAME = {"fa": "فارسی", "en": "English"}
 PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
 CALCULATOR_LESSON = "78-zero"
+# How Persian notebooks wrap their prose for JupyterLab, which has no right-to-left setting:
+# <div dir="rtl"> on the cell's first line, </div> on its last, each followed by a blank line.
+RTL_OPEN = re.compile(r'^<div dir="rtl">$')
+RTL_CLOSE = re.compile(r"^</div>$")
 
 
 def edition_of(docname: str) -> str | None:
@@ -115,6 +120,33 @@ def page_context(app, pagename: str, templatename: str, context: dict, doctree) 
     context["memory_calculator"] = pagename.endswith("/" + CALCULATOR_LESSON)
 
 
+def remove_rtl_wrappers(doctree) -> int:
+    """Remove each <div dir="rtl"> raw HTML node and the next </div> after it; their count.
+
+    Persian notebooks wrap their prose so for JupyterLab, which has no right-to-left setting.
+    The book sets Persian pages right-to-left from one rule (book/_static/rtl.css), and a kept
+    </div> would close the section that a heading inside the wrapper opened. A </div> with no
+    wrapper before it is left alone.
+    """
+    from docutils import nodes
+
+    removed, open_wrapper = 0, False
+    for raw in list(doctree.findall(nodes.raw)):
+        text = raw.astext().strip()
+        opens, closes = bool(RTL_OPEN.match(text)), bool(RTL_CLOSE.match(text))
+        if "html" in raw.get("format", "") and (opens or (closes and open_wrapper)):
+            open_wrapper = opens
+            raw.parent.remove(raw)
+            removed += 1
+    return removed
+
+
+def drop_rtl_wrappers(app, doctree) -> None:
+    """doctree-read: remove the JupyterLab wrappers from the Persian pages (remove_rtl_wrappers)."""
+    if edition_of(app.env.docname) == "fa":
+        remove_rtl_wrappers(doctree)
+
+
 def mark_rtl(app, exception) -> None:
     """build-finished: <html lang="fa"> becomes <html lang="fa" dir="rtl"> on Persian pages."""
     if exception is not None or app.builder.format != "html":
@@ -141,6 +173,7 @@ def setup(app) -> dict:
     app.add_config_value("book_fa_messages", {}, "html")
     app.add_config_value("book_run_times", {}, "html")
     app.connect("config-inited", load_data)
+    app.connect("doctree-read", drop_rtl_wrappers)
     app.connect("html-page-context", page_context, priority=900)
     app.connect("build-finished", mark_rtl)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

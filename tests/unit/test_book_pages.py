@@ -65,3 +65,21 @@ def test_the_run_box_of_a_persian_lesson_quotes_its_time_in_persian_digits():
     assert box["measured"]["seconds"] == "۲۷" and box["measured"]["date"] == "۲۰۲۶-۱۲-۰۳"
     assert book_pages.run_box("notebooks/en/78-zero", times, lambda t, r: t)["measured"] is None
     assert book_pages.run_box("book/fa/intro", times, lambda t, r: t) is None
+
+
+def test_the_jupyterlab_wrappers_leave_the_persian_doctree_and_nothing_else():
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+
+    document = new_document("fa", get_default_settings(Parser))
+    section = nodes.section("", nodes.title("", "عنوان"), nodes.paragraph("", "متن"))
+    document += [nodes.raw("", '<div dir="rtl">\n', format="html"), section]
+    section += nodes.raw("", "</div>", format="html")
+    document += nodes.raw("", "</div>", format="html")  # no wrapper before it: someone's own HTML
+    document += nodes.raw("", '<div dir="rtl">', format="latex")  # not HTML
+    assert book_pages.remove_rtl_wrappers(document) == 2
+    left = [(r["format"], r.astext()) for r in document.findall(nodes.raw)]
+    assert left == [("html", "</div>"), ("latex", '<div dir="rtl">')]
+    assert section.parent is document and len(section) == 2
