@@ -59,24 +59,21 @@ def _scatter_reduce_into(peers: Peers, chunks: tuple[torch.Tensor, ...],
     senders = [(rank - k) % world_size for k in range(1, world_size)]
     step = _segment_elements(out, peers)
     buffers = out.new_empty((world_size - 1, min(step, out.numel())))
-    sends = []
-    for start in range(0, max(out.numel(), 1), step):
+    outgoing, sending = _outgoing(peers, chunks), []
+    for start in range(0, max(out.numel(), 1), step):  # once even for an empty chunk: it sends
         width = min(step, out.numel() - start)
         recvs = [(buffers[row, :width], source) for row, source in enumerate(senders)]
-        if start == 0:  # every segment of every outgoing chunk, once the first receives wait
-            sends = _outgoing(peers, chunks)
-        if peers.batched:
-            peers.post_together(recvs, sends)
+        if peers.batched:  # one segment: the whole round is one NCCL group
+            peers.post_together(recvs, outgoing)
         else:
-            works = [peers.post_recv(tensor, source) for tensor, source in recvs]
-            if start == 0:
-                sends = [peers.post_send(tensor, dest) for tensor, dest in sends]
-            for work in works:
+            receiving = [peers.post_recv(tensor, source) for tensor, source in recvs]
+            if start == 0:  # all outgoing segments at once, behind the first receives
+                sending = [peers.post_send(tensor, dest) for tensor, dest in outgoing]
+            for work in receiving:
                 peers.wait_all([work])
         for row in range(world_size - 1):  # in a fixed order, the same on every call
             out[start: start + width].add_(buffers[row, :width])
-    if not peers.batched:
-        peers.wait_all(sends)
+    peers.wait_all(sending)
 
 
 def _outgoing(peers: Peers, chunks: tuple[torch.Tensor, ...]) -> list[tuple[torch.Tensor, int]]:
