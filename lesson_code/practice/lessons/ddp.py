@@ -265,9 +265,11 @@ CHECKS = (
            "fa": "هر دو کلاس مانند یک فرایند روی کل دسته و مانند DDP خود torch آموزش می‌دهند "
                  "(SGD و Adam، ۱ تا ۴ رتبه)"},
           {"en": "every backward must synchronise, not only the first: reset what your hooks "
-                 "count (buckets, pending work) once the gradients are written back",
+                 "count (buckets, pending work) once the gradients are written back; pass "
+                 "group= to every collective and divide by dist.get_world_size(group)",
            "fa": "هر backward باید همگام شود، نه فقط اولی: آنچه قلاب‌ها می‌شمارند (باکت‌ها، "
-                 "کارهای در جریان) را پس از نوشتن گرادیان‌ها بازنشانی کنید"},
+                 "کارهای در جریان) را پس از نوشتن گرادیان‌ها بازنشانی کنید؛ group= را به هر "
+                 "collective بدهید و بر dist.get_world_size(group) تقسیم کنید"},
           over_world_sizes(grade_training, world_sizes=(4,), groups=True)),
     Check("buckets",
           {"en": "BucketedDDP all-reduces one bucket per call, of at most bucket_cap_mb each",

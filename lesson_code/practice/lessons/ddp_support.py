@@ -135,10 +135,10 @@ def over_world_sizes(rank_fn, *args, world_sizes: tuple[int, ...], groups: bool 
     """A check's run: `rank_fn` on each of `world_sizes`, stopping at the first failure.
 
     `groups`: the rank function grades every smaller world size too (`prefix_groups`), and a
-    run that raises or hangs is reported as "groups of 1 to N ranks"."""
+    run that raises or hangs is reported as "world_size=1..N"."""
     def run(path: str, timeout_s: float) -> None:
         for world_size in world_sizes:
-            case = f"groups of 1 to {world_size} ranks" if groups else f"world_size={world_size}"
+            case = f"world_size={'1..' if groups else ''}{world_size}"
             fail_on_first(run_ranks(rank_fn, path, *args, world_size=world_size,
                                     timeout_s=timeout_s, case=case))
     return run
