@@ -82,6 +82,12 @@
       Documentation.addTranslations({  // eslint-disable-line no-undef
         locale: "fa", plural_expr: "n > 1", messages: JSON.parse(messages.textContent) });
     }
+    // The result count in Persian digits, whenever searchtools.js writes the summary.
+    const toPersian = (text) => text.replace(/\d/g, (d) => "۰۱۲۳۴۵۶۷۸۹"[d]);
+    new MutationObserver(() => {
+      const summary = document.querySelector("#search-results p.search-summary");
+      if (summary && /\d/.test(summary.textContent)) summary.textContent = toPersian(summary.textContent);
+    }).observe(document.body, { childList: true, subtree: true, characterData: true });
     document.documentElement.lang = "fa";
     document.documentElement.dir = "rtl";
     document.body.classList.add("lang-fa");
