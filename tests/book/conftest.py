@@ -1,8 +1,9 @@
 """Fixtures for the book tests: build the whole Jupyter Book once per session, as CI does.
 
 The build is `jupyter-book build <repo root> -W -n --keep-going` into a fresh temporary folder;
-any warning fails it. `make book` executes every notebook (execute_notebooks: force); here the
-build renders the outputs stored in the notebooks instead (execute_notebooks: off), because
+any warning fails it. `make book` runs through jupyter-cache (execute_notebooks: cache: a notebook
+runs when its code differs from its stored run); here the build renders the outputs stored in the
+notebooks (execute_notebooks: off), because
 tests/notebooks has just executed every notebook under nbval and running each lesson twice would
 double the suite's time. tests/notebooks/test_stored_outputs.py checks that the stored outputs come
 from a complete top-to-bottom run. Set BOOK_EXECUTE=force to execute during this build as well.
