@@ -210,7 +210,9 @@ def start_context(start_method: str | None, fn: Callable[..., Any]):
         )
     context = mp.get_context(method)
     if method == "forkserver":
-        preload = ["torch", "torch.distributed", __name__, fn.__module__]
+        # torch._dynamo: torch.optim imports it when the first optimizer is built (seconds per
+        # rank); imported once in the server, every rank starts with it.
+        preload = ["torch", "torch.distributed", "torch._dynamo", __name__, fn.__module__]
         context.set_forkserver_preload(preload)
         with child_environment():  # the server's environment is the ranks' environment
             restart_if_stale(preload)

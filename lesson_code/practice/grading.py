@@ -139,7 +139,7 @@ def first_failure(results: list[list[Failure]]) -> Failure | None:
 
 def run_ranks(rank_fn: Callable[..., Any], path: str, *args: Any, world_size: int,
               timeout_s: float, case: str) -> list[Any]:
-    """`launch.spawn(rank_fn, path, *args)`, with a raising, crashing or hanging run as CheckFailed.
+    """`launch.spawn(rank_fn, path, *args)` on gloo, with a raising, crashing or hanging run as CheckFailed.
 
     `path` is the learner's file, which every rank function takes first. `case` describes the run
     for the report (world size, inputs). The failure carries the failing rank's traceback from
@@ -147,7 +147,8 @@ def run_ranks(rank_fn: Callable[..., Any], path: str, *args: Any, world_size: in
     concern), or the last lines of the ranks' output.
     """
     try:
-        return launch.spawn(rank_fn, path, *args, world_size=world_size, timeout_s=timeout_s)
+        return launch.spawn(rank_fn, path, *args, world_size=world_size, timeout_s=timeout_s,
+                            backend="gloo")
     except launch.RankTimeoutError as error:
         raise CheckFailed(Failure("timeout", {"case": case, "ranks": error.ranks,
                                               "seconds": timeout_s}, _last_lines(str(error))))
