@@ -135,3 +135,20 @@ def test_term_roles_and_glossary_lines_are_read() -> None:
                 "- **shard**, **`no_sync()`**: see the {doc}`glossary <../../book/en/glossary>`.\n"
                 "- **not linked**: plain text.")
     assert linked_terms(markdown) == ["rank", "ring", "shard", "`no_sync()`"]
+
+
+def shared_names(en: list[dict], fa: list[dict]) -> set[str]:
+    """Term names that both glossaries define (Sphinx keeps one term table for the whole book)."""
+    def names(entries: list[dict]) -> set[str]:
+        return {normal(name) for entry in entries for name in entry["names"]}
+    return names(en) & names(fa)
+
+
+def test_no_term_is_defined_in_both_glossaries() -> None:
+    # Sphinx's terms are global, so a name in both glossaries is a duplicate-term warning (-W fails)
+    assert shared_names(glossary("en"), glossary("fa")) == set()
+
+
+def test_a_name_in_both_glossaries_is_found() -> None:
+    en = [{"names": ["GPipe"], "other": ["GPipe"]}]
+    assert shared_names(en, [{"names": ["gpipe"], "other": ["GPipe"]}]) == {normal("GPipe")}
