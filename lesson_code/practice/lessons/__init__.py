@@ -7,12 +7,13 @@ registry is the only place that lists them.
 from __future__ import annotations
 
 from lesson_code.practice.grading import Lesson
-from lesson_code.practice.lessons import collectives
-from lesson_code.practice.lessons import ddp, zero
-from lesson_code.practice.lessons import pipeline
-from lesson_code.practice.lessons import capstone_resume, sharded_checkpoint
+from lesson_code.practice.lessons import (capstone_resume, collectives, ddp, pipeline,
+                                          sharded_checkpoint, zero)
 
-LESSONS: dict[int, Lesson] = {lesson.number: lesson for lesson in (collectives.LESSON, ddp.LESSON, zero.LESSON, pipeline.LESSON, sharded_checkpoint.LESSON, capstone_resume.LESSON)}
+LESSONS: dict[int, Lesson] = {
+    module.LESSON.number: module.LESSON
+    for module in (collectives, ddp, zero, pipeline, sharded_checkpoint, capstone_resume)
+}
 
 
 def lesson(number: int) -> Lesson:
