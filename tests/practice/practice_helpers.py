@@ -26,3 +26,44 @@ def variant(source: Path, replacements: list[tuple[str, str]], folder: Path) -> 
     path = folder / source.name
     path.write_text(text)
     return path
+
+
+def assert_course_passes(number: int, text: str, folder: Path, capsys) -> None:
+    """A file made of `text` (the course's own code) passes every check through the command line."""
+    from lesson_code.practice.cli import main
+
+    path = folder / "course_filled.py"
+    path.write_text(text)
+    assert main(["check", str(number), str(path)]) == 0
+    report = capsys.readouterr().out
+    assert f"All {len(lesson(number).checks)} checks passed." in report and "FAILED" not in report
+    assert "the course's" in report  # the timing line, printed once every check passed
+
+
+def assert_passes(number: int, path: Path) -> None:
+    """Every check of lesson `number` passes on `path`."""
+    results = grade(number, path)
+    assert {key: result.failure for key, result in results.items() if not result.passed} == {}
+
+
+def assert_template_fails(number: int, folder: Path, keys: tuple[str, ...] | None = None) -> None:
+    """The unfilled template passes "names" and fails the other checks (`keys`) on its
+    NotImplementedError, whose traceback points into the learner's file."""
+    from lesson_code.practice.templates import write_template
+
+    path = write_template(number, "en", folder / "mine.py")
+    results = grade(number, path, keys=None if keys is None else ("names", *keys))
+    assert results["names"].passed
+    for key, result in results.items():
+        if key != "names":
+            failure = result.failure
+            assert failure.kind == "raised" and "NotImplementedError" in failure.fields["error"], key
+            assert "mine.py" in failure.details
+
+
+def assert_mistake_fails(number: int, learner: Path, replacements: list[tuple[str, str]],
+                         key: str, kind: str, folder: Path) -> None:
+    """`learner` with `replacements` fails the check `key`, with a failure of `kind`."""
+    failure = grade(number, variant(learner, replacements, folder), keys=(key,))[key].failure
+    assert failure is not None, f"the check {key!r} passed a file with its mistake"
+    assert failure.kind == kind, failure

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from practice_helpers import SOLUTIONS, grade, variant
-from lesson_code.practice.cli import main
+from practice_helpers import (
+    SOLUTIONS, assert_course_passes, assert_passes, assert_template_fails, grade, variant,
+)
 from lesson_code.practice.lessons import lesson
-from lesson_code.practice.templates import write_template
 
 LEARNER = SOLUTIONS / "capstone_resume_learner.py"
 CHECK_KEYS = [check.key for check in lesson(81).checks]
@@ -31,28 +31,16 @@ def test_every_check_has_a_mistake_that_it_catches() -> None:
 
 
 def test_the_course_implementation_passes_every_check(tmp_path: Path, capsys) -> None:
-    path = tmp_path / "course_filled.py"
-    path.write_text("from lesson_code.capstone import run_rank\n")
-    assert main(["check", "81", str(path)]) == 0
-    report = capsys.readouterr().out
-    assert f"All {len(CHECK_KEYS)} checks passed." in report and "FAILED" not in report
-    assert "the course's" in report  # the timing line, printed once every check passed
+    assert_course_passes(81, "from lesson_code.capstone import run_rank\n", tmp_path, capsys)
 
 
 def test_a_learner_style_loop_passes_every_check() -> None:
-    results = grade(81, LEARNER)
-    assert {key: result.failure for key, result in results.items() if not result.passed} == {}
+    assert_passes(81, LEARNER)
 
 
 def test_the_unfilled_template_fails_every_check_but_names_with_not_implemented(
         tmp_path: Path) -> None:
-    path = write_template(81, "en", tmp_path / "mine.py")
-    results = grade(81, path)
-    assert results["names"].passed
-    for key in CHECK_KEYS[1:]:
-        failure = results[key].failure
-        assert failure.kind == "raised" and "NotImplementedError" in failure.fields["error"], key
-        assert "mine.py" in failure.details
+    assert_template_fails(81, tmp_path)
 
 
 @pytest.mark.parametrize("mistake", list(MISTAKES))

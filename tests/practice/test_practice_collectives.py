@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from practice_helpers import SOLUTIONS, grade, variant
-from lesson_code.practice.cli import main
+from practice_helpers import (
+    SOLUTIONS, assert_course_passes, assert_mistake_fails, assert_passes, assert_template_fails,
+)
 from lesson_code.practice.lessons import lesson
-from lesson_code.practice.templates import write_template
 
 LEARNER = SOLUTIONS / "collectives_learner.py"
 CHECK_KEYS = [check.key for check in lesson(76).checks]
@@ -37,33 +37,18 @@ def test_every_check_has_a_mistake_that_it_catches() -> None:
 
 
 def test_the_course_implementation_passes_every_check(tmp_path: Path, capsys) -> None:
-    path = tmp_path / "course_filled.py"
-    path.write_text("from lesson_code.collectives.ring import (ring_all_gather, ring_all_reduce,\n"
-                    "                                          ring_reduce_scatter)\n")
-    assert main(["check", "76", str(path)]) == 0
-    report = capsys.readouterr().out
-    assert f"All {len(CHECK_KEYS)} checks passed." in report and "FAILED" not in report
-    assert "the course's" in report  # the timing line, printed once every check passed
+    assert_course_passes(76, "from lesson_code.collectives.ring import (ring_all_gather, ring_all_reduce,\n"
+                    "                                          ring_reduce_scatter)\n", tmp_path, capsys)
 
 
 def test_a_learner_style_ring_passes_every_check() -> None:
-    results = grade(76, LEARNER)
-    assert {key: result.failure for key, result in results.items() if not result.passed} == {}
+    assert_passes(76, LEARNER)
 
 
 def test_the_unfilled_template_fails_with_not_implemented(tmp_path: Path) -> None:
-    path = write_template(76, "en", tmp_path / "mine.py")
-    results = grade(76, path, keys=("names", "all_gather", "bytes"))
-    assert results["names"].passed
-    for key in ("all_gather", "bytes"):
-        failure = results[key].failure
-        assert failure.kind == "raised" and "NotImplementedError" in failure.fields["error"]
-        assert "mine.py" in failure.details
+    assert_template_fails(76, tmp_path, keys=("all_gather", "bytes"))
 
 
 @pytest.mark.parametrize("key", CHECK_KEYS)
 def test_a_mistake_fails_its_check(key: str, tmp_path: Path) -> None:
-    path = variant(LEARNER, MISTAKES[key], tmp_path)
-    failure = grade(76, path, keys=(key,))[key].failure
-    assert failure is not None, f"the check {key!r} passed a file with its mistake"
-    assert failure.kind == EXPECTED_KIND[key], failure
+    assert_mistake_fails(76, LEARNER, MISTAKES[key], key, EXPECTED_KIND[key], tmp_path)

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from practice_helpers import SOLUTIONS, grade, variant
-from lesson_code.practice.cli import main
+from practice_helpers import (
+    SOLUTIONS, assert_course_passes, assert_mistake_fails, assert_passes, assert_template_fails,
+    grade, variant,
+)
 from lesson_code.practice.lessons import lesson
-from lesson_code.practice.templates import write_template
 
 LEARNER = SOLUTIONS / "sharded_checkpoint_learner.py"
 CHECK_KEYS = [check.key for check in lesson(80).checks]
@@ -47,36 +48,21 @@ def test_every_check_has_a_mistake_that_it_catches() -> None:
 
 
 def test_the_course_implementation_passes_every_check(tmp_path: Path, capsys) -> None:
-    path = tmp_path / "course_filled.py"
-    path.write_text("from lesson_code.checkpoint import load_sharded, save_sharded\n")
-    assert main(["check", "80", str(path)]) == 0
-    report = capsys.readouterr().out
-    assert f"All {len(CHECK_KEYS)} checks passed." in report and "FAILED" not in report
-    assert "the course's" in report  # the timing line, printed once every check passed
+    assert_course_passes(80, "from lesson_code.checkpoint import load_sharded, save_sharded\n", tmp_path, capsys)
 
 
 def test_a_learner_style_checkpoint_passes_every_check() -> None:
-    results = grade(80, LEARNER)
-    assert {key: result.failure for key, result in results.items() if not result.passed} == {}
+    assert_passes(80, LEARNER)
 
 
 def test_the_unfilled_template_fails_every_check_but_names_with_not_implemented(
         tmp_path: Path) -> None:
-    path = write_template(80, "en", tmp_path / "mine.py")
-    results = grade(80, path)
-    assert results["names"].passed
-    for key in CHECK_KEYS[1:]:
-        failure = results[key].failure
-        assert failure.kind == "raised" and "NotImplementedError" in failure.fields["error"], key
-        assert "mine.py" in failure.details
+    assert_template_fails(80, tmp_path)
 
 
 @pytest.mark.parametrize("key", CHECK_KEYS)
 def test_a_mistake_fails_its_check(key: str, tmp_path: Path) -> None:
-    path = variant(LEARNER, MISTAKES[key], tmp_path)
-    failure = grade(80, path, keys=(key,))[key].failure
-    assert failure is not None, f"the check {key!r} passed a file with its mistake"
-    assert failure.kind == EXPECTED_KIND[key], failure
+    assert_mistake_fails(80, LEARNER, MISTAKES[key], key, EXPECTED_KIND[key], tmp_path)
 
 
 def test_a_save_that_first_deletes_the_old_copy_of_its_step_loses_it(tmp_path: Path) -> None:
