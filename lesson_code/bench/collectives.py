@@ -37,9 +37,11 @@ PAIRS = [  # (our primitive, the built-in doing the same job, the nccl-tests alg
     ("auto all_reduce", "gloo all_reduce", "all_reduce"),
     ("ring reduce_scatter", "gloo reduce_scatter", "reduce_scatter"),
     ("direct reduce_scatter", "gloo reduce_scatter", "reduce_scatter"),
+    ("naive reduce_scatter", "gloo reduce_scatter", "reduce_scatter"),
     ("auto reduce_scatter", "gloo reduce_scatter", "reduce_scatter"),
     ("ring all_gather", "gloo all_gather", "all_gather"),
     ("direct all_gather", "gloo all_gather", "all_gather"),
+    ("naive all_gather", "gloo all_gather", "all_gather"),
     ("auto all_gather", "gloo all_gather", "all_gather"),
     ("tree broadcast", "gloo broadcast", "broadcast"),
 ]

@@ -6,7 +6,8 @@ halving-doubling move the fewest bytes, the direct algorithms send them in one r
 `all_reduce(..., algorithm="auto")` expects each algorithm's time from times measured on this
 kind of machine (read between the measured sizes, and beyond them from the alpha-beta model of
 `cost_model` fitted to them), and runs the fastest; `reduce_scatter` and `all_gather` choose
-between the ring and the direct algorithm the same way, each from its own stored times. NCCL
+between the ring, the direct and the naive (through rank 0) algorithm the same way, each from
+its own stored times. NCCL
 and MPICH choose the same way, from tables tuned per machine.
 
 The constants come from `AlgorithmCosts`: `stored_costs()` (the times `make bench` stored with
@@ -32,7 +33,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lesson_code.collectives import cost_model, direct, doubling, ring
+from lesson_code.collectives import cost_model, direct, doubling, naive, ring
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
 from lesson_code.devices import current_device
@@ -48,14 +49,18 @@ ALL_REDUCE = {
 CHOICES = ("auto", *ALL_REDUCE)
 MODEL_NAME = {"ring": "all_reduce", "recursive_doubling": "recursive_doubling",
               "halving_doubling": "halving_doubling", "naive": "naive_all_reduce"}
-REDUCE_SCATTER = {"ring": ring.ring_reduce_scatter, "direct": direct.direct_reduce_scatter}
-ALL_GATHER = {"ring": ring.ring_all_gather, "direct": direct.direct_all_gather}
+REDUCE_SCATTER = {"ring": ring.ring_reduce_scatter, "direct": direct.direct_reduce_scatter,
+                  "naive": naive.naive_reduce_scatter}
+ALL_GATHER = {"ring": ring.ring_all_gather, "direct": direct.direct_all_gather,
+              "naive": naive.naive_all_gather}
 # Per collective: its algorithms, each one's name in `cost_model`, and the file of its times.
 ALGORITHMS = {"all_reduce": ALL_REDUCE, "reduce_scatter": REDUCE_SCATTER,
               "all_gather": ALL_GATHER}
 MODEL_NAMES = {"all_reduce": MODEL_NAME,
-               "reduce_scatter": {"ring": "reduce_scatter", "direct": "direct_reduce_scatter"},
-               "all_gather": {"ring": "all_gather", "direct": "direct_all_gather"}}
+               "reduce_scatter": {"ring": "reduce_scatter", "direct": "direct_reduce_scatter",
+                                  "naive": "naive_reduce_scatter"},
+               "all_gather": {"ring": "all_gather", "direct": "direct_all_gather",
+                              "naive": "naive_all_gather"}}
 STORED = Path(__file__).with_name("measured_all_reduce.csv")
 STORED_FILES = {"all_reduce": STORED,
                 "reduce_scatter": STORED.with_name("measured_reduce_scatter.csv"),
@@ -248,7 +253,7 @@ def reduce_scatter(tensor: torch.Tensor, op: str = "sum", *, algorithm: str = "a
     """This rank's chunk `torch.tensor_split(reduced, N)[rank]` (dim 0) of the reduction of `tensor`.
 
     Collective: call on every rank with tensors of the same shape and dtype, and the same
-    `algorithm` and `costs`. "auto" picks "ring" or "direct" by the tensor's size, from
+    `algorithm` and `costs`. "auto" picks "ring", "direct" or "naive" by the tensor's size, from
     `stored_costs(collective="reduce_scatter")` unless `costs` is given. Raises ValueError for an
     unknown algorithm or op, or op="avg" on an integer tensor.
     """

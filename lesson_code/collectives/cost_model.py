@@ -22,6 +22,7 @@ Formulas (N ranks, n bytes in the tensor):
 | halving-doubling   | 2 log2 p (+2)        | 2(p-1)/p * n (+2n)         |
 | direct reduce-scatter, all-gather | N-1 (in one round) | (N-1)/N * n      |
 | direct all-reduce  | 2(N-1) (two rounds)  | 2(N-1)/N * n               |
+| naive reduce-scatter, all-gather | 2(N-1) (all at rank 0) | (N-1)(N+1)/N * n |
 
 p is the largest power of two <= N; when N is not one (r = N - p > 0), the first 2r ranks fold
 into pairs before the algorithm and unfold after it: one message of n bytes each way (the +2).
@@ -40,7 +41,8 @@ from lesson_code.validate import require_choice, require_positive, require_posit
 
 ALGORITHMS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "naive_all_reduce",
               "recursive_doubling", "halving_doubling", "direct_reduce_scatter",
-              "direct_all_gather", "direct_all_reduce")
+              "direct_all_gather", "direct_all_reduce", "naive_reduce_scatter",
+              "naive_all_gather")
 
 # nccl-tests (PERFORMANCE.md): bus bandwidth = algorithm bandwidth x this factor, so that busbw
 # can be compared with the link's peak whatever N is.
@@ -81,6 +83,8 @@ def message_count(algorithm: str, world_size: int) -> int:
         "direct_reduce_scatter": steps,
         "direct_all_gather": steps,
         "direct_all_reduce": 2 * steps,
+        "naive_reduce_scatter": 2 * steps,
+        "naive_all_gather": 2 * steps,
     }[algorithm]
 
 
@@ -105,6 +109,9 @@ def bytes_per_rank(algorithm: str, nbytes: float, world_size: int) -> float:
         "direct_reduce_scatter": (n - 1) / n * nbytes,
         "direct_all_gather": (n - 1) / n * nbytes,
         "direct_all_reduce": 2 * (n - 1) / n * nbytes,
+        # rank 0 receives N-1 tensors, sends N-1 chunks (all-gather: shards, then N-1 wholes)
+        "naive_reduce_scatter": (n - 1) * (n + 1) / n * nbytes,
+        "naive_all_gather": (n - 1) * (n + 1) / n * nbytes,
     }[algorithm]
 
 

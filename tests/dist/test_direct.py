@@ -1,4 +1,5 @@
-"""Direct reduce-scatter, all-gather and all-reduce on real gloo ranks, world sizes 1 to 8.
+"""Direct and naive reduce-scatter and all-gather, and the direct all-reduce, on real gloo ranks,
+world sizes 1 to 8.
 
 Each is compared with torch.distributed's built-in on the same inputs: integers exactly, floats
 within the summation bound (two orders of N terms differ by at most (N - 1) eps sum|x|), gathered
@@ -11,8 +12,12 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import collectives_lab, launch
-from lesson_code.collectives import choose, direct
+from lesson_code.collectives import choose, direct, naive
 from lesson_code.collectives.ledger import CommLedger
+
+
+SHARDED = {"direct": (direct.direct_reduce_scatter, direct.direct_all_gather),
+           "naive": (naive.naive_reduce_scatter, naive.naive_all_gather)}
 
 
 def lengths_for(world_size):
@@ -53,17 +58,18 @@ def compare_every_case(rank, world_size, segment_bytes=None):
                     direct.direct_all_reduce(tensor.clone(), "avg"), ours / world_size)
             rows.append(row)
             own = torch.tensor_split(builtin, world_size)[rank]
-            rows.append(_row("reduce_scatter", length, dtype,
-                             direct.direct_reduce_scatter(tensor, "sum"), own,
-                             torch.tensor_split(bound, world_size)[rank]))
             shard = torch.tensor_split(tensor, world_size)[rank]
             sizes = [len(chunk) for chunk in torch.tensor_split(tensor, world_size)]
             reference = torch.cat(_builtin_gather(shard, sizes, world_size))
-            rows.append(_row("all_gather", length, dtype, direct.direct_all_gather(shard, sizes),
-                             reference, torch.zeros(reference.shape, dtype=torch.float64)))
-            rows.append(_row("all_gather_sizes_exchanged", length, dtype,
-                             direct.direct_all_gather(shard), reference,
-                             torch.zeros(reference.shape, dtype=torch.float64)))
+            exact = torch.zeros(reference.shape, dtype=torch.float64)
+            for name, (reduce_scatter, all_gather) in SHARDED.items():
+                rows.append(_row(f"{name} reduce_scatter", length, dtype,
+                                 reduce_scatter(tensor, "sum"), own,
+                                 torch.tensor_split(bound, world_size)[rank]))
+                rows.append(_row(f"{name} all_gather", length, dtype,
+                                 all_gather(shard, sizes), reference, exact))
+                rows.append(_row(f"{name} all_gather_sizes_exchanged", length, dtype,
+                                 all_gather(shard), reference, exact))
     return rows
 
 
@@ -82,13 +88,14 @@ def _check(rows):
                                        and row.get("avg_is_sum_over_n", True))]
     assert not bad, bad[:5]
     assert all(row["max_abs_diff"] == 0 for row in rows if row["dtype"] == "int64")
-    assert all(row["max_abs_diff"] == 0 for row in rows if row["algorithm"].startswith("all_g"))
+    assert all(row["max_abs_diff"] == 0 for row in rows if "all_gather" in row["algorithm"])
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5, 6, 7, 8])
 def test_direct_algorithms_equal_the_builtins(world_size):
     per_rank = launch.spawn(compare_every_case, world_size=world_size)
-    assert len(per_rank[0]) == 4 * len(lengths_for(world_size)) * len(collectives_lab.DTYPES)
+    cases = len(lengths_for(world_size)) * len(collectives_lab.DTYPES)
+    assert len(per_rank[0]) == (1 + 3 * len(SHARDED)) * cases
     for rows in per_rank:
         _check(rows)
 
@@ -108,6 +115,30 @@ def traffic(rank, world_size, numel):
     sizes = [len(chunk) for chunk in torch.tensor_split(tensor, world_size)]
     direct.direct_all_gather(shard, sizes, ledger=ledger)
     return ledger.totals()
+
+
+def naive_traffic(rank, world_size, numel):
+    ledger = CommLedger()
+    tensor = torch.ones(numel)
+    shard = naive.naive_reduce_scatter(tensor, ledger=ledger)
+    naive.naive_all_gather(shard, [len(c) for c in torch.tensor_split(tensor, world_size)],
+                           ledger=ledger)
+    return ledger.totals()
+
+
+def test_naive_ledgers_load_rank_zero():
+    """Rank 0 receives N - 1 tensors and sends N - 1 chunks (reduce-scatter), receives N - 1
+    shards and sends N - 1 wholes (all-gather); every other rank sends one message each."""
+    world_size, numel = 4, 4096
+    nbytes, chunk = numel * 4, numel * 4 // world_size
+    ledgers = launch.spawn(naive_traffic, numel, world_size=world_size)
+    assert ledgers[0]["reduce_scatter"]["bytes_received"] == (world_size - 1) * nbytes
+    assert ledgers[0]["reduce_scatter"]["bytes_sent"] == (world_size - 1) * chunk
+    assert ledgers[0]["all_gather"]["bytes_sent"] == (world_size - 1) * nbytes
+    for ledger in ledgers[1:]:
+        assert ledger["reduce_scatter"]["bytes_sent"] == nbytes
+        assert ledger["all_gather"]["bytes_sent"] == chunk
+        assert ledger["all_gather"]["messages_sent"] == 1
 
 
 @pytest.mark.parametrize("world_size, numel", [(4, 4096), (3, 1001), (5, 3)])

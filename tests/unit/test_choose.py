@@ -78,7 +78,8 @@ def test_costs_of_another_collective_are_refused():
     with pytest.raises(ValueError, match="unknown collective 'broadcast'"):
         choose.AlgorithmCosts.from_times([], source="none", collective="broadcast")
     with pytest.raises(ValueError, match="no reduce_scatter algorithm has times"):
-        choose.AlgorithmCosts.from_times(times_from({"naive": (50e-6, 1e-9)}), source="model",
+        choose.AlgorithmCosts.from_times(times_from({"halving_doubling": (5e-5, 1e-9)}),
+                                         source="model",
                                          collective="reduce_scatter")
 
 

@@ -120,3 +120,10 @@ def test_direct_algorithms_move_the_rings_bytes(n):
         assert cost_model.bytes_per_rank(direct, 4096, n) == cost_model.bytes_per_rank(ring, 4096, n)
         assert cost_model.message_count(direct, n) == cost_model.message_count(ring, n)
     assert cost_model.bytes_per_rank("direct_reduce_scatter", 1024, 4) == 768
+
+
+def test_naive_sharded_algorithms_load_rank_zero_like_the_naive_all_reduce():
+    # Rank 0 receives 3 tensors and sends 3 quarters: (N-1)(N+1)/N n = 3.75 n on 4 ranks.
+    for name in ("naive_reduce_scatter", "naive_all_gather"):
+        assert cost_model.bytes_per_rank(name, 1024, 4) == 3840
+        assert cost_model.message_count(name, 4) == cost_model.message_count("naive_all_reduce", 4)
