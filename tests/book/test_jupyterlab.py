@@ -168,8 +168,19 @@ def test_wrapped_persian_prose_is_right_to_left_and_the_calculator_runs(lab, bro
         page.close()
 
 
-@pytest.mark.xfail(not is_wrapped(json.loads(LESSON.read_text(encoding="utf-8"))), strict=True,
-                   reason=f"the prose of {LESSON.name} is not wrapped in {WRAPPER} yet")
+@pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks" / "fa").glob("*.ipynb")),
+                         ids=lambda path: path.name)
+def test_every_persian_notebook_wraps_its_prose(notebook: Path) -> None:
+    assert is_wrapped(json.loads(notebook.read_text(encoding="utf-8"))), (
+        f"wrap each markdown cell of {notebook.name} in {WRAPPER} ... </div>, as the others are")
+
+
+def test_the_check_finds_a_cell_that_is_not_wrapped() -> None:
+    cells = [{"cell_type": "markdown", "source": f"{WRAPPER}\n\nمتن\n\n</div>"},
+             {"cell_type": "markdown", "source": "متن"}]
+    assert is_wrapped({"cells": cells[:1]}) and not is_wrapped({"cells": cells})
+
+
 def test_the_persian_lesson_reads_right_to_left(lab, browser) -> None:
     base, root = lab
     shutil.copy(LESSON, root / "fa" / LESSON.name)

@@ -13,6 +13,9 @@ from lesson_code.practice.lessons import lesson
 
 LEARNER = SOLUTIONS / "capstone_resume_learner.py"
 CHECK_KEYS = [check.key for check in lesson(81).checks]
+
+# The course's own implementation, as a learner's file.
+COURSE_FILLED = 'from lesson_code.capstone import run_rank\n'
 LOAD = "        step, position = extra[\"next_step\"], extra[\"data_position\"]\n"
 
 MISTAKES = {  # name: (the check that catches it, replacements, failure kind, what it names)
@@ -31,7 +34,7 @@ def test_every_check_has_a_mistake_that_it_catches() -> None:
 
 
 def test_the_course_implementation_passes_every_check(tmp_path: Path, capsys) -> None:
-    assert_course_passes(81, "from lesson_code.capstone import run_rank\n", tmp_path, capsys)
+    assert_course_passes(81, COURSE_FILLED, tmp_path, capsys)
 
 
 def test_a_learner_style_loop_passes_every_check() -> None:

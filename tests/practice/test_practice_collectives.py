@@ -12,6 +12,10 @@ from lesson_code.practice.lessons import lesson
 LEARNER = SOLUTIONS / "collectives_learner.py"
 CHECK_KEYS = [check.key for check in lesson(76).checks]
 
+# The course's own implementation, as a learner's file.
+COURSE_FILLED = ('from lesson_code.collectives.ring import ring_all_gather, ring_all_reduce, '
+                 'ring_reduce_scatter\n')
+
 MISTAKES = {
     "names": [("def ring_all_gather(", "def all_gather(")],
     "all_reduce_sum": [("    flat = tensor.view(-1)\n", "    flat = tensor.clone().view(-1)\n"),
@@ -37,8 +41,7 @@ def test_every_check_has_a_mistake_that_it_catches() -> None:
 
 
 def test_the_course_implementation_passes_every_check(tmp_path: Path, capsys) -> None:
-    assert_course_passes(76, "from lesson_code.collectives.ring import (ring_all_gather, ring_all_reduce,\n"
-                    "                                          ring_reduce_scatter)\n", tmp_path, capsys)
+    assert_course_passes(76, COURSE_FILLED, tmp_path, capsys)
 
 
 def test_a_learner_style_ring_passes_every_check() -> None:

@@ -15,6 +15,9 @@ from lesson_code.practice.lessons import lesson
 LEARNER = SOLUTIONS / "sharded_checkpoint_learner.py"
 CHECK_KEYS = [check.key for check in lesson(80).checks]
 
+# The course's own implementation, as a learner's file.
+COURSE_FILLED = 'from lesson_code.checkpoint import load_sharded, save_sharded\n'
+
 MISTAKES = {
     "names": [("def load_sharded(", "def load_checkpoint(")],
     # Only rank 0 reads the replicated tensors back, "because rank 0 wrote them".
@@ -48,7 +51,7 @@ def test_every_check_has_a_mistake_that_it_catches() -> None:
 
 
 def test_the_course_implementation_passes_every_check(tmp_path: Path, capsys) -> None:
-    assert_course_passes(80, "from lesson_code.checkpoint import load_sharded, save_sharded\n", tmp_path, capsys)
+    assert_course_passes(80, COURSE_FILLED, tmp_path, capsys)
 
 
 def test_a_learner_style_checkpoint_passes_every_check() -> None:
