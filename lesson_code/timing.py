@@ -98,3 +98,19 @@ def collective_seconds(call: Callable[[], object], *, trials: int,
     once = slowest_rank(median_seconds(call, trials=1))  # after the Timer's warm-up
     repeats = max(1, min(100, round(min_trial_s / max(once, 1e-9))))
     return slowest_rank(median_seconds(call, trials=trials, repeats=repeats)), repeats
+
+
+def alternating_seconds(calls: list[Callable[[], object]], *, trials: int,
+                        rounds: int = 2) -> list[float]:
+    """The slowest rank's seconds of one call of each of `calls`, timed in alternation.
+
+    Collective: call on every rank. Each round times every call in turn (`collective_seconds`);
+    each call's figure is its best round. Timing one call after the other once would give the
+    second the warm caches and allocator of the first: identical code then reads as 1.4x apart.
+    """
+    require_positive_int("rounds", rounds)
+    best = [float("inf")] * len(calls)
+    for _ in range(rounds):
+        for index, call in enumerate(calls):
+            best[index] = min(best[index], collective_seconds(call, trials=trials)[0])
+    return best

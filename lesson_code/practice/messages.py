@@ -20,8 +20,9 @@ HEADINGS = {
         "summary_pass": "All {total} checks passed.",
         "summary_fail": "{failed} of {total} checks failed.",
         "details": "Details of {title}:",
-        "timing": "Time, median of {trials} runs on {world_size} ranks ({what}): yours {yours}, "
-                  "the course's {course} ({ratio}x).",
+        "timing": "Time on {world_size} ranks ({what}; yours and the course's timed in "
+                  "alternation, a median of {trials} runs or more): yours {yours}, the course's "
+                  "{course} ({ratio}x).",
         "started": "Wrote {path}: fill in each function marked NotImplementedError, then run\n"
                    "  python -m lesson_code.practice check {lesson} {path}{lang_flag}",
         "running": "running {title} ...",
@@ -33,8 +34,9 @@ HEADINGS = {
         "summary_pass": "هر {total} بررسی قبول شد.",
         "summary_fail": "{failed} بررسی از {total} رد شد.",
         "details": "جزئیات «{title}»:",
-        "timing": "زمان، میانهٔ {trials} اجرا روی {world_size} رتبه ({what}): کد شما {yours}، "
-                  "کد درس {course} ({ratio} برابر).",
+        "timing": "زمان روی {world_size} رتبه ({what}؛ کد شما و کد درس یک‌درمیان زمان‌گیری "
+                  "شده‌اند، میانهٔ دست‌کم {trials} اجرا): کد شما {yours}، کد درس {course} "
+                  "({ratio} برابر).",
         "started": "{path} نوشته شد: هر تابعی را که NotImplementedError دارد کامل کنید و سپس اجرا کنید\n"
                    "  python -m lesson_code.practice check {lesson} {path}{lang_flag}",
         "running": "در حال اجرای «{title}» ...",

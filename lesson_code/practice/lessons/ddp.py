@@ -31,7 +31,7 @@ from lesson_code.practice.lessons.ddp_support import (ADAM_BOUND, LOSS_BOUND, SG
                                                       prefix_groups, train_in_group,
                                                       value_failure, within)
 from lesson_code.practice.rank_checks import compare, names_check
-from lesson_code.timing import collective_seconds
+from lesson_code.timing import alternating_seconds
 
 NAMES = ("broadcast_parameters", "NaiveDDP", "BucketedDDP")
 SEED = 3
@@ -218,20 +218,24 @@ def time_step(rank: int, world_size: int, path: str) -> tuple[float, float]:
     """Rank function: (learner's, course's) slowest-rank median seconds of one bucketed step."""
     learner = load_learner(path)
     run = replace(RUN, model="gpt", batch_size=16)
-    seconds = []
-    for make in (lambda m: learner.BucketedDDP(m, bucket_cap_mb=CAP_MB),
-                 lambda m: CourseBucketedDDP(m, bucket_cap_mb=CAP_MB, comm="builtin")):
+    batch = run.local_batch(0, rank, world_size)
+
+    def training_step(make):
         model = build_model("gpt", SEED)
         wrapped = make(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        batch = run.local_batch(0, rank, world_size)
 
         def step():
             optimizer.zero_grad()
             wrapped(*batch)[1].backward()
             optimizer.step()
-        seconds.append(collective_seconds(step, trials=5)[0])
-    return seconds[0], seconds[1]
+        return step
+
+    yours, course = alternating_seconds(
+        [training_step(lambda m: learner.BucketedDDP(m, bucket_cap_mb=CAP_MB)),
+         training_step(lambda m: CourseBucketedDDP(m, bucket_cap_mb=CAP_MB, comm="builtin"))],
+        trials=5)
+    return yours, course
 
 
 def timing(path: str, timeout_s: float) -> Timing:

@@ -26,7 +26,7 @@ from lesson_code.practice.lessons.pipeline_support import (HEADER_BYTES, STAGE_C
                                                            schedule_problem, stage_groups,
                                                            stage_inputs)
 from lesson_code.practice.rank_checks import counted_sends, names_check
-from lesson_code.timing import collective_seconds
+from lesson_code.timing import alternating_seconds
 
 NAMES = ("schedule_order", "pipelined_step")
 SCHEDULE_CASES = [(p, m, s) for p in range(1, 6) for m in range(1, 9) for s in range(p)]
@@ -190,8 +190,9 @@ def time_step(rank: int, world_size: int, path: str) -> tuple[float, float]:
     x, y = run.batch(0)
     yours_module, course_module = (stage_module(run, rank, world_size)[0] for _ in range(2))
     course = PipelineStage(course_module, None, loss_function(run.model))
-    yours_s, _ = collective_seconds(lambda: _learner_step(learner, yours_module, run, None), trials=5)
-    course_s, _ = collective_seconds(lambda: course.train_step(x, y, 4, "1f1b"), trials=5)
+    yours_s, course_s = alternating_seconds(
+        [lambda: _learner_step(learner, yours_module, run, None),
+         lambda: course.train_step(x, y, 4, "1f1b")], trials=5)
     return yours_s, course_s
 
 

@@ -44,7 +44,7 @@ from lesson_code.practice.grading import (Check, CheckFailed, Failure, Lesson, T
 from lesson_code.practice.lessons.sharded_checkpoint_ranks import (
     attempt_loads, grade_round_trip, layout, load_after_crash, save_and_die, save_only)
 from lesson_code.practice.rank_checks import names_check
-from lesson_code.timing import collective_seconds
+from lesson_code.timing import alternating_seconds
 
 NAMES = ("save_sharded", "load_sharded")
 WORLD_SIZES = (1, 2, 3, 4)
@@ -218,10 +218,9 @@ def time_save_and_load(rank: int, world_size: int, path: str, root: str) -> tupl
                       world_size=world_size, extra={})
         load(folder, rank=rank, world_size=world_size)
 
-    yours, _ = collective_seconds(lambda: round_trip(learner.save_sharded, learner.load_sharded,
-                                                     "yours"), trials=3)
-    course, _ = collective_seconds(lambda: round_trip(course_save, course_load, "course"),
-                                   trials=3)
+    yours, course = alternating_seconds(
+        [lambda: round_trip(learner.save_sharded, learner.load_sharded, "yours"),
+         lambda: round_trip(course_save, course_load, "course")], trials=3)
     return yours, course
 
 

@@ -27,7 +27,7 @@ from lesson_code.practice.lessons.ddp_support import (BFLOAT16_RELATIVE, ZERO_BO
                                                       prefix_groups, relative_distance,
                                                       train_in_group, value_failure, within)
 from lesson_code.practice.rank_checks import names_check
-from lesson_code.timing import collective_seconds
+from lesson_code.timing import alternating_seconds
 from lesson_code.zero import ZeroOptimizer as CourseZeroOptimizer
 from lesson_code.zero import storage_bytes
 from lesson_code.zero_lab import ZeroRun, run_loss, run_model, train_single_process
@@ -208,14 +208,14 @@ def time_step(rank: int, world_size: int, path: str) -> tuple[float, float]:
     """Rank function: (learner's, course's) slowest-rank median seconds of one optimizer step."""
     learner = load_learner(path)
     run = replace(RUN, model="gpt", batch_size=16)
-    seconds = []
+    steps = []
     for make in (lambda m: learner.ZeroOptimizer(m, world_size, rank, run.lr),
                  lambda m: CourseZeroOptimizer(m, world_size, rank, run.lr, comm="builtin")):
         model = run_model(run)
-        optimizer = make(model)
+        steps.append(make(model).step)
         run_loss(run, model, 0, rank, world_size).backward()
-        seconds.append(collective_seconds(optimizer.step, trials=5)[0])
-    return seconds[0], seconds[1]
+    yours, course = alternating_seconds(steps, trials=5)
+    return yours, course
 
 
 def timing(path: str, timeout_s: float) -> Timing:
