@@ -25,8 +25,8 @@ import torch
 
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S, Peers
-from lesson_code.collectives.ring import (check_op, check_sizes, contiguous_in_place,
-                                          exchange_sizes, peers_for)
+from lesson_code.collectives.ring import (check_op, contiguous_in_place, gather_output,
+                                          peers_for)
 
 # The receive buffers of one reduce-scatter hold at most this many bytes, reused segment after
 # segment. Kept under glibc's largest mmap threshold (32 MiB): a larger buffer is a fresh mapping
@@ -132,14 +132,7 @@ def direct_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, gr
     sends its shard to each of the N - 1 others at once and receives theirs in place.
     """
     peers = peers_for("all_gather", group, ledger, timeout_s)
-    if shard.dim() == 0:
-        raise ValueError("shard must have at least one dimension; use shard.reshape(1)")
-    if sizes is None:
-        sizes = exchange_sizes(shard.shape[0], shard.device, group, ledger, timeout_s)
-    sizes = check_sizes(sizes, peers, shard)
-    output = shard.new_empty((sum(sizes), *shard.shape[1:]))
-    chunks = torch.split(output, sizes)
-    chunks[peers.rank].copy_(shard)
+    output, chunks = gather_output(shard, sizes, peers, group, ledger, timeout_s)
     _gather_into(peers, chunks)
     peers.counter.commit()
     return output

@@ -21,7 +21,7 @@ import torch
 
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
-from lesson_code.collectives.ring import check_op, check_sizes, exchange_sizes, peers_for
+from lesson_code.collectives.ring import check_op, gather_output, peers_for
 
 
 def naive_reduce_scatter(tensor: torch.Tensor, op: str = "sum", *, group=None,
@@ -64,14 +64,7 @@ def naive_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, gro
     receives N - 1 shards and sends the whole to N - 1 ranks; the others send and receive once.
     """
     peers = peers_for("all_gather", group, ledger, timeout_s)
-    if shard.dim() == 0:
-        raise ValueError("shard must have at least one dimension; use shard.reshape(1)")
-    if sizes is None:
-        sizes = exchange_sizes(shard.shape[0], shard.device, group, ledger, timeout_s)
-    sizes = check_sizes(sizes, peers, shard)
-    output = shard.new_empty((sum(sizes), *shard.shape[1:]))
-    chunks = torch.split(output, sizes)
-    chunks[peers.rank].copy_(shard)
+    output, chunks = gather_output(shard, sizes, peers, group, ledger, timeout_s)
     if peers.rank == 0:
         peers.wait_all([peers.post_recv(chunks[source], source)
                         for source in range(1, peers.world_size)])

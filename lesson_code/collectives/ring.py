@@ -165,6 +165,19 @@ def ring_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, grou
     Raises ValueError when `sizes` has the wrong length or disagrees with this rank's shard.
     """
     peers = peers_for("all_gather", group, ledger, timeout_s)
+    output, chunks = gather_output(shard, sizes, peers, group, ledger, timeout_s)
+    _ring_all_gather_into(peers, chunks)
+    peers.counter.commit()
+    return output
+
+
+def gather_output(shard: torch.Tensor, sizes: list[int] | None, peers: Peers, group,
+                  ledger: CommLedger | None, timeout_s: float):
+    """(output, its chunks by rank) of an all-gather, with this rank's shard copied in place.
+
+    What every all-gather algorithm does first: refuse a 0-dim shard, learn every rank's length
+    (exchanged around the ring when `sizes` is None), check them, allocate the output.
+    """
     if shard.dim() == 0:
         raise ValueError("shard must have at least one dimension; use shard.reshape(1)")
     if sizes is None:
@@ -173,9 +186,7 @@ def ring_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, grou
     output = shard.new_empty((sum(sizes), *shard.shape[1:]))
     chunks = torch.split(output, sizes)
     chunks[peers.rank].copy_(shard)
-    _ring_all_gather_into(peers, chunks)
-    peers.counter.commit()
-    return output
+    return output, chunks
 
 
 def check_sizes(sizes, peers: Peers, shard: torch.Tensor) -> list[int]:
