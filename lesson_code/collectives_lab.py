@@ -26,7 +26,7 @@ from lesson_code.collectives.comm import builtin_all_gather
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.devices import current_device
 from lesson_code.experiment import DTYPES
-from lesson_code.timing import collective_seconds
+from lesson_code.timing import alternating_seconds, collective_seconds
 from lesson_code.validate import require_choice, require_positive
 
 
@@ -223,7 +223,8 @@ TIMED_OPS = tuple(_ring_ops(2))  # the names time_primitives accepts (the same f
 
 
 def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 5,
-                    min_trial_s: float = 0.05, ops: list[str] | None = None) -> list[dict]:
+                    min_trial_s: float = 0.05, ops: list[str] | None = None,
+                    alternate: bool = False) -> list[dict]:
     """Time ring and built-in collectives on float32 tensors of `sizes` bytes (full tensor).
 
     Collective: call on every rank. For each size and operation, a trial calls it `repeats` times
@@ -231,8 +232,10 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
     (from the slowest rank's first call, so that every rank makes the same calls);
     `timing.collective_seconds` times `trials` trials, every rank starting each together. The
     reported time is the slowest rank's median: a collective ends when its last rank does.
-    Returns rows {op, nbytes, seconds, repeats}. Raises ValueError for an unknown op name or a
-    size that is not a multiple of 4 * world_size.
+    With `alternate`, the operations of one size are timed in turn, twice, each keeping its
+    better round (`timing.alternating_seconds`): none gets the caches another warmed, which is
+    how "auto" and gloo's built-in are compared. Returns rows {op, nbytes, seconds}. Raises
+    ValueError for an unknown op name or a size that is not a multiple of 4 * world_size.
     """
     table = _ring_ops(world_size)
     chosen = ops or list(table)
@@ -246,25 +249,15 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
     rows = []
     for nbytes in sizes:
         x = make_input(0, nbytes // 4, "float32")
-        for op in chosen:
-            primitive, prepare = table[op]
-            seconds, repeats = collective_seconds(partial(primitive, prepare(x)), trials=trials,
-                                                  min_trial_s=min_trial_s)
-            rows.append({"op": op, "nbytes": nbytes, "seconds": seconds, "repeats": repeats})
+        if alternate:  # every call's tensor at once, to time them in turn
+            calls = [partial(table[op][0], table[op][1](x)) for op in chosen]
+            times = alternating_seconds(calls, trials=trials, min_trial_s=min_trial_s)
+        else:  # one tensor at a time: 64 MiB times every operation would not fit many machines
+            times = [collective_seconds(partial(table[op][0], table[op][1](x)), trials=trials,
+                                        min_trial_s=min_trial_s)[0] for op in chosen]
+        rows += [{"op": op, "nbytes": nbytes, "seconds": seconds}
+                 for op, seconds in zip(chosen, times)]
     return rows
-
-
-def fastest_measured(rows: list[dict]) -> dict[int, str]:
-    """For each measured size, the all-reduce algorithm of lesson 76 with the shortest time.
-
-    `rows` as `choose.stored_times` reads them; rows of "auto" and "gloo" are not candidates.
-    """
-    best: dict[int, tuple[float, str]] = {}
-    for row in rows:
-        if row["algorithm"] in collectives.choose.ALL_REDUCE and \
-                (row["nbytes"] not in best or row["seconds"] < best[row["nbytes"]][0]):
-            best[row["nbytes"]] = (row["seconds"], row["algorithm"])
-    return {nbytes: name for nbytes, (_, name) in sorted(best.items())}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -101,16 +101,18 @@ def collective_seconds(call: Callable[[], object], *, trials: int,
 
 
 def alternating_seconds(calls: list[Callable[[], object]], *, trials: int,
-                        rounds: int = 2) -> list[float]:
+                        rounds: int = 2, min_trial_s: float = 0.05) -> list[float]:
     """The slowest rank's seconds of one call of each of `calls`, timed in alternation.
 
-    Collective: call on every rank. Each round times every call in turn (`collective_seconds`);
-    each call's figure is its best round. Timing one call after the other once would give the
-    second the warm caches and allocator of the first: identical code then reads as 1.4x apart.
+    Collective: call on every rank. Each round times every call in turn (`collective_seconds`,
+    trials of about `min_trial_s`); each call's figure is its best round. Timing one call after
+    the other once would give the second the warm caches and allocator of the first: identical
+    code then reads as 1.4x apart.
     """
     require_positive_int("rounds", rounds)
     best = [float("inf")] * len(calls)
     for _ in range(rounds):
         for index, call in enumerate(calls):
-            best[index] = min(best[index], collective_seconds(call, trials=trials)[0])
+            seconds = collective_seconds(call, trials=trials, min_trial_s=min_trial_s)[0]
+            best[index] = min(best[index], seconds)
     return best

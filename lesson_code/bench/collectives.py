@@ -6,11 +6,11 @@ Two runs of ranks. The first times every algorithm of the all-reduce, reduce-sca
 all-gather, and the broadcast; their times are stored with the package, one file per collective
 (`collectives/measured_all_reduce.csv`, `measured_reduce_scatter.csv`, `measured_all_gather.csv`,
 with this machine and the date), where `algorithm="auto"` fits its cost model. The second times
-"auto" and gloo's built-in of each collective side by side, so the comparison that matters is
-measured in one run; their rows are stored too (as "auto" and "gloo"), for lesson 76. Prints
-time, algbw and busbw (nccl-tests definitions) of each primitive next to the gloo built-in doing
-the same job, with the ratio ours / built-in, and writes the table as CSV. A `--quick` run stores
-nothing.
+"auto" and gloo's built-in of each collective side by side, timed in turn (twice, each keeping
+its better round), so the comparison that matters is measured in one run; their rows are stored
+too (as "auto" and "gloo"), for lesson 76. Prints time, algbw and busbw (nccl-tests
+definitions) of each primitive next to the gloo built-in doing the same job, with the ratio
+ours / built-in, and writes the table as CSV. A `--quick` run stores nothing.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ FIRST_RUN = [op for op in collectives_lab.TIMED_OPS if op not in SIDE_BY_SIDE]
 
 
 def algorithm_rows(rows: list[dict], world_size: int, collective: str = "all_reduce") -> list[dict]:
-    """The times of `collective` as `choose.store_times` wants them: every algorithm measured
-    (also one "auto" does not choose from, such as the direct all-reduce), "auto" and "gloo".
+    """The times of `collective` as `choose.store_times` wants them: every algorithm measured,
+    "auto" and "gloo".
 
     Rows are named "<algorithm> <collective>"; nbytes is always the full tensor's size.
     """
@@ -111,7 +111,7 @@ def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
     if not quick:  # the side-by-side run's "auto" reads these (a new rank process fits them)
         store_all(rows, world_size, trials)
     rows += launch.spawn(collectives_lab.time_primitives, sizes, trials, min_trial_s,
-                         SIDE_BY_SIDE, world_size=world_size, timeout_s=3600)[0]
+                         SIDE_BY_SIDE, True, world_size=world_size, timeout_s=3600)[0]
     if not quick:  # again, with the side-by-side run's "auto" and "gloo" rows for the lesson
         store_all(rows, world_size, trials)
     table = comparison_table(rows, world_size)

@@ -45,10 +45,12 @@ ALL_REDUCE = {
     "recursive_doubling": doubling.recursive_doubling_all_reduce,
     "halving_doubling": doubling.halving_doubling_all_reduce,
     "naive": ring.naive_all_reduce,
+    "direct": direct.direct_all_reduce,
 }
 CHOICES = ("auto", *ALL_REDUCE)
 MODEL_NAME = {"ring": "all_reduce", "recursive_doubling": "recursive_doubling",
-              "halving_doubling": "halving_doubling", "naive": "naive_all_reduce"}
+              "halving_doubling": "halving_doubling", "naive": "naive_all_reduce",
+              "direct": "direct_all_reduce"}
 REDUCE_SCATTER = {"ring": ring.ring_reduce_scatter, "direct": direct.direct_reduce_scatter,
                   "naive": naive.naive_reduce_scatter}
 ALL_GATHER = {"ring": ring.ring_all_gather, "direct": direct.direct_all_gather,
@@ -133,6 +135,19 @@ class AlgorithmCosts:
             raise ValueError(f"no {collective} algorithm has times at two sizes in {source}: "
                              "measure again (python -m lesson_code.bench collectives)")
         return cls(fits=fits, source=source, collective=collective, measured=measured)
+
+
+def fastest_measured(rows: list[dict]) -> dict[int, str]:
+    """For each measured size, the all-reduce algorithm of ALL_REDUCE with the shortest time.
+
+    `rows` as `stored_times` reads them; rows of "auto" and "gloo" are not candidates.
+    """
+    best: dict[int, tuple[float, str]] = {}
+    for row in rows:
+        if row["algorithm"] in ALL_REDUCE and \
+                (row["nbytes"] not in best or row["seconds"] < best[row["nbytes"]][0]):
+            best[row["nbytes"]] = (row["seconds"], row["algorithm"])
+    return {nbytes: name for nbytes, (_, name) in sorted(best.items())}
 
 
 def predicted_switches(costs: AlgorithmCosts, world_size: int, low: int = 2 ** 10,

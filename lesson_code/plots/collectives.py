@@ -27,7 +27,7 @@ LABELS = {
         "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds; "
                       "outlined = sent this step",
         "fit": "{op}: α = {alpha:.0f} µs, 1/β = {bw:.0f} MB/s",
-        "naive": "naive (via rank 0)", "ring": "ring",
+        "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct (one round)",
         "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
         "model": "lines: the fitted model; points: measured",
     },
@@ -39,7 +39,7 @@ LABELS = {
         "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه هست؛ "
                       "قاب پررنگ = ارسال در همین گام",
         "fit": "{op}: α = {alpha:.0f} µs، 1/β = {bw:.0f} MB/s",
-        "naive": "ساده (از راه رتبهٔ ۰)", "ring": "حلقه",
+        "naive": "ساده (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "مستقیم (یک دور)",
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
         "model": "خط‌ها: مدل برازش‌شده؛ نقطه‌ها: اندازه‌گیری",
     },
@@ -188,7 +188,7 @@ TABLE_LABELS = {
     "bytes sent": "بایت‌های فرستاده", "bytes received": "بایت‌های دریافتی",
     "messages sent": "پیام‌های فرستاده", "nbytes": "بایت‌ها", "op": "عملیات",
     "ring": "حلقه", "naive": "ساده‌لوحانه", "recursive_doubling": "دوبرابرسازی بازگشتی",
-    "halving_doubling": "نیم‌سازی و دوبرابرسازی", "N =": "N =",
+    "halving_doubling": "نیم‌سازی و دوبرابرسازی", "direct": "مستقیم", "N =": "N =",
     "ring all_reduce": "کاهش همگانی حلقه‌ای", "naive all_reduce": "کاهش همگانی ساده‌لوحانه",
     "gloo all_reduce": "کاهش همگانی gloo", "auto all_reduce": "کاهش همگانی auto",
     "recursive_doubling all_reduce": "کاهش همگانی با دوبرابرسازی بازگشتی",
