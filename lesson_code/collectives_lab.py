@@ -203,6 +203,7 @@ def _ring_ops(world_size: int) -> dict:
         "recursive_doubling all_reduce": (collectives.recursive_doubling_all_reduce, torch.clone),
         "halving_doubling all_reduce": (collectives.halving_doubling_all_reduce, torch.clone),
         "direct all_reduce": (collectives.direct_all_reduce, torch.clone),
+        "shared_memory all_reduce": (collectives.shared_memory_all_reduce, torch.clone),
         "auto all_reduce": (collectives.all_reduce, torch.clone),
         "ring reduce_scatter": (collectives.ring_reduce_scatter, torch.clone),
         "gloo reduce_scatter": (scatter_builtin, torch.clone),

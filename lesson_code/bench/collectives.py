@@ -34,6 +34,7 @@ PAIRS = [  # (our primitive, the built-in doing the same job, the nccl-tests alg
     ("recursive_doubling all_reduce", "gloo all_reduce", "all_reduce"),
     ("halving_doubling all_reduce", "gloo all_reduce", "all_reduce"),
     ("direct all_reduce", "gloo all_reduce", "all_reduce"),
+    ("shared_memory all_reduce", "gloo all_reduce", "all_reduce"),
     ("auto all_reduce", "gloo all_reduce", "all_reduce"),
     ("ring reduce_scatter", "gloo reduce_scatter", "reduce_scatter"),
     ("direct reduce_scatter", "gloo reduce_scatter", "reduce_scatter"),

@@ -2,7 +2,8 @@
 
 Short messages cost mostly latency (alpha per step), long ones bandwidth (beta per byte), so no
 one algorithm wins everywhere: recursive doubling takes the fewest steps, the ring and
-halving-doubling move the fewest bytes, the direct algorithms send them in one round.
+halving-doubling move the fewest bytes, the direct algorithms send them in one round, and ranks
+on one machine can skip sending altogether through shared memory (`shared_memory`).
 `all_reduce(..., algorithm="auto")` expects each algorithm's time from times measured on this
 kind of machine (read between the measured sizes, and beyond them from the alpha-beta model of
 `cost_model` fitted to them), and runs the fastest; `reduce_scatter` and `all_gather` choose
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lesson_code.collectives import cost_model, direct, doubling, naive, ring
+from lesson_code.collectives import cost_model, direct, doubling, naive, ring, shared_memory
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
 from lesson_code.devices import current_device
@@ -46,11 +47,12 @@ ALL_REDUCE = {
     "halving_doubling": doubling.halving_doubling_all_reduce,
     "naive": ring.naive_all_reduce,
     "direct": direct.direct_all_reduce,
+    "shared_memory": shared_memory.shared_memory_all_reduce,
 }
 CHOICES = ("auto", *ALL_REDUCE)
 MODEL_NAME = {"ring": "all_reduce", "recursive_doubling": "recursive_doubling",
               "halving_doubling": "halving_doubling", "naive": "naive_all_reduce",
-              "direct": "direct_all_reduce"}
+              "direct": "direct_all_reduce", "shared_memory": "shared_memory_all_reduce"}
 REDUCE_SCATTER = {"ring": ring.ring_reduce_scatter, "direct": direct.direct_reduce_scatter,
                   "naive": naive.naive_reduce_scatter}
 ALL_GATHER = {"ring": ring.ring_all_gather, "direct": direct.direct_all_gather,

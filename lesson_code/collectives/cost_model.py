@@ -23,11 +23,14 @@ Formulas (N ranks, n bytes in the tensor):
 | direct reduce-scatter, all-gather | N-1 (in one round) | (N-1)/N * n      |
 | direct all-reduce  | 2(N-1) (two rounds)  | 2(N-1)/N * n               |
 | naive reduce-scatter, all-gather | 2(N-1) (all at rank 0) | (N-1)(N+1)/N * n |
+| shared-memory all-reduce | 2 (barriers)  | 3n copied in memory, none sent |
 
 p is the largest power of two <= N; when N is not one (r = N - p > 0), the first 2r ranks fold
 into pairs before the algorithm and unfold after it: one message of n bytes each way (the +2).
 The direct algorithms post their N - 1 messages of a round at once; they are counted as N - 1
-because one rank's link (or here, its CPU) still carries them one after another.
+because one rank's link (or here, its CPU) still carries them one after another. The
+shared-memory all-reduce sends no data: its steps are two barriers, and its "bytes" the ones each
+rank copies (its tensor in, its chunk of every slot, the result out), which cost time all the same.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from lesson_code.validate import require_choice, require_positive, require_posit
 ALGORITHMS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "naive_all_reduce",
               "recursive_doubling", "halving_doubling", "direct_reduce_scatter",
               "direct_all_gather", "direct_all_reduce", "naive_reduce_scatter",
-              "naive_all_gather")
+              "naive_all_gather", "shared_memory_all_reduce")
 
 # nccl-tests (PERFORMANCE.md): bus bandwidth = algorithm bandwidth x this factor, so that busbw
 # can be compared with the link's peak whatever N is.
@@ -85,6 +88,7 @@ def message_count(algorithm: str, world_size: int) -> int:
         "direct_all_reduce": 2 * steps,
         "naive_reduce_scatter": 2 * steps,
         "naive_all_gather": 2 * steps,
+        "shared_memory_all_reduce": 2 if world_size > 1 else 0,
     }[algorithm]
 
 
@@ -112,6 +116,8 @@ def bytes_per_rank(algorithm: str, nbytes: float, world_size: int) -> float:
         # rank 0 receives N-1 tensors, sends N-1 chunks (all-gather: shards, then N-1 wholes)
         "naive_reduce_scatter": (n - 1) * (n + 1) / n * nbytes,
         "naive_all_gather": (n - 1) * (n + 1) / n * nbytes,
+        # copied, not sent: the tensor in, this rank's chunk of all N slots, the result out
+        "shared_memory_all_reduce": 3 * nbytes if n > 1 else 0,
     }[algorithm]
 
 

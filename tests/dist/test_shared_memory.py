@@ -1,0 +1,109 @@
+"""The shared-memory all-reduce on real gloo ranks, world sizes 1 to 8.
+
+Compared with torch.distributed's all-reduce on the same inputs: integers exactly, floats within
+the summation bound; every rank must end with bitwise the same tensor. Also: where shared memory
+cannot be used (no room, too large) every rank falls back to the direct all-reduce together and
+still gets the right sum; the segment's file is gone from /dev/shm once the ranks have mapped it,
+also when a rank is killed; the ledger records the call with no bytes sent.
+"""
+
+import os
+import signal
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from collective_cases import all_reduce_cases
+from lesson_code import launch
+from lesson_code.collectives import shared_memory
+from lesson_code.collectives.ledger import CommLedger
+from lesson_code.rank_errors import RankCrashedError
+
+pytestmark = pytest.mark.skipif(not shared_memory.SHM_DIR.is_dir(),
+                                reason="shared memory segments live in /dev/shm (Linux)")
+
+
+def compare_every_case(rank, world_size, limit_bytes=None):
+    """Rows {length, dtype, op, within, exact, identical} for every case, then {arena}."""
+    if limit_bytes is not None:
+        shared_memory.LIMIT_BYTES = limit_bytes
+    rows = []
+    for length, dtype, tensor, builtin, bound in all_reduce_cases(rank, world_size):
+        for op in ("sum", "avg") if tensor.is_floating_point() else ("sum",):
+            ours = shared_memory.shared_memory_all_reduce(tensor.clone(), op)
+            reference = builtin / world_size if op == "avg" else builtin
+            gathered = [torch.empty_like(ours) for _ in range(world_size)]
+            dist.all_gather(gathered, ours)
+            difference = (ours.double() - reference.double()).abs()
+            rows.append({"length": length, "dtype": dtype, "op": op,
+                         "within": bool((difference <= bound).all()),
+                         "exact": bool(torch.equal(ours, reference)),
+                         "identical": all(torch.equal(g, ours) for g in gathered)})
+    rows.append({"arena": shared_memory.has_arena()})
+    return rows
+
+
+def _check(rows):
+    cases = [row for row in rows if "arena" not in row]
+    assert all(row["within"] and row["identical"] for row in cases), \
+        [row for row in cases if not (row["within"] and row["identical"])][:5]
+    assert all(row["exact"] for row in cases if row["dtype"] == "int64")
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_the_shared_memory_all_reduce_equals_the_builtin(world_size):
+    per_rank = launch.spawn(compare_every_case, world_size=world_size)
+    for rows in per_rank:
+        _check(rows)
+        assert rows[-1]["arena"] == (world_size > 1)  # it went through shared memory
+
+
+def test_without_room_every_rank_falls_back_to_the_direct_algorithm_and_agrees():
+    per_rank = launch.spawn(compare_every_case, 1024, world_size=3)  # no segment fits 1 KiB
+    for rows in per_rank:
+        _check(rows)
+        assert rows[-1]["arena"] is False
+
+
+def segment_files():
+    return {name for name in os.listdir(shared_memory.SHM_DIR) if name.startswith("lesson_code-")}
+
+
+def reduce_then_report(rank, world_size, numel):
+    ledger = CommLedger()
+    tensor = torch.full((numel,), float(rank))
+    shared_memory.shared_memory_all_reduce(tensor, ledger=ledger)
+    return {"value": tensor[0].item(), "ledger": ledger.totals(),
+            "files": sorted(segment_files())}
+
+
+def test_no_file_stays_in_dev_shm_and_the_ledger_counts_no_bytes():
+    before = segment_files()
+    per_rank = launch.spawn(reduce_then_report, 10_000, world_size=4)
+    assert all(result["value"] == 6.0 for result in per_rank)
+    assert all(set(result["files"]) <= before for result in per_rank)  # deleted once mapped
+    assert per_rank[0]["ledger"]["all_reduce"]["bytes_sent"] == 0
+    assert segment_files() <= before
+
+
+def die_after_mapping(rank, world_size):
+    shared_memory.shared_memory_all_reduce(torch.ones(1000))
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+def test_a_rank_killed_after_the_first_call_leaves_no_segment_behind():
+    before = segment_files()
+    with pytest.raises(RankCrashedError):
+        launch.spawn(die_after_mapping, world_size=3, timeout_s=60)
+    assert segment_files() <= before
+
+
+def test_a_rank_on_another_machine_finds_no_segment_to_map(tmp_path):
+    # What a rank on another machine sees: no file at the path rank 0 broadcast.
+    assert shared_memory.attach_segment(str(tmp_path / "lesson_code-elsewhere"), 4096) is None
+    wrong_size = tmp_path / "lesson_code-short"
+    wrong_size.write_bytes(b"\0" * 100)
+    assert shared_memory.attach_segment(str(wrong_size), 4096) is None
