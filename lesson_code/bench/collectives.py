@@ -95,7 +95,8 @@ def store_all(rows: list[dict], world_size: int, trials: int) -> None:
 def machine_note(world_size: int, trials: int, collective: str = "all_reduce") -> str:
     """Where and when: for the comment lines of the stored times."""
     what = collective.replace("_", "-")
-    return (f"{what} times of {world_size} gloo ranks, median of {trials} trials, measured "
+    return (f"{what} times of {world_size} gloo ranks, median of {trials} trials (auto and gloo: "
+            f"the better of two such medians, timed in turn), measured "
             f"{datetime.date.today().isoformat()} by python -m lesson_code.bench collectives\n"
             f"machine: {' '.join(filter(None, (platform.machine(), platform.processor())))}, "
             f"{os.cpu_count()} cores, "
