@@ -24,7 +24,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 LAB_READY := $(VENV)/.lab-ready
 # make lab's Jupyter configuration: JupyterLab's settings for this course, and custom.css, which
-# aligns the Persian notebooks' right-to-left prose (book/_static/jupyterlab-rtl.css).
+# aligns the Persian notebooks' right-to-left prose (book/static/jupyterlab-rtl.css).
 LAB_CONFIG := $(VENV)/jupyter-config
 # Extra pip arguments. For a CPU-only torch on a machine whose default index would pick a CUDA
 # build, add PyTorch's CPU-only wheel index: PIP_ARGS="--extra-index-url <that index>", with the
@@ -48,21 +48,24 @@ $(READY): pyproject.toml requirements.lock
 	touch $(READY)
 
 # JupyterLab and its server: only for make lab and the JupyterLab browser test.
-$(LAB_READY): $(READY) book/_static/jupyterlab-rtl.css
+$(LAB_READY): $(READY) book/static/jupyterlab-rtl.css
 	$(BIN)/python -m pip install --quiet $(PIP_ARGS) -c requirements.lock -e '.[book,test,lab]'
 	mkdir -p $(LAB_CONFIG)/custom
-	cp book/_static/jupyterlab-rtl.css $(LAB_CONFIG)/custom/custom.css
+	cp book/static/jupyterlab-rtl.css $(LAB_CONFIG)/custom/custom.css
 	touch $(LAB_READY)
 
-# BOOK: execute_notebooks is "cache" (_config.yml): a notebook runs only when its code is not in
-# _build/.jupyter_cache. lesson_code.book_cache first puts there every notebook whose stored outputs
-# come from `make notebooks` on exactly its current code (notebooks/run-times.csv keeps the hash),
-# so a fresh clone builds without running the lessons and an edited lesson is run again. The HTML
-# and doctrees are rebuilt from scratch every time, so that -W sees the warnings of every page.
+# BOOK: `jupyter-book build book`, the command a reader or a CI types, with the CI's strictness
+# (-W: a warning, such as a failing cell, fails the build). book/ is the source folder; the
+# configuration is _config.yml at the root, which jupyter-book finds above book/ and builds
+# beside, into _build/html. execute_notebooks is "cache": a notebook runs only when its code is not
+# in _build/.jupyter_cache, and the book's extension (lesson_code.book_pages) first puts there
+# every notebook whose stored outputs come from `make notebooks` on exactly its current code
+# (notebooks/run-times.csv keeps the hash), so a fresh clone builds without running the lessons
+# and an edited lesson is run again. The HTML and doctrees are rebuilt from scratch every time, so
+# that -W sees the warnings of every page.
 book: $(READY)
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute
-	$(BIN)/python -m lesson_code.book_cache
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	$(BIN)/jupyter-book build book -W -n --keep-going
 	@echo
 	@echo "The book is in _build/html: open _build/html/index.html in a browser."
 

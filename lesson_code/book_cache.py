@@ -1,9 +1,9 @@
 """Seed the book's execution cache from the notebooks' stored outputs (book infrastructure).
 
-    python -m lesson_code.book_cache            # run by `make book` before jupyter-book
-
-The book builds with execute_notebooks: cache (myst-nb with jupyter-cache in _build/.jupyter_cache):
-a notebook runs only when its code is not in the cache. On a fresh clone the cache is empty, but
+The book's Sphinx extension (lesson_code.book_pages) calls `seed` at the start of every build, so
+`jupyter-book build book` needs no step before it. The book builds with execute_notebooks: cache
+(myst-nb with jupyter-cache in _build/.jupyter_cache): a notebook runs only when its code is not
+in the cache. On a fresh clone the cache is empty, but
 the notebooks hold the outputs of their last run by `make notebooks`, which recorded the hash of the
 code it ran in notebooks/run-times.csv (lesson_code.run_times). Every notebook whose code still has
 that hash and whose cells ran in order goes into the cache as it is; a notebook edited since
@@ -12,12 +12,9 @@ then does not, so the build executes it. The book never shows outputs of code ot
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from lesson_code import run_times
-
-CACHE = "_build/.jupyter_cache"
 
 
 def ran_in_order(path: Path) -> bool:
@@ -30,7 +27,11 @@ def ran_in_order(path: Path) -> bool:
 
 
 def seed(root: Path, cache_folder: Path) -> dict[str, str]:
-    """Cache every notebook whose stored outputs match its code; notebook -> what was done."""
+    """Cache every notebook whose stored outputs match its code; notebook -> what was done.
+
+    `root` is a folder holding notebooks/ and its run-times.csv (the repository root, or the
+    book's source folder, whose notebooks/ is a link to the repository's).
+    """
     from jupyter_cache import get_cache
 
     cache = get_cache(str(cache_folder))
@@ -49,17 +50,3 @@ def seed(root: Path, cache_folder: Path) -> dict[str, str]:
             done[name] = f"stored outputs reused ({row['seconds']} s on {row['machine']})"
     return done
 
-
-def main() -> int:
-    """Seed the cache under the current folder (the repository root) and say what was done."""
-    root = Path.cwd()
-    done = seed(root, root / CACHE)
-    if not done:
-        print(f"book_cache: no {run_times.CSV} yet: the build executes every notebook")
-    for name, what in done.items():
-        print(f"book_cache: {name}: {what}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,18 +1,22 @@
 """The book's two editions, for the Jupyter Book build: a Sphinx extension, not a lesson.
 
-_config.yml loads it (sphinx.extra_extensions), so `jupyter-book build .` runs it. For every page
-it decides the edition (Persian: book/fa/ and notebooks/fa/; English: book/en/ and notebooks/en/)
-and gives book/_templates/layout.html what the page needs:
+_config.yml loads it (sphinx.extra_extensions), so `jupyter-book build book` runs it. The source
+folder is book/: its pages are fa/intro, en/glossary, ... and the lessons notebooks/fa/78-zero,
+notebooks/en/78-zero (book/notebooks links to notebooks/). For every page it decides the edition
+(Persian: fa/ and notebooks/fa/; English: en/ and notebooks/en/) and gives
+book/_templates/layout.html what the page needs:
 
 - `edition`: lang and dir of the page, the same page in the other edition (the language switch and
   the <link rel="alternate" hreflang> tags), and on Persian pages the theme's strings in Persian
   from book/_templates/theme.fa.po (the themes ship no Persian translation);
 - `run_lesson` on lesson pages: how to run the notebook, how long its last run took (from the
   CSV that `make notebooks` writes, read by lesson_code.run_times) and where to download it;
-- `memory_calculator` on lesson 78: the page loads book/_static/memory-calculator.js.
+- `memory_calculator` on lesson 78: the page loads book/static/memory-calculator.js.
 
-After the build it writes dir="rtl" into the <html> tag of Persian pages (the theme builds that tag
-itself, so no template can add an attribute to it).
+Before any page is read it puts the notebooks' stored outputs into the execution cache where
+they come from a run of exactly their current code (lesson_code.book_cache), so that the build
+runs only the lessons edited since. After the build it writes dir="rtl" into the <html> tag of
+Persian pages (the theme builds that tag itself, so no template can add an attribute to it).
 """
 
 from __future__ import annotations
@@ -21,11 +25,11 @@ import json
 import re
 from pathlib import Path
 
-from lesson_code import run_times
+from lesson_code import book_cache, run_times
 
-CATALOG = "book/_templates/theme.fa.po"
+CATALOG = "_templates/theme.fa.po"  # relative to the source folder, book/
 EDITIONS = ("fa", "en")
-FOLDERS = ("book", "notebooks")
+LESSONS = "notebooks"  # the folder of the lesson pages, inside the source folder
 DIRECTION = {"fa": "rtl", "en": "ltr"}
 LANGUAGE_NAME = {"fa": "فارسی", "en": "English"}
 PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
@@ -36,22 +40,31 @@ RTL_OPEN = re.compile(r'^<div dir="rtl">$')
 RTL_CLOSE = re.compile(r"^</div>$")
 
 
-def edition_of(docname: str) -> str | None:
-    """"fa" or "en" for a page of one edition (book/fa/intro, notebooks/en/78-zero), else None."""
+def _split(docname: str) -> tuple[str, str, str] | None:
+    """(folder, edition, name) of a page of one edition: ("", "fa", "intro") for fa/intro,
+    ("notebooks", "en", "78-zero") for notebooks/en/78-zero; None for any other page."""
     parts = docname.split("/")
-    if len(parts) == 3 and parts[0] in FOLDERS and parts[1] in EDITIONS:
-        return parts[1]
+    if len(parts) == 2 and parts[0] in EDITIONS:
+        return "", parts[0], parts[1]
+    if len(parts) == 3 and parts[0] == LESSONS and parts[1] in EDITIONS:
+        return parts[0], parts[1], parts[2]
     return None
+
+
+def edition_of(docname: str) -> str | None:
+    """"fa" or "en" for a page of one edition (fa/intro, notebooks/en/78-zero), else None."""
+    split = _split(docname)
+    return split and split[1]
 
 
 def counterpart(docname: str) -> str | None:
     """The same page in the other edition (notebooks/fa/X <-> notebooks/en/X), or None."""
-    edition = edition_of(docname)
-    if edition is None:
+    split = _split(docname)
+    if split is None:
         return None
-    folder, _, name = docname.split("/")
+    folder, edition, name = split
     other = "en" if edition == "fa" else "fa"
-    return f"{folder}/{other}/{name}"
+    return "/".join(part for part in (folder, other, name) if part)
 
 
 def persian_digits(text: str) -> str:
@@ -82,8 +95,8 @@ def translator(messages: dict[str, str]):
 
 def run_box(docname: str, times: dict[str, dict], pathto) -> dict | None:
     """What the "Run this lesson" box of a lesson page says, or None on other pages."""
-    folder, edition, name = docname.split("/") if edition_of(docname) else ("", "", "")
-    if folder != "notebooks":
+    folder, edition, name = _split(docname) or ("", "", "")
+    if folder != LESSONS:
         return None
     notebook = f"{edition}/{name}.ipynb"
     measured = times.get(notebook)
@@ -93,6 +106,23 @@ def run_box(docname: str, times: dict[str, dict], pathto) -> dict | None:
         box["measured"] = {**measured, "seconds": persian_digits(measured["seconds"]),
                            "date": persian_digits(measured["date"])}
     return box
+
+
+def unique_scripts(scripts: list) -> list:
+    """`scripts` (Sphinx's script_files) with each inline script's body kept once.
+
+    The pinned sphinx-thebe and sphinx-togglebutton register their inline scripts twice (once
+    with the file name '_static/', once with None, so Sphinx's own check misses the copy), and a
+    second `const THEBE_JS_URL` is a SyntaxError in the console of every page.
+    """
+    seen, kept = set(), []
+    for script in scripts:
+        body = script.attributes.get("body")
+        if body is None or body not in seen:
+            kept.append(script)
+        if body is not None:
+            seen.add(body)
+    return kept
 
 
 def page_context(app, pagename: str, templatename: str, context: dict, doctree) -> None:
@@ -108,6 +138,7 @@ def page_context(app, pagename: str, templatename: str, context: dict, doctree) 
                             "href": context["pathto"](other)},
     }
     context["language"] = edition or "en"
+    context["script_files"] = unique_scripts(context.get("script_files", []))
     messages = app.config.book_fa_messages
     if edition == "fa":
         gettext = translator(messages)
@@ -124,7 +155,7 @@ def remove_rtl_wrappers(doctree) -> int:
     """Remove each <div dir="rtl"> raw HTML node and the next </div> after it; their count.
 
     Persian notebooks wrap their prose so for JupyterLab, which has no right-to-left setting.
-    The book sets Persian pages right-to-left from one rule (book/_static/rtl.css), and a kept
+    The book sets Persian pages right-to-left from one rule (book/static/rtl.css), and a kept
     </div> would close the section that a heading inside the wrapper opened. A </div> with no
     wrapper before it is left alone.
     """
@@ -163,9 +194,24 @@ def mark_rtl(app, exception) -> None:
 
 def load_data(app, config) -> None:
     """config-inited: read the Persian catalog and the notebooks' run times once per build."""
-    root = Path(app.srcdir)
-    config.book_fa_messages = read_catalog(root / CATALOG)
-    config.book_run_times = run_times.read(root / run_times.CSV)
+    source = Path(app.srcdir)
+    config.book_fa_messages = read_catalog(source / CATALOG)
+    config.book_run_times = run_times.read(source / run_times.CSV)
+
+
+def reuse_stored_outputs(app) -> None:
+    """builder-inited, after myst-nb's: seed its execution cache from the stored outputs.
+
+    Only with execute_notebooks: cache, the book's setting; "off" and "force" ignore the cache.
+    """
+    from sphinx.util import logging
+
+    config = app.env.mystnb_config
+    if config.execution_mode != "cache":
+        return
+    logger = logging.getLogger(__name__)
+    for name, what in book_cache.seed(Path(app.srcdir), Path(config.execution_cache_path)).items():
+        logger.info(f"book_cache: {name}: {what}")
 
 
 def setup(app) -> dict:
@@ -173,6 +219,7 @@ def setup(app) -> dict:
     app.add_config_value("book_fa_messages", {}, "html")
     app.add_config_value("book_run_times", {}, "html")
     app.connect("config-inited", load_data)
+    app.connect("builder-inited", reuse_stored_outputs, priority=600)
     app.connect("doctree-read", drop_rtl_wrappers)
     app.connect("html-page-context", page_context, priority=900)
     app.connect("build-finished", mark_rtl)

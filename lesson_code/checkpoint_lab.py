@@ -37,8 +37,11 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
                            save_after: list[int]) -> dict:
     """Train `run.steps` steps, saving a checkpoint after each step in `save_after`.
 
-    Collective: call on every rank. Returns losses, the final parameters and the digest.
+    Collective: call on every rank. Returns losses, the final parameters and the digest. Each
+    rank's random stream starts from run.seed + rank: its state is saved in the rank's shard, so
+    that the same run writes the same bytes (torch.save gives equal states equal files).
     """
+    torch.manual_seed(run.seed + rank)
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size)
 
     def maybe_save(done: int) -> None:

@@ -1,7 +1,7 @@
 """Fixtures for the book tests: build the whole Jupyter Book once per session, as CI does.
 
-The build is `jupyter-book build <repo root> -W -n --keep-going` into a fresh temporary folder;
-any warning fails it. `make book` runs through jupyter-cache (execute_notebooks: cache: a notebook
+The build is `jupyter-book build book -W -n --keep-going` (the command of `make book` and of the
+workflow that publishes the book) into a fresh temporary folder; any warning fails it. `make book` runs through jupyter-cache (execute_notebooks: cache: a notebook
 runs when its code differs from its stored run); here the build renders the outputs stored in the
 notebooks (execute_notebooks: off), because
 tests/notebooks has just executed every notebook under nbval and running each lesson twice would
@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository root, which is the book root
+ROOT = Path(__file__).resolve().parents[2]  # the repository root
+SOURCE = ROOT / "book"  # the book's source folder (its notebooks/ links to the lessons)
 BUILD_TIMEOUT_S = 3600  # every lesson runs real process groups; 81 alone takes minutes on 2 cores
 LOG_TAIL_LINES = 60
 PROBLEM = re.compile(r"(WARNING|ERROR|CRITICAL):|Error\b")  # Sphinx warnings, tracebacks
@@ -73,7 +74,7 @@ def book_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """
     out = tmp_path_factory.mktemp("book")
     config = _config_with_execution(out, os.environ.get("BOOK_EXECUTE", "off"))
-    cmd = [_jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going", "--path-output",
+    cmd = [_jupyter_book(), "build", str(SOURCE), "-W", "-n", "--keep-going", "--path-output",
            str(out), "--config", str(config)]
     start = time.monotonic()
     try:

@@ -82,6 +82,14 @@ class Visit:
     blocked: list[str] = field(default_factory=list)  # requests to other hosts (aborted)
     failed: list[str] = field(default_factory=list)  # local requests that did not succeed
     fetched: list[str] = field(default_factory=list)  # local URLs served successfully
+    console: list[str] = field(default_factory=list)  # console errors and warnings, page errors
+
+
+def listen_to_console(page, result: Visit) -> None:
+    """Record in `result.console` every console error or warning and every uncaught error."""
+    page.on("console", lambda message: result.console.append(f"{message.type}: {message.text}")
+            if message.type in ("error", "warning") else None)
+    page.on("pageerror", lambda error: result.console.append(f"uncaught: {error}"))
 
 
 def visit(browser, url: str) -> Visit:
@@ -107,6 +115,7 @@ def visit(browser, url: str) -> Visit:
 
     page.route("**/*", route)
     page.on("response", on_response)
+    listen_to_console(page, result)
     page.goto(url, wait_until="networkidle")
     # MathJax typesets after load; its startup promise resolves when the page is done.
     page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
@@ -134,10 +143,13 @@ def fonts_rendering(page, selector: str) -> list[dict]:
 
 
 def assert_offline_and_complete(v: Visit) -> None:
+    """No request left localhost, every local file was there, and the console stayed empty."""
     if v.blocked:
         pytest.fail("the page tried to reach other hosts:\n" + "\n".join(v.blocked))
     if v.failed:
         pytest.fail("local files the page needs are missing:\n" + "\n".join(v.failed))
+    if v.console:
+        pytest.fail("the browser console reported:\n" + "\n".join(v.console))
 
 
 def assert_mathjax_rendered(v: Visit) -> None:
@@ -197,8 +209,8 @@ def toc_pages() -> list[str]:
     return [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
 
 
-EDITION_PAGES = ["book/fa/intro", "book/en/intro", "notebooks/fa/78-zero", "notebooks/en/78-zero",
-                 "book/fa/glossary", "book/en/glossary"]
+EDITION_PAGES = ["fa/intro", "en/intro", "notebooks/fa/78-zero", "notebooks/en/78-zero",
+                 "fa/glossary", "en/glossary"]
 
 
 def open_page(browser, url: str) -> Visit:
@@ -217,6 +229,7 @@ def open_page(browser, url: str) -> Visit:
     page.route("**/*", route)
     page.on("response", lambda r: result.failed.append(f"{r.status} {r.url}")
             if r.status >= 400 and urlparse(r.url).hostname in LOCAL_HOSTS else None)
+    listen_to_console(page, result)
     page.goto(url, wait_until="networkidle")
     page.evaluate("() => document.fonts.ready.then(() => true)")
     return result
@@ -228,7 +241,7 @@ def shoot(v: Visit, name: str) -> None:
 
 
 @pytest.mark.parametrize("page", toc_pages() + ["search"])
-def test_no_page_reaches_another_host(browser, site: str, page: str) -> None:
+def test_no_page_reaches_another_host_or_logs_an_error(browser, site: str, page: str) -> None:
     v = open_page(browser, f"{site}/{page}.html")
     try:
         assert_offline_and_complete(v)
@@ -241,7 +254,7 @@ def test_edition_language_direction_and_chrome(browser, site: str, page: str) ->
     v = open_page(browser, f"{site}/{page}.html")
     try:
         shoot(v, "edition-" + page.replace("/", "-"))
-        persian = "/fa/" in page
+        persian = page.startswith("fa/") or "/fa/" in page
         html = v.page.evaluate("() => [document.documentElement.lang, document.documentElement.dir]")
         assert html == (["fa", "rtl"] if persian else ["en", ""]), f"<html> of {page}: {html}"
         placeholder = v.page.get_attribute("form.bd-search input[name=q]", "placeholder")
@@ -259,25 +272,25 @@ def test_edition_language_direction_and_chrome(browser, site: str, page: str) ->
         # Every Persian entry of the site navigation reads right-to-left, English ones left-to-right.
         entries = v.page.evaluate("""() => [...document.querySelectorAll(".bd-sidebar-primary nav li")]
             .map(li => [li.querySelector("a").pathname, getComputedStyle(li).direction])""")
-        persian_entries = [d for path, d in entries if re.search("/(book|notebooks)/fa/", path)]
-        english_entries = [d for path, d in entries if re.search("/(book|notebooks)/en/", path)]
+        persian_entries = [d for path, d in entries if re.search("^/(notebooks/)?fa/", path)]
+        english_entries = [d for path, d in entries if re.search("^/(notebooks/)?en/", path)]
         assert persian_entries and set(persian_entries) == {"rtl"}, entries
         assert english_entries and set(english_entries) == {"ltr"}, entries
     finally:
         v.page.context.close()
 
 
-@pytest.mark.parametrize("page", ["notebooks/fa/78-zero", "book/en/glossary", "book/fa/references"])
+@pytest.mark.parametrize("page", ["notebooks/fa/78-zero", "en/glossary", "fa/references"])
 def test_the_switch_lands_on_the_same_page_in_the_other_edition(browser, site: str, page: str):
     v = open_page(browser, f"{site}/{page}.html")
     try:
         link = v.page.locator("nav.edition-switch a[hreflang]")
-        other = "en" if "/fa/" in page else "fa"
+        folder, edition, name = re.fullmatch(r"((?:notebooks/)?)(fa|en)/(.+)", page).groups()
+        other = "en" if edition == "fa" else "fa"
         assert link.get_attribute("hreflang") == other and link.is_visible()
         link.click()
         v.page.wait_for_load_state("networkidle")
-        assert v.page.url.endswith(page.replace(f"/{'fa' if other == 'en' else 'en'}/",
-                                                f"/{other}/") + ".html"), v.page.url
+        assert v.page.url.endswith(f"/{folder}{other}/{name}.html"), v.page.url
         assert v.page.evaluate("document.documentElement.lang") == other
     finally:
         v.page.context.close()

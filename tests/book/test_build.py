@@ -1,7 +1,7 @@
 """The built book: every page exists, Persian pages are marked right-to-left, nothing is remote.
 
 Readers of the Persian edition often have slow or filtered internet, so no page may load a
-script, stylesheet, font or image from another host (DESIGN.md section 6). These tests read the
+script, stylesheet, font or image from another host. These tests read the
 HTML and CSS that `book_html` (conftest.py) built; tests/book/test_browser.py checks the same
 things in a real browser.
 """
@@ -19,7 +19,6 @@ pytestmark = pytest.mark.book
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository root, which is the book root
 
-PERSIAN_PREFIXES = ("book/fa/", "notebooks/fa/")
 # <link rel=...> values that name a related page rather than something the browser loads.
 NAVIGATION_RELS = {"next", "prev", "index", "search", "canonical", "alternate", "author",
                    "license", "help", "bookmark"}
@@ -36,6 +35,23 @@ SHIPPED_FILES = [
     "_static/mathjax/es5/output/chtml/fonts/woff-v2/MathJax_Math-Italic.woff",
     "_static/mathjax/es5/output/chtml/fonts/woff-v2/MathJax_Zero.woff",
 ]
+
+
+# Pages of the two editions, relative to the source folder book/: fa/intro, notebooks/en/78-zero.
+EDITION_PAGE = re.compile(r"^(?P<folder>notebooks/)?(?P<edition>fa|en)/(?P<name>[^/]+)$")
+
+
+def edition_of(page: str) -> str | None:
+    """"fa" or "en" for a page of one edition, else None (the home page, search)."""
+    match = EDITION_PAGE.match(page)
+    return match and match["edition"]
+
+
+def counterpart(page: str) -> str:
+    """The same page in the other edition."""
+    match = EDITION_PAGE.match(page)
+    other = "en" if match["edition"] == "fa" else "fa"
+    return f"{match['folder'] or ''}{other}/{match['name']}"
 
 
 def toc_pages() -> list[str]:
@@ -129,7 +145,7 @@ def test_persian_pages_and_only_they_are_right_to_left(book_html: Path, page: st
     assets = parse(book_html / f"{page}.html")
     classes = assets.body.get("class", "").split()
     assert any("rtl.css" in ref for ref in assets.fetched), f"{page} does not load rtl.css"
-    if page.startswith(PERSIAN_PREFIXES):
+    if edition_of(page) == "fa":
         assert "lang-fa" in classes and assets.body.get("lang") == "fa", (
             f"{page} is Persian but its <body> is {assets.body}; see book/_templates/layout.html"
         )
@@ -174,22 +190,17 @@ PERSIAN_CHROME = ["جستجو در این کتاب", "فهرست مطالب", 't
 
 
 def edition_pages() -> list[str]:
-    return [p for p in toc_pages() if p.split("/")[1:2] in (["fa"], ["en"])]
-
-
-def other_edition(page: str) -> str:
-    folder, edition, name = page.split("/")
-    return f"{folder}/{'en' if edition == 'fa' else 'fa'}/{name}"
+    return [p for p in toc_pages() if edition_of(p)]
 
 
 @pytest.mark.parametrize("page", edition_pages())
 def test_each_page_declares_its_language_and_links_the_other_edition(book_html: Path, page: str):
     html = (book_html / f"{page}.html").read_text(encoding="utf-8")
-    persian = page.split("/")[1] == "fa"
+    persian = edition_of(page) == "fa"
     tag = HTML_TAG.search(html).group(0)
     assert ('lang="fa" dir="rtl"' in tag) if persian else ('lang="en"' in tag and "rtl" not in tag)
     own, other = ("fa", "en") if persian else ("en", "fa")
-    target = other_edition(page)
+    target = counterpart(page)
     base = (book_html / page).parent
     alternates = dict(ALTERNATE.findall(html))
     assert set(alternates) == {"fa", "en"}, f"{page}: hreflang alternates {alternates}"
@@ -200,7 +211,7 @@ def test_each_page_declares_its_language_and_links_the_other_edition(book_html: 
     assert (base / switch.group(1)).resolve() == (book_html / f"{target}.html").resolve()
 
 
-@pytest.mark.parametrize("page", [p for p in edition_pages() if p.split("/")[1] == "fa"])
+@pytest.mark.parametrize("page", [p for p in edition_pages() if edition_of(p) == "fa"])
 def test_persian_pages_speak_persian_in_the_theme(book_html: Path, page: str):
     html = (book_html / f"{page}.html").read_text(encoding="utf-8")
     has_contents = "onthispage" in html  # pages without sections have no contents list

@@ -132,7 +132,7 @@ def test_glossaries_out_of_step_are_reported() -> None:
 
 def test_term_roles_and_glossary_lines_are_read() -> None:
     markdown = ("See {term}`rank` and {term}`the ring <ring>`.\n"
-                "- **shard**, **`no_sync()`**: see the {doc}`glossary <../../book/en/glossary>`.\n"
+                "- **shard**, **`no_sync()`**: see the {doc}`glossary </en/glossary>`.\n"
                 "- **not linked**: plain text.")
     assert linked_terms(markdown) == ["rank", "ring", "shard", "`no_sync()`"]
 

@@ -2,7 +2,7 @@
 
 JupyterLab has no right-to-left setting: Persian notebooks wrap each markdown cell's prose in
 <div dir="rtl"> ... </div> (a blank line after the opening tag and before the closing one), and
-`make lab` loads book/_static/jupyterlab-rtl.css as JupyterLab's custom.css, which aligns that
+`make lab` loads book/static/jupyterlab-rtl.css as JupyterLab's custom.css, which aligns that
 prose to the right. The server runs here exactly as `make lab` runs it, on a copy of the lesson
 (running a cell must not rewrite the repository's notebook), with every request to another host
 blocked. Screenshots go to _build/screenshots/.
@@ -72,7 +72,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("lab")
     config = root / "config"
     (config / "custom").mkdir(parents=True)
-    shutil.copy(ROOT / "book" / "_static" / "jupyterlab-rtl.css", config / "custom" / "custom.css")
+    shutil.copy(ROOT / "book" / "static" / "jupyterlab-rtl.css", config / "custom" / "custom.css")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

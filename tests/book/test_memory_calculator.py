@@ -1,4 +1,4 @@
-"""Lesson 78's offline calculator (book/_static/memory-calculator.js) against lesson_code.memory.
+"""Lesson 78's offline calculator (book/static/memory-calculator.js) against lesson_code.memory.
 
 The JavaScript runs in node when node is installed, else in headless Chromium; on a grid of
 parameter counts, world sizes, stages and precisions it must give the bytes of
@@ -17,7 +17,7 @@ import pytest
 from lesson_code import memory
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "book" / "_static" / "memory-calculator.js"
+SCRIPT = ROOT / "book" / "static" / "memory-calculator.js"
 CHROMIUM = Path("/usr/bin/chromium-headless-shell")
 PARAMS = [1, 1e6, 7.5e9, 1.75e11, 1e12]
 WORLD_SIZES = [1, 2, 3, 7, 8, 64, 1000]

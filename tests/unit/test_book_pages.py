@@ -18,9 +18,10 @@ CALL = re.compile(r"""\b(?:_|translate|translation)\(\s*(['"])(.+?)\1\s*\)""")
 @pytest.mark.parametrize("docname, edition, other", [
     ("notebooks/fa/78-zero", "fa", "notebooks/en/78-zero"),
     ("notebooks/en/76-collectives", "en", "notebooks/fa/76-collectives"),
-    ("book/fa/glossary", "fa", "book/en/glossary"),
-    ("book/en/references", "en", "book/fa/references"),
-    ("book/index", None, None),
+    ("fa/glossary", "fa", "en/glossary"),
+    ("en/references", "en", "fa/references"),
+    ("index", None, None),
+    ("book/fa/glossary", None, None),
     ("search", None, None),
     ("notebooks/de/78-zero", None, None),
 ])
@@ -34,14 +35,14 @@ def test_persian_digits():
 
 
 def test_every_theme_string_of_the_templates_has_a_persian_translation():
-    messages = book_pages.read_catalog(ROOT / book_pages.CATALOG)
+    messages = book_pages.read_catalog(ROOT / "book" / book_pages.CATALOG)
     sources = [page for theme in THEMES for page in theme.rglob("*.html")]
     sources += list((SITE / "sphinx_book_theme").rglob("*.py"))
     used = {match[1] for page in sources for match in CALL.findall(page.read_text(encoding="utf-8"))}
     used.add("Contents")  # the table of contents' title, translate(theme_toc_title)
     assert {"Search", "Download notebook file", "next", "previous"} <= used, "the scan found too little"
     missing = sorted(used - set(messages))
-    assert not missing, f"add these strings to {book_pages.CATALOG}: {missing}"
+    assert not missing, f"add these strings to book/{book_pages.CATALOG}: {missing}"
     assert all(re.search("[\u0600-\u06ff]", messages[m]) for m in used)
 
 
@@ -64,7 +65,7 @@ def test_the_run_box_of_a_persian_lesson_quotes_its_time_in_persian_digits():
     assert box["folder"] == "notebooks/fa" and box["file"] == "78-zero.ipynb"
     assert box["measured"]["seconds"] == "۲۷" and box["measured"]["date"] == "۲۰۲۶-۱۲-۰۳"
     assert book_pages.run_box("notebooks/en/78-zero", times, lambda t, r: t)["measured"] is None
-    assert book_pages.run_box("book/fa/intro", times, lambda t, r: t) is None
+    assert book_pages.run_box("fa/intro", times, lambda t, r: t) is None
 
 
 def test_the_jupyterlab_wrappers_leave_the_persian_doctree_and_nothing_else():
@@ -83,3 +84,13 @@ def test_the_jupyterlab_wrappers_leave_the_persian_doctree_and_nothing_else():
     left = [(r["format"], r.astext()) for r in document.findall(nodes.raw)]
     assert left == [("html", "</div>"), ("latex", '<div dir="rtl">')]
     assert section.parent is document and len(section) == 2
+
+
+def test_an_inline_script_registered_twice_is_kept_once():
+    from sphinx.builders.html._assets import _JavaScript
+
+    thebe = 'const THEBE_JS_URL = "x"'
+    scripts = [_JavaScript("_static/", body=thebe), _JavaScript("_static/doctools.js"),
+               _JavaScript(None, body=thebe), _JavaScript("_static/editions.js", defer="defer")]
+    kept = book_pages.unique_scripts(scripts)
+    assert kept == [scripts[0], scripts[1], scripts[3]]

@@ -52,9 +52,9 @@ def test_stored_outputs_are_cached_only_for_the_code_that_made_them(tmp_path, mo
 
     from jupyter_cache import get_cache
 
-    done = book_cache.seed(tmp_path, tmp_path / book_cache.CACHE)
+    done = book_cache.seed(tmp_path, tmp_path / "_build" / ".jupyter_cache")
     assert done["en/lesson.ipynb"].startswith("stored outputs reused")
-    cache = get_cache(str(tmp_path / book_cache.CACHE))
+    cache = get_cache(str(tmp_path / "_build" / ".jupyter_cache"))
     assert cache.match_cache_notebook(nbformat.read(str(notebook), 4)) is not None
 
     edited = tmp_path / "edited.ipynb"

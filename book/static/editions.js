@@ -13,7 +13,7 @@
  */
 (() => {
   "use strict";
-  const FOLDERS = { fa: ["book/fa/", "notebooks/fa/"], en: ["book/en/", "notebooks/en/"] };
+  const FOLDERS = { fa: ["fa/", "notebooks/fa/"], en: ["en/", "notebooks/en/"] };
   const DIRECTION = { fa: "rtl", en: "ltr" };
 
   /* "fa", "en" or null for a docname ("notebooks/fa/78-zero") or a URL path. */
