@@ -337,3 +337,63 @@ def test_search_finds_the_word_in_the_edition_it_was_asked_from(browser, site, e
             assert v.page.evaluate("document.documentElement.dir") == "rtl"
     finally:
         v.page.context.close()
+
+
+# Where the browser draws each word of an element's text: the middle of the word's first
+# character, [x, y], for each of `words` ({key: {"text": ..., "from": offset}}).
+WORD_XY = """([selector, words]) => {
+    const element = document.querySelector(selector);
+    const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    const found = {};
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (const [key, word] of Object.entries(words)) {
+            const at = node.data.indexOf(word.text, word.from || 0);
+            if (key in found || at < 0) continue;
+            const range = document.createRange();
+            range.setStart(node, at);
+            range.setEnd(node, at + 1);
+            const box = range.getBoundingClientRect();
+            found[key] = [box.left + box.width / 2, box.top + box.height / 2];
+        }
+    }
+    return found;
+}"""
+LINE_TOLERANCE_PX = 8  # two characters whose middles are this close in height share a line
+
+
+def reading_order(positions: dict[str, list[float]], direction: str) -> list[str]:
+    """The keys of `positions` in the order a reader meets them: line by line from the top, and
+    on each line from the left ("ltr") or from the right ("rtl")."""
+    lines: list[float] = []
+    for _, y in sorted(positions.values(), key=lambda xy: xy[1]):
+        if not lines or y - lines[-1] > LINE_TOLERANCE_PX:
+            lines.append(y)
+    line_of = lambda y: min(range(len(lines)), key=lambda i: abs(lines[i] - y))
+    sign = 1 if direction == "ltr" else -1
+    return sorted(positions, key=lambda k: (line_of(positions[k][1]), sign * positions[k][0]))
+
+
+TITLE_WORDS = {"amoozesh": {"text": "آموزش"}, "dar": {"text": "در "},
+               "pytorch_fa": {"text": "PyTorch"}, "dot": {"text": "·"},
+               "distributed": {"text": "Distributed"}, "training": {"text": "Training"}}
+
+
+@pytest.mark.parametrize("page, selector", [("index", "article h1"), ("fa/intro", ".logo__title"),
+                                            ("en/intro", ".logo__title")])
+def test_the_bilingual_title_reads_in_order_in_both_directions(browser, site, page, selector):
+    v = open_page(browser, f"{site}/{page}.html")
+    try:
+        xy = v.page.evaluate(WORD_XY, [selector, TITLE_WORDS])
+        assert set(xy) == set(TITLE_WORDS), xy
+        persian = {k: xy[k] for k in ("amoozesh", "dar", "pytorch_fa")}
+        english = {k: xy[k] for k in ("distributed", "training")}
+        assert reading_order(persian, "rtl") == ["amoozesh", "dar", "pytorch_fa"], xy
+        assert reading_order(english, "ltr") == ["distributed", "training"], xy
+        # Then the dot, then the English title, in the page's own direction.
+        page_direction = "rtl" if page.startswith("fa/") else "ltr"
+        for word in persian:
+            assert reading_order({word: xy[word], "dot": xy["dot"]}, page_direction)[0] == word, xy
+        for word in english:
+            assert reading_order({word: xy[word], "dot": xy["dot"]}, page_direction)[0] == "dot", xy
+    finally:
+        v.page.context.close()

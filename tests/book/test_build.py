@@ -226,6 +226,12 @@ def test_each_lesson_says_how_to_run_it_and_offers_its_notebook(book_html: Path,
     html = (book_html / f"{page}.html").read_text(encoding="utf-8")
     folder, name = page.rsplit("/", 1)
     assert "make lab" in html and f"<code>{folder}/{name}.ipynb</code>" in html
+    box = re.search(r'<aside class="run-lesson.*?</aside>', html, flags=re.DOTALL).group(0)
+    commands = re.findall(r'<pre class="run-lesson__command" dir="ltr"><code>(.*?)</code></pre>', box)
+    assert commands == ["make lab", f"cd {folder} &amp;&amp; ../../.venv/bin/jupyter execute {name}.ipynb"]
+    sentences = re.findall(r"<p>(.*?)</p>", box, flags=re.DOTALL)
+    inline = [code for p in sentences for code in re.findall(r"<code>(.*?)</code>", p) if " " in code]
+    assert not inline, f"{page}: commands inside a sentence, where bidi can reorder them: {inline}"
     download = re.search(r'class="run-lesson__download" href="([^"]+)"', html)
     assert download, f"{page} has no download link for its notebook"
     notebook = ((book_html / page).parent / download.group(1)).resolve()
