@@ -10,13 +10,14 @@ From a shell, the same worker functions run under torchrun, each process being o
     torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives_lab
 
 `spawn` never hangs and never leaves a rank behind: a rank that raises ends the run within
-seconds with its traceback, a rank that hangs ends it at `timeout_s`, and every rank process is
-stopped before `spawn` returns or raises. Only the standard library and torch are imported here.
+seconds with its traceback, a rank that hangs ends it at `timeout_s` with the calls each rank
+still running was waiting in, and every rank process is stopped before `spawn` returns or raises. Only the standard library and torch are imported here.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import pickle
 import shutil
@@ -78,7 +79,8 @@ def spawn(
     under the cell), and the last lines of a failing rank's output travel with the error.
 
     Raises ValueError for bad arguments, RankFailedError when a rank raises (with its traceback),
-    RankCrashedError when a rank dies without reporting, RankTimeoutError after `timeout_s`.
+    RankCrashedError when a rank dies without reporting, RankTimeoutError after `timeout_s`
+    (its `where` says, for each rank still running, the calls it was waiting in).
     """
     backend = resolve_backend(backend, world_size)
     check_importable(fn)
@@ -97,7 +99,7 @@ def spawn(
                 process = context.Process(
                     target=rank_main,
                     args=(call, rank, world_size, backend, init_method, timeout_s, writer,
-                          output.paths(rank)),
+                          output.paths(rank), output.stack_path(rank)),
                     name=f"rank{rank}",
                     daemon=True,
                 )
@@ -168,16 +170,57 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
             "or use launch.spawn from Python"
         )
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    # Over several nodes each node needs a GPU per local rank, not one per rank of the world.
-    backend = resolve_backend(backend, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    timeout = timedelta(seconds=timeout_s)
+    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+    store.set_timeout(timeout)
+    backend = agree_on_setup(store, rank, world_size, backend)
     torch.set_num_threads(1)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    dist.init_process_group(
-        backend, init_method="env://", rank=rank, world_size=world_size,
-        timeout=timedelta(seconds=timeout_s),
-    )
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     return rank, world_size
+
+
+def agree_on_setup(store, rank: int, world_size: int, backend: str) -> str:
+    """The backend every rank will use, agreed through torchrun's store before the group exists.
+
+    Each node decides from its own state (its GPUs, its LESSON_CODE_BACKEND) and runs its own
+    install; were two nodes to differ, some ranks would start gloo and others NCCL, or run
+    other code, and wait for each other until the timeout. So every rank publishes what it
+    would use and its versions, and all decide alike: NCCL only when every rank can use it, else
+    gloo (rank 0 says so). Raises ValueError on every rank when a rank cannot use the backend
+    asked for, and RuntimeError when the ranks run different versions of torch or lesson_code.
+    """
+    from lesson_code import __version__
+
+    try:  # over several nodes each node needs a GPU per local rank, not one per rank of the world
+        mine = {"backend": resolve_backend(backend, int(os.environ.get("LOCAL_WORLD_SIZE",
+                                                                        world_size)))}
+    except ValueError as error:
+        mine = {"error": str(error)}
+    mine["versions"] = f"torch {torch.__version__}, lesson_code {__version__}"
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restart must not read these
+    shared = dist.PrefixStore(f"lesson_code/setup/{attempt}", store)
+    shared.set(str(rank), json.dumps(mine))
+    shared.wait([str(other) for other in range(world_size)])
+    everyone = [json.loads(shared.get(str(other))) for other in range(world_size)]
+    errors = [f"rank {other}: {seen['error']}" for other, seen in enumerate(everyone)
+              if "error" in seen]
+    if errors:
+        raise ValueError(f"not every rank can use backend {backend!r}, so none starts: "
+                         + "; ".join(errors))
+    versions = {seen["versions"] for seen in everyone}
+    if len(versions) > 1:
+        raise RuntimeError("the ranks run different versions (" + "; ".join(
+            f"rank {other}: {seen['versions']}" for other, seen in enumerate(everyone))
+            + "): install the same torch and lesson_code on every node")
+    backends = {seen["backend"] for seen in everyone}
+    if len(backends) > 1:
+        if rank == 0:
+            print("lesson_code: some nodes have no GPU for each of their ranks: every rank uses "
+                  "gloo", file=sys.stderr, flush=True)
+        return "gloo"
+    return backends.pop()
 
 
 def run(fn: Callable[..., Any], *args: Any, world_size: int = 4, backend: str = "auto",

@@ -9,8 +9,11 @@ Standard library only; `lesson_code.launch` re-exports them.
 
 from __future__ import annotations
 
+import re
 import signal
+import sysconfig
 import time
+from pathlib import Path
 
 
 class SpawnError(RuntimeError):
@@ -62,17 +65,68 @@ class RankCrashedError(SpawnError):
 
 
 class RankTimeoutError(SpawnError):
-    """Some ranks were still running at the deadline; `ranks` lists them."""
+    """Some ranks were still running at the deadline; `ranks` lists them, and `where` gives,
+    for each rank that answered the launcher's request for its stack, the calls it was waiting
+    in (innermost first, as "function (file:line)")."""
 
     def __init__(self, ranks: list[int], world_size: int, timeout_s: float,
-                 outputs: dict[int, str] | None = None):
+                 outputs: dict[int, str] | None = None,
+                 where: dict[int, list[str]] | None = None):
         self.ranks = ranks
         self.outputs = outputs or {}
-        super().__init__(_with_output(
-            f"ranks {ranks} of {world_size} were still running after timeout_s={timeout_s:g} s and "
-            "were stopped. A rank that never joins a collective blocks the others: check that every "
-            "rank calls the same collectives in the same order, or pass a larger timeout_s.",
-            self.outputs))
+        self.where = where or {}
+        message = (f"ranks {ranks} of {world_size} were still running after timeout_s={timeout_s:g} "
+                   "s and were stopped.")
+        if self.where:
+            message += "\nWhere each was waiting (innermost call first):\n" + "\n".join(
+                f"  rank {rank}: {' < '.join(calls) or '(no call of the package or yours)'}"
+                for rank, calls in sorted(self.where.items()))
+        message += "\n" + _diagnosis(ranks, world_size, self.where)
+        super().__init__(_with_output(message, self.outputs))
+
+
+def _diagnosis(ranks: list[int], world_size: int, where: dict[int, list[str]]) -> str:
+    """What the places the ranks waited in say about the cause of the hang."""
+    if len(ranks) < world_size:
+        return ("The other ranks had returned: a rank that never joins a collective blocks the "
+                "others. Check that every rank calls the same collectives in the same order.")
+    functions = {tuple(call.split(" (")[0] for call in calls) for calls in where.values()}
+    if len(functions) > 1:
+        return ("The ranks wait in different places: they called different collectives, or one "
+                "collective with different algorithms, and each waits for messages that the "
+                "others never send. Every rank must call the same collectives, with the same "
+                "algorithm, in the same order.")
+    return ("Every rank waits in the same place: for a message that no rank sends (did every "
+            "rank post a blocking receive before its send? post both, then wait), or for a "
+            "rank far slower than the others (then pass a larger timeout_s).")
+
+
+STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
+RANK_BODY = "rank_main"  # the function of lesson_code.rank_processes that calls the rank's fn
+
+
+def waiting_calls(stacks: str, shown: int = 6) -> list[str]:
+    """The calls a rank was waiting in, innermost first, from the stacks of its threads as
+    `faulthandler` writes them: the thread that runs the rank's function, its frames above
+    RANK_BODY, without the standard library's and installed packages' (torch's) but with this
+    package's; at most `shown` of them, each as "function (file:line)"."""
+    package = Path(__file__).resolve().parent
+    hidden = {Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")}
+    for block in re.split(r"\n(?=\S)", stacks):
+        frames = [m.groupdict() for m in map(STACK_FRAME.match, block.splitlines()) if m]
+        names = [frame["function"] for frame in frames]
+        if RANK_BODY not in names:
+            continue
+        calls = []
+        for frame in frames[:names.index(RANK_BODY)]:
+            path = Path(frame["file"]).resolve()
+            ours = package in path.parents
+            if not ours and any(folder in path.parents for folder in hidden):
+                continue
+            where = path.relative_to(package.parent) if ours else path.name
+            calls.append(f"{frame['function']} ({where}:{frame['line']})")
+        return calls[:shown]
+    return []
 
 
 def _signal_name(number: int) -> str:

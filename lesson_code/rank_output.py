@@ -52,10 +52,19 @@ class RankOutput:
     def __init__(self, folder: str, world_size: int):
         self._files = [(os.path.join(folder, f"rank{rank}.out"),
                         os.path.join(folder, f"rank{rank}.err")) for rank in range(world_size)]
+        self._stacks = [os.path.join(folder, f"rank{rank}.stack") for rank in range(world_size)]
         self._offsets = {path: 0 for pair in self._files for path in pair}
 
     def paths(self, rank: int) -> tuple[str, str]:
         return self._files[rank]
+
+    def stack_path(self, rank: int) -> str:
+        """Where rank `rank` writes the stacks of its threads when the caller asks (a signal)."""
+        return self._stacks[rank]
+
+    def stacks(self, rank: int) -> str:
+        """What rank `rank` wrote there (empty when it was never asked, or did not answer)."""
+        return _read_text(self._stacks[rank])
 
     def forward(self, final: bool = False) -> None:
         """Write what the ranks printed since the last call to the caller's streams.

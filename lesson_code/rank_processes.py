@@ -15,6 +15,7 @@ Standard library and torch only.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
@@ -34,10 +35,15 @@ import torch.distributed as dist
 
 from lesson_code.devices import to_cpu
 from lesson_code.fork_server import restart_if_stale
-from lesson_code.rank_errors import RankCrashedError, RankFailedError, RankTimeoutError
+from lesson_code.rank_errors import (RankCrashedError, RankFailedError, RankTimeoutError,
+                                     waiting_calls)
 from lesson_code.rank_output import RankOutput, flush_rank_output, redirect_rank_output
 
 CAUSE_GRACE_S = 1.0  # after a rank's error, how long to watch for a crash that caused it
+# At the timeout, the caller asks each rank still running for its stack with this signal, and
+# waits this long for the answers, to say in the error where each rank was waiting.
+STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
+STACK_WAIT_S = 2.0
 FORWARD_EVERY_S = 0.2  # how often the caller copies what the ranks printed to its own streams
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 # Set in every rank before torch is imported there: c10d's hostname and socket warnings would
@@ -53,14 +59,19 @@ CHILD_ENVIRONMENT = {
 
 
 def rank_main(call: bytes, rank, world_size, backend, init_method, timeout_s, writer,
-              output_paths: tuple[str, str]) -> None:
+              output_paths: tuple[str, str], stack_path: str) -> None:
     """Body of one rank process: join the group, run fn, send back ("ok", bytes) or ("error", text).
 
     `call` is the pickled (fn, args), unpickled here so that a failure to import fn's module is
-    reported with its traceback like any other error of the rank.
+    reported with its traceback like any other error of the rank. On STACK_SIGNAL the rank
+    writes the stacks of its threads to `stack_path` (Python's faulthandler, which answers even
+    while the rank is blocked inside a C++ call), for the caller's timeout error.
     """
     exit_with_caller(writer)
     redirect_rank_output(*output_paths)
+    if STACK_SIGNAL is not None:
+        stacks = open(stack_path, "w")  # open for the rank's whole life: faulthandler writes here
+        faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
     torch.set_num_threads(1)
     try:
         fn, args = pickle.loads(call)
@@ -144,7 +155,8 @@ def collect_results(processes, readers, world_size: int, timeout_s: float,
         elif remaining <= 0:
             still_running = sorted(set(range(world_size)) - set(results))
             raise RankTimeoutError(still_running, world_size, timeout_s,
-                                   {rank: output.tail(rank) for rank in still_running})
+                                   {rank: output.tail(rank) for rank in still_running},
+                                   where_ranks_wait(processes, still_running, output))
         waiting = [rank for rank in range(world_size) if rank not in results and rank not in failed]
         waitables = [readers[rank] for rank in waiting] + [processes[rank].sentinel for rank in waiting]
         for ready in mp_connection.wait(waitables, timeout=min(remaining, FORWARD_EVERY_S)):
@@ -161,6 +173,26 @@ def collect_results(processes, readers, world_size: int, timeout_s: float,
     if first_error is not None:
         raise first_error
     return [results[rank] for rank in range(world_size)]
+
+
+def where_ranks_wait(processes, ranks: list[int], output: RankOutput) -> dict[int, list[str]]:
+    """Ask each of `ranks` for its stack (STACK_SIGNAL) and return where it was waiting
+    (`rank_errors.waiting_calls`), for the ranks that answered within STACK_WAIT_S."""
+    if STACK_SIGNAL is None:
+        return {}
+    asked = []
+    for rank in ranks:
+        try:
+            os.kill(processes[rank].pid, STACK_SIGNAL)
+            asked.append(rank)
+        except (OSError, TypeError):  # already gone, or never started
+            pass
+    deadline = time.monotonic() + STACK_WAIT_S
+    while time.monotonic() < deadline and not all(
+            waiting_calls(output.stacks(rank)) for rank in asked):
+        time.sleep(0.05)
+    return {rank: waiting_calls(output.stacks(rank)) for rank in asked
+            if output.stacks(rank).strip()}
 
 
 def read_message(reader, process, rank: int, world_size: int,

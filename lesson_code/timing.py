@@ -9,6 +9,8 @@ Used by the lessons' labs and by `collectives.choose` (the all-reduce calibratio
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 from typing import Callable
 
@@ -116,3 +118,11 @@ def alternating_seconds(calls: list[Callable[[], object]], *, trials: int,
             seconds = collective_seconds(call, trials=trials, min_trial_s=min_trial_s)[0]
             best[index] = min(best[index], seconds)
     return best
+
+
+def machine_line() -> str:
+    """This machine in one line, as benchmark files record it: "x86_64, 2 cores, Linux, Python
+    3.11.7, torch 2.13.0+cpu". Times measured under another line are another machine's."""
+    return (f"{' '.join(filter(None, (platform.machine(), platform.processor())))}, "
+            f"{os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}, "
+            f"torch {torch.__version__}")

@@ -1,4 +1,9 @@
-"""Command line of the benchmarks: `python -m lesson_code.bench {collectives,...,all}`."""
+"""Command line of the benchmarks: `python -m lesson_code.bench {collectives,...,all}`.
+
+Tables go to bench-results/ (at the root of the checkout, `choose.results_folder()`), including
+the measured tables the lessons read; the package's own copies of those change only with
+`--into-package`, which whoever refreshes the book's figures passes.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,12 @@ from lesson_code.bench import launch as launch_bench
 from lesson_code.bench import pipeline as pipeline_bench
 from lesson_code.bench import zero as zero_bench
 from lesson_code.cli_args import positive_int
+from lesson_code.collectives import choose
 
 BENCHMARKS = {"collectives": collectives_bench.run, "ddp": ddp_bench.run, "zero": zero_bench.run,
               "pipeline": pipeline_bench.run,
               "capstone": capstone_bench.run, "launch": launch_bench.run}
+STORING = ("collectives", "ddp", "zero", "pipeline", "capstone")  # their full runs store a table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,14 +30,19 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Run a benchmark and print its table.")
     parser.add_argument("name", choices=[*BENCHMARKS, "all"])
     parser.add_argument("--world-size", type=positive_int, default=4)
-    parser.add_argument("--out-dir", type=Path, default=Path("bench-results"))
+    parser.add_argument("--out-dir", type=Path, default=choose.results_folder(),
+                        help="where the tables go (default: %(default)s)")
     parser.add_argument("--quick", action="store_true",
-                        help="fewer sizes and trials (a smoke run, not a measurement)")
+                        help="fewer sizes and trials (a smoke run, not a measurement): stores nothing")
+    parser.add_argument("--into-package", action="store_true",
+                        help="store the measured tables the lessons show in the package itself "
+                             "(lesson_code/measured_*.csv), replacing the book's")
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     names = list(BENCHMARKS) if args.name == "all" else [args.name]
     for name in names:
-        BENCHMARKS[name](world_size=args.world_size, out_dir=args.out_dir, quick=args.quick)
+        extra = {"into_package": args.into_package} if name in STORING else {}
+        BENCHMARKS[name](world_size=args.world_size, out_dir=args.out_dir, quick=args.quick, **extra)
     return 0
 
 

@@ -6,16 +6,15 @@ Runs `python -m lesson_code.capstone` (our DDP broadcast + ZeRO-1 + sharded chec
 `python -m lesson_code.capstone.torch_baseline` (DistributedDataParallel +
 ZeroRedundancyOptimizer + torch.distributed.checkpoint), each from process start to exit,
 alternately, and reports the median of the runs, and whether both printed the same loss per step
-(to the five decimals they print). The table is stored with the package
-(`lesson_code/measured_capstone.csv`, with this machine and the date in its comment lines), where
-lesson 81 reads it; `--quick` stores nothing.
+(to the five decimals they print). The table is stored as `measured_capstone.csv` (with this
+machine and the date in its comment lines) in bench-results/, or with `--into-package` in the
+package, where lesson 81 reads it; `--quick` stores nothing.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -25,7 +24,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import torch
+
+from lesson_code.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1] / "measured_capstone.csv"
 LOSS_ROW = re.compile(r"^\s*(\d+)\s+(\d+\.\d{5})(\s|$)")
@@ -57,9 +57,7 @@ def machine_note(world_size: int, repeats: int) -> str:
     return (f"the whole capstone command against its torch-only twin on {world_size} ranks, from "
             f"process start to exit, median of {repeats} runs, measured "
             f"{datetime.date.today().isoformat()} by python -m lesson_code.bench capstone\n"
-            f"machine: {' '.join(filter(None, (platform.machine(), platform.processor())))}, "
-            f"{os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}, "
-            f"torch {torch.__version__}")
+            f"machine: {machine_line()}")
 
 
 def read_stored(path: Path | str = STORED) -> tuple[list[str], pd.DataFrame]:
@@ -69,7 +67,8 @@ def read_stored(path: Path | str = STORED) -> tuple[list[str], pd.DataFrame]:
     return note, pd.read_csv(path, comment="#", index_col=0)
 
 
-def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
+def run(world_size: int, out_dir: Path, quick: bool = False,
+        into_package: bool = False) -> pd.DataFrame:
     """Time both commands `repeats` times, alternately; print medians and write capstone.csv."""
     repeats = 1 if quick else 3
     seconds: dict[str, list[float]] = {name: [] for name in COMMANDS}
@@ -87,10 +86,11 @@ def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
                           "same_losses": {n: same for n in COMMANDS}})
     table.index.name = "command"
     if not quick:
-        with open(STORED, "w", newline="") as handle:
+        stored = (STORED.parent if into_package else Path(out_dir)) / STORED.name
+        with open(stored, "w", newline="") as handle:
             handle.writelines(f"# {line}\n" for line in machine_note(world_size, repeats).splitlines())
             table.to_csv(handle)
-        print(f"stored in {STORED}")
+        print(f"stored in {stored}")
     path = Path(out_dir) / "capstone.csv"
     table.to_csv(path)
     print(f"lesson 81 benchmark: the whole 20-step command on {world_size} ranks, spawn to exit")

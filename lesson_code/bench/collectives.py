@@ -3,9 +3,11 @@
     python -m lesson_code.bench collectives [--world-size 4] [--out-dir bench-results]
 
 Two runs of ranks. The first times every algorithm of the all-reduce, reduce-scatter and
-all-gather, and the broadcast; their times are stored with the package, one file per collective
-(`collectives/measured_all_reduce.csv`, `measured_reduce_scatter.csv`, `measured_all_gather.csv`,
-with this machine and the date), where `algorithm="auto"` fits its cost model. The second times
+all-gather, and the broadcast; their times are stored one file per collective
+(`measured_all_reduce.csv`, `measured_reduce_scatter.csv`, `measured_all_gather.csv`, with this
+machine and the date) in bench-results/, where `algorithm="auto"` finds them on this machine
+(`choose.stored_costs`), or with `--into-package` in `lesson_code/collectives/`, the tables the
+book's lesson 76 shows and "auto" uses on machines without their own. The second times
 "auto" and gloo's built-in of each collective side by side, timed in turn (twice, each keeping
 its better round), so the comparison that matters is measured in one run; their rows are stored
 too (as "auto" and "gloo"), for lesson 76. Prints time, algbw and busbw (nccl-tests
@@ -16,15 +18,13 @@ ours / built-in, and writes the table as CSV. A `--quick` run stores nothing.
 from __future__ import annotations
 
 import datetime
-import os
-import platform
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from lesson_code import collectives_lab, launch
 from lesson_code.collectives import choose, cost_model
+from lesson_code.timing import machine_line
 
 SIZES = [2 ** k for k in range(10, 27, 2)]  # 1 KiB, 4 KiB, ..., 64 MiB
 QUICK_SIZES = [2 ** 10, 2 ** 16, 2 ** 20]
@@ -84,11 +84,12 @@ def algorithm_rows(rows: list[dict], world_size: int, collective: str = "all_red
             for row in rows if row["op"].endswith(f" {collective}")]
 
 
-def store_all(rows: list[dict], world_size: int, trials: int) -> None:
-    """Store each collective's times in its file of `choose.STORED_FILES`."""
-    for collective, path in choose.STORED_FILES.items():
-        choose.store_times(algorithm_rows(rows, world_size, collective),
-                           machine_note(world_size, trials, collective), path)
+def store_all(rows: list[dict], world_size: int, trials: int, folder: Path) -> None:
+    """Store each collective's times in `folder`, under its name in `choose.STORED_FILES`."""
+    for collective, packaged in choose.STORED_FILES.items():
+        path = choose.store_times(algorithm_rows(rows, world_size, collective),
+                                  machine_note(world_size, trials, collective),
+                                  Path(folder) / packaged.name)
         print(f"{collective} algorithm times stored in {path}")
 
 
@@ -98,24 +99,27 @@ def machine_note(world_size: int, trials: int, collective: str = "all_reduce") -
     return (f"{what} times of {world_size} gloo ranks, median of {trials} trials (auto and gloo: "
             f"the better of two such medians, timed in turn), measured "
             f"{datetime.date.today().isoformat()} by python -m lesson_code.bench collectives\n"
-            f"machine: {' '.join(filter(None, (platform.machine(), platform.processor())))}, "
-            f"{os.cpu_count()} cores, "
-            f"{platform.system()}, Python {platform.python_version()}, torch {torch.__version__}")
+            f"machine: {machine_line()}")
 
 
-def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
-    """Measure on `world_size` ranks, store the algorithms' times, print and write collectives.csv."""
+def run(world_size: int, out_dir: Path, quick: bool = False,
+        into_package: bool = False) -> pd.DataFrame:
+    """Measure on `world_size` ranks, store the algorithms' times, print and write collectives.csv.
+
+    The times go to `out_dir` (or, `into_package`, to the package's files): the side-by-side
+    run's "auto" reads them there, as every later run of "auto" on this machine does."""
+    folder = choose.STORED.parent if into_package else Path(out_dir)
     sizes = QUICK_SIZES if quick else SIZES
     trials = 3 if quick else 7
     min_trial_s = 0.05 if quick else 0.2
     rows = launch.spawn(collectives_lab.time_primitives, sizes, trials, min_trial_s, FIRST_RUN,
                         world_size=world_size, timeout_s=3600)[0]
     if not quick:  # the side-by-side run's "auto" reads these (a new rank process fits them)
-        store_all(rows, world_size, trials)
+        store_all(rows, world_size, trials, folder)
     rows += launch.spawn(collectives_lab.time_primitives, sizes, trials, min_trial_s,
                          SIDE_BY_SIDE, True, world_size=world_size, timeout_s=3600)[0]
     if not quick:  # again, with the side-by-side run's "auto" and "gloo" rows for the lesson
-        store_all(rows, world_size, trials)
+        store_all(rows, world_size, trials, folder)
     table = comparison_table(rows, world_size)
     path = Path(out_dir) / "collectives.csv"
     table.to_csv(path, index=False)

@@ -31,7 +31,8 @@ VARIANTS = [("naive", "ring", BUCKET_MB), ("bucketed", "ring", BUCKET_MB),
             ("bucketed", "ring", 0.25), ("bucketed", "ring", 32.0)]
 
 
-def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
+def run(world_size: int, out_dir: Path, quick: bool = False,
+        into_package: bool = False) -> pd.DataFrame:
     """Time every variant on `world_size` ranks, print the table, write ddp.csv (and store it)."""
     config = QUICK_GPT if quick else BENCH_GPT
     base = DDPRun(model="gpt", gpt=config, optimizer="adam", batch_size=8 * world_size,
@@ -58,5 +59,6 @@ def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     print(f"table written to {path}")
     if not quick:
-        print(f"stored with the package in {stored.store(table, 'ddp', title)}")
+        folder = stored.STORED if into_package else out_dir
+        print(f"stored in {stored.store(table, 'ddp', title, folder)}")
     return table

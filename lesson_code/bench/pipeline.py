@@ -6,23 +6,22 @@ Runs 1F1B steps of the lesson's wide MiniGPT (`pipeline_lab.WIDE_GPT`) on P = 2 
 stages with m = 1, 2, 4, 8, 16 micro-batches of a fixed size (8 sequences), so that every
 micro-batch costs the same compute whatever m is. Each setting runs `WARMUP + REPEATS` steps;
 the bubble is the median over the measured steps, with their minimum and maximum. The table is
-stored with the package (`lesson_code/measured_pipeline_bubble.csv`, with this machine and the
-date in its comment lines), where lesson 79 reads it; `--quick` stores nothing.
+stored as `measured_pipeline_bubble.csv` (with this machine and the date in its comment lines) in
+bench-results/, or with `--into-package` in the package, where lesson 79 reads it; `--quick`
+stores nothing.
 """
 
 from __future__ import annotations
 
 import datetime
-import os
-import platform
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from lesson_code import launch, pipeline_lab
 from lesson_code.pipeline import theoretical_bubble
 from lesson_code.pipeline_lab import WIDE_GPT, PipeRun
+from lesson_code.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1] / "measured_pipeline_bubble.csv"
 STAGES = (2, 4)
@@ -58,9 +57,7 @@ def machine_note(repeats: int) -> str:
     return (f"pipeline bubble of 1F1B steps, median of {repeats} steps after {WARMUP} warm-up, "
             f"{SEQUENCES_PER_MICRO_BATCH} sequences per micro-batch, measured "
             f"{datetime.date.today().isoformat()} by python -m lesson_code.bench pipeline\n"
-            f"machine: {' '.join(filter(None, (platform.machine(), platform.processor())))}, "
-            f"{os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}, "
-            f"torch {torch.__version__}")
+            f"machine: {machine_line()}")
 
 
 def store(table: pd.DataFrame, note: str, path: Path | str = STORED) -> Path:
@@ -79,12 +76,14 @@ def read_stored(path: Path | str = STORED) -> tuple[list[str], pd.DataFrame]:
     return note, pd.read_csv(path, comment="#")
 
 
-def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
+def run(world_size: int, out_dir: Path, quick: bool = False,
+        into_package: bool = False) -> pd.DataFrame:
     """Measure the sweep (P = 2 and 4 whatever `world_size`), print it, write pipeline.csv."""
     repeats = 2 if quick else REPEATS
     table = measure(micro_batches=(1, 4) if quick else MICRO_BATCHES, repeats=repeats)
     if not quick:
-        print(f"stored in {store(table, machine_note(repeats))}")
+        folder = STORED.parent if into_package else Path(out_dir)
+        print(f"stored in {store(table, machine_note(repeats), folder / STORED.name)}")
     path = Path(out_dir) / "pipeline.csv"
     table.to_csv(path, index=False)
     print(f"lesson 79 benchmark: 1F1B bubble, median of {repeats} steps")

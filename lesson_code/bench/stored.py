@@ -1,10 +1,10 @@
 """Benchmark tables stored with the package, with the machine and the date they were measured on.
 
-A lesson cannot run a long measurement while its page is built, so `python -m lesson_code.bench
-ddp` (or `zero`) stores its table as `lesson_code/measured_<name>.csv` (package data), headed by
-comment lines that say when, where and with which command it was measured; the lesson reads it
-back with `load`. Rerun the benchmark on
-your machine to replace it.
+A lesson cannot run a long measurement while its page is built, so it reads the table that
+`python -m lesson_code.bench ddp` (or `zero`) measured, `lesson_code/measured_<name>.csv` (package
+data), headed by comment lines that say when, where and with which command it was measured.
+Run on your machine, a benchmark writes its table into bench-results/ and leaves the package's
+alone; `--into-package` replaces the package's (for whoever refreshes the book's figures).
 
     table, note = load("ddp")        # note["measured"], note["machine"], note["command"]
 """
@@ -13,34 +13,34 @@ from __future__ import annotations
 
 import datetime
 import os
-import platform
 from pathlib import Path
 
 import pandas as pd
-import torch
+
+from lesson_code.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1]  # lesson_code/, whose measured_*.csv ship with it
 NAMES = ("ddp", "zero")
 
 
-def path_of(name: str) -> Path:
-    """The stored CSV of benchmark `name`; raises ValueError for a benchmark that stores none."""
+def path_of(name: str, folder: Path | None = None) -> Path:
+    """The stored CSV of benchmark `name` in `folder` (by default the package's, STORED);
+    raises ValueError for a benchmark that stores none."""
     if name not in NAMES:
         raise ValueError(f"no stored table for benchmark {name!r}: use one of {', '.join(NAMES)}")
-    return STORED / f"measured_{name}.csv"
+    return Path(STORED if folder is None else folder) / f"measured_{name}.csv"
 
 
 def machine() -> str:
-    """This machine in one line: architecture, cores, system, Python, torch, load average."""
+    """This machine in one line (`timing.machine_line`), and its load average at the start."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{' '.join(filter(None, (platform.machine(), platform.processor())))}, "
-            f"{os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}, "
-            f"torch {torch.__version__}, load average {load:.2f} at the start")
+    return f"{machine_line()}, load average {load:.2f} at the start"
 
 
-def store(table: pd.DataFrame, name: str, description: str) -> Path:
-    """Write `table` (index included) to the stored CSV of `name`, headed by what, when, where."""
-    path = path_of(name)
+def store(table: pd.DataFrame, name: str, description: str, folder: Path) -> Path:
+    """Write `table` (index included) as the stored CSV of `name` in `folder`, headed by what,
+    when and where it was measured."""
+    path = path_of(name, folder)
     note = {"description": description, "measured": datetime.date.today().isoformat(),
             "command": f"python -m lesson_code.bench {name}", "machine": machine()}
     header = "".join(f"# {key}: {value}\n" for key, value in note.items())

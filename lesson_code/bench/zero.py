@@ -28,7 +28,8 @@ VARIANTS = ["ddp", "zero", "naive_zero", "torch_zero"]
 PHASES = ("forward", "backward", "optimizer", "comm", "step")
 
 
-def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
+def run(world_size: int, out_dir: Path, quick: bool = False,
+        into_package: bool = False) -> pd.DataFrame:
     """Time every variant on `world_size` ranks, print the table, write zero.csv (and store it)."""
     config = QUICK_GPT if quick else BENCH_GPT
     base = ZeroRun(model="gpt", gpt=config, batch_size=8 * world_size, steps=3 if quick else 8)
@@ -54,5 +55,6 @@ def run(world_size: int, out_dir: Path, quick: bool = False) -> pd.DataFrame:
         print(table.to_string(float_format=lambda v: f"{v:.2f}"))
     print(f"table written to {path}")
     if not quick:
-        print(f"stored with the package in {stored.store(table, 'zero', title)}")
+        folder = stored.STORED if into_package else out_dir
+        print(f"stored in {stored.store(table, 'zero', title, folder)}")
     return table

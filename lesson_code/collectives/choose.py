@@ -1,21 +1,26 @@
 """Collectives that choose their algorithm by message size and world size (lesson 76).
 
 Short messages cost mostly latency (alpha per step), long ones bandwidth (beta per byte), so no
-one algorithm wins everywhere: recursive doubling takes the fewest steps, the ring and
-halving-doubling move the fewest bytes, the direct algorithms send them in one round, and ranks
-on one machine can skip sending altogether through shared memory (`shared_memory`).
+one algorithm wins everywhere: recursive doubling takes few steps, the ring and halving-doubling
+move the fewest bytes, the direct algorithms send them in one round, and ranks on one machine can
+skip sending altogether through shared memory (`shared_memory`, two steps).
 `all_reduce(..., algorithm="auto")` expects each algorithm's time from times measured on this
 kind of machine (read between the measured sizes, and beyond them from the alpha-beta model of
 `cost_model` fitted to them), and runs the fastest; `reduce_scatter` and `all_gather` choose
 between the ring, the direct and the naive (through rank 0) algorithm the same way, each from
-its own stored times. NCCL
-and MPICH choose the same way, from tables tuned per machine.
+its own stored times. NCCL and MPICH choose the same way, from tables tuned per machine.
 
-The constants come from `AlgorithmCosts`: `stored_costs()` (the times `make bench` stored with
-the package, with the machine and date they were measured on) or `calibrate()` (a quick
-measurement on the ranks themselves, a few seconds, agreed across ranks). Every rank must choose
-the same algorithm, or they would wait for each other's messages forever: both sources give
-every rank the same constants.
+The times come from `stored_costs()`: this machine's own, which `make bench` writes into
+bench-results/, where they were measured on a machine described by the same line; otherwise the
+times stored with the package (the book's), with the machine and date they were measured on.
+`calibrate()` measures on the ranks themselves instead (a few seconds, the same on every rank).
+
+Every rank must choose the same algorithm, or they wait for each other's messages until a
+timeout. But each rank reads the files of its own machine, and two nodes can hold different
+tables. So "auto" never decides from a rank's own table: the first time a group uses it for a
+collective, rank 0's table of decisions (`Decisions`: from which size on which algorithm runs,
+integers and names) is broadcast to every rank, and every rank decides from that one table;
+a rank whose own table would have decided otherwise says so in one line.
 
     from lesson_code.collectives import all_reduce
     all_reduce(tensor, "sum")                          # call on every rank; in place
@@ -25,9 +30,14 @@ every rank the same constants.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import math
+import os
+import sys
+import weakref
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import lru_cache, partial
 from pathlib import Path
 
@@ -38,7 +48,7 @@ from lesson_code.collectives import cost_model, direct, doubling, naive, ring, s
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
 from lesson_code.devices import current_device
-from lesson_code.timing import collective_seconds
+from lesson_code.timing import collective_seconds, machine_line
 from lesson_code.validate import require_choice
 
 ALL_REDUCE = {
@@ -70,6 +80,7 @@ STORED_FILES = {"all_reduce": STORED,
                 "reduce_scatter": STORED.with_name("measured_reduce_scatter.csv"),
                 "all_gather": STORED.with_name("measured_all_gather.csv")}
 CALIBRATION_SIZES = (2 ** 10, 2 ** 14, 2 ** 18, 2 ** 22)
+LARGEST_DECIDED = 2 ** 44  # bytes: a decision table covers 0 to here; larger sizes take its last
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,17 @@ class AlgorithmCosts:
         """The algorithm with the smallest expected time (the first listed on a tie)."""
         return min(self.fits, key=lambda name: self.expected(name, nbytes, world_size))
 
+    def decisions(self, world_size: int) -> "Decisions":
+        """What `choose` runs at every size on `world_size` ranks, as a table of steps.
+
+        Found by `predicted_switches` from 0 to LARGEST_DECIDED bytes (a few milliseconds).
+        """
+        switches = predicted_switches(self, world_size, low=0, high=LARGEST_DECIDED)
+        return Decisions(self.collective, world_size,
+                         starts=(0, *(size for size, _, _ in switches)),
+                         algorithms=(self.choose(0, world_size), *(to for _, _, to in switches)),
+                         source=self.source)
+
     @classmethod
     def from_times(cls, rows: list[dict], source: str,
                    collective: str = "all_reduce") -> "AlgorithmCosts":
@@ -137,6 +159,86 @@ class AlgorithmCosts:
             raise ValueError(f"no {collective} algorithm has times at two sizes in {source}: "
                              "measure again (python -m lesson_code.bench collectives)")
         return cls(fits=fits, source=source, collective=collective, measured=measured)
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """Which algorithm "auto" runs for a message of each size, on one group: from `starts[i]`
+    bytes on (up to the next start), `algorithms[i]`. Integers and names only, so every rank
+    holding the same table decides the same, whatever its floating-point arithmetic."""
+
+    collective: str
+    world_size: int
+    starts: tuple[int, ...]  # ascending, starting at 0
+    algorithms: tuple[str, ...]
+    source: str = ""
+
+    def choose(self, nbytes: int) -> str:
+        """The algorithm for a message of `nbytes` bytes."""
+        return self.algorithms[bisect.bisect_right(self.starts, nbytes) - 1]
+
+
+def agree(collective: str, own: Decisions | None, group=None,
+          device: torch.device | None = None, timeout_s: float = DEFAULT_WAIT_S) -> Decisions:
+    """Rank 0's decisions for `collective`, on every rank of `group`; `own` is this rank's.
+
+    Collective: call on every rank (two broadcasts of a few integers, each wait bounded by
+    `timeout_s`), with tensors on `device` (default: this rank's). A rank whose own table
+    differs from rank 0's, or that has none (None: it could not read its times), follows rank
+    0's like every rank, and prints one line that says so when its own differs. Raises
+    RuntimeError on every rank when rank 0 has none to give.
+    """
+    device = device or current_device()
+    rank, wait = dist.get_rank(group), timedelta(seconds=timeout_s)
+    root = dist.get_global_rank(group, 0) if group is not None else 0
+    names = list(ALGORITHMS[collective])
+    rows = [[start, names.index(name)] for start, name in
+            zip(own.starts, own.algorithms)] if own else []
+    count = torch.tensor([len(rows) if own else -1], dtype=torch.int64, device=device)
+    dist.broadcast(count, src=root, group=group, async_op=True).wait(wait)
+    if int(count.item()) < 0:
+        raise RuntimeError(f"rank 0 could not read the {collective} times `auto` decides from "
+                           "(its message is above): repair its table, or pass algorithm=")
+    table = torch.tensor(rows, dtype=torch.int64, device=device) if rank == 0 else \
+        torch.empty((int(count.item()), 2), dtype=torch.int64, device=device)
+    dist.broadcast(table, src=root, group=group, async_op=True).wait(wait)
+    starts, indices = zip(*table.cpu().tolist())
+    agreed = Decisions(collective, dist.get_world_size(group), starts=tuple(starts),
+                       algorithms=tuple(names[index] for index in indices),
+                       source=own.source if rank == 0 else "rank 0's table")
+    if own and (agreed.starts, agreed.algorithms) != (own.starts, own.algorithms):
+        print(f"lesson_code: rank {rank}: its {collective} times ({own.source}) decide "
+              "otherwise than rank 0's; it follows rank 0's, as every rank must",
+              file=sys.stderr, flush=True)
+    return agreed
+
+
+@lru_cache(maxsize=1)
+def agreed_decisions() -> weakref.WeakKeyDictionary:
+    """This process's agreed tables: {group object: {collective: Decisions}}. Weak keys: a
+    table goes with its group, and no group outlives its destruction because of it (a group
+    object destroyed at interpreter exit instead aborts the process)."""
+    return weakref.WeakKeyDictionary()
+
+
+def group_decisions(collective: str, group=None, device: torch.device | None = None,
+                    timeout_s: float = DEFAULT_WAIT_S) -> Decisions:
+    """The decisions "auto" follows for `collective` on `group`: rank 0's table of its stored
+    times (`stored_costs`), agreed the first time the group asks (collective then: every rank
+    asks at the same call; see `agree` for `device` and `timeout_s`), and kept for the group's
+    life (a new group agrees anew). Only rank 0 must be able to read its times: another rank
+    that cannot says so and follows rank 0's."""
+    tables = agreed_decisions().setdefault(group if group is not None else dist.group.WORLD, {})
+    if collective in tables:
+        return tables[collective]
+    try:
+        own = stored_costs(collective=collective).decisions(dist.get_world_size(group))
+    except (OSError, ValueError, KeyError) as error:
+        print(f"lesson_code: rank {dist.get_rank(group)}: cannot read its {collective} times "
+              f"({error})", file=sys.stderr, flush=True)
+        own = None
+    tables[collective] = agree(collective, own, group, device, timeout_s)
+    return tables[collective]
 
 
 def fastest_measured(rows: list[dict]) -> dict[int, str]:
@@ -183,15 +285,41 @@ def stored_times(path: Path | str = STORED) -> list[dict]:
             for row in csv.DictReader(lines)]
 
 
+RESULTS_VARIABLE = "LESSON_CODE_RESULTS"  # another folder for this machine's tables
+
+
+def results_folder() -> Path:
+    """Where `make bench` writes this machine's tables, and "auto" looks for them: the folder
+    named by LESSON_CODE_RESULTS when set; else bench-results/ at the root of the checkout the
+    package runs from (beside the package, never in it); else in the working directory."""
+    if os.environ.get(RESULTS_VARIABLE):
+        return Path(os.environ[RESULTS_VARIABLE])
+    root = Path(__file__).resolve().parents[2]
+    return (root if (root / "pyproject.toml").is_file() else Path.cwd()) / "bench-results"
+
+
+def measured_here(collective: str) -> Path | None:
+    """This machine's own times of `collective` in `results_folder()`, if they were measured on
+    a machine described by the same `machine_line()`; else None."""
+    path = results_folder() / STORED_FILES[collective].name
+    try:
+        with open(path) as handle:
+            lines = [line for line in handle if line.startswith("# machine: ")]
+    except OSError:
+        return None
+    return path if lines and lines[0].strip() == f"# machine: {machine_line()}" else None
+
+
 @lru_cache(maxsize=8)
 def stored_costs(path: Path | str | None = None, collective: str = "all_reduce") -> AlgorithmCosts:
-    """Costs of `collective` fitted to the times stored with the package (by `make bench`).
+    """Costs of `collective` fitted to stored times: those of `path`; by default this machine's
+    own (`measured_here`), else the package's (`STORED_FILES[collective]`, the book's).
 
-    `path` defaults to `STORED_FILES[collective]`. Read and fitted once per process (the file
-    does not change while it runs), since "auto" asks for them on every call.
+    Read and fitted once per process (the files do not change while it runs).
     """
     require_choice("collective", collective, tuple(ALGORITHMS))
-    path = STORED_FILES[collective] if path is None else path
+    if path is None:
+        path = measured_here(collective) or STORED_FILES[collective]
     return AlgorithmCosts.from_times(stored_times(path), source=str(path), collective=collective)
 
 
@@ -239,24 +367,26 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, algorithm: str = "auto"
     """Reduce `tensor` over all ranks in place with `algorithm`; return it.
 
     Collective: call on every rank with tensors of the same shape and dtype, and the same
-    `algorithm` and `costs`. "auto" picks the algorithm `costs` (default: `stored_costs()`)
-    predicts fastest for this size and world size. Raises ValueError for an unknown algorithm
+    `algorithm` and `costs`. "auto" picks the algorithm predicted fastest for this size and
+    world size: by `costs` when given (the same on every rank, as `calibrate` makes them), else
+    by the group's agreed table (`group_decisions`). Raises ValueError for an unknown algorithm
     or op, or op="avg" on an integer tensor.
     """
-    require_choice("algorithm", algorithm, CHOICES)
-    if algorithm == "auto":
-        algorithm = (costs or stored_costs()).choose(tensor.numel() * tensor.element_size(),
-                                                    dist.get_world_size(group))
-    return ALL_REDUCE[algorithm](tensor, op, group=group, ledger=ledger, timeout_s=timeout_s)
+    name = _chosen("all_reduce", algorithm, costs, tensor, tensor.numel() * tensor.element_size(),
+                   group, timeout_s)
+    return ALL_REDUCE[name](tensor, op, group=group, ledger=ledger, timeout_s=timeout_s)
 
 
-def _chosen(collective: str, algorithm: str, costs: AlgorithmCosts | None, nbytes: int,
-            group) -> str:
-    """`algorithm`, or for "auto" the one `costs` (default: the stored ones) predicts fastest."""
+def _chosen(collective: str, algorithm: str, costs: AlgorithmCosts | None, tensor: torch.Tensor,
+            nbytes: int, group, timeout_s: float) -> str:
+    """`algorithm`, or for "auto" the one predicted fastest: by `costs` when given, else by
+    the group's agreed decisions (`group_decisions`, on `tensor`'s device: a communicator may
+    call from a thread of its own, whose current GPU is not the rank's)."""
     require_choice("algorithm", algorithm, ("auto", *ALGORITHMS[collective]))
     if algorithm != "auto":
         return algorithm
-    costs = costs or stored_costs(collective=collective)
+    if costs is None:
+        return group_decisions(collective, group, tensor.device, timeout_s).choose(nbytes)
     if costs.collective != collective:
         raise ValueError(f"costs fitted for {costs.collective} cannot choose the {collective} algorithm: "
                          f"pass choose.stored_costs(collective={collective!r})")
@@ -270,12 +400,12 @@ def reduce_scatter(tensor: torch.Tensor, op: str = "sum", *, algorithm: str = "a
     """This rank's chunk `torch.tensor_split(reduced, N)[rank]` (dim 0) of the reduction of `tensor`.
 
     Collective: call on every rank with tensors of the same shape and dtype, and the same
-    `algorithm` and `costs`. "auto" picks "ring", "direct" or "naive" by the tensor's size, from
-    `stored_costs(collective="reduce_scatter")` unless `costs` is given. Raises ValueError for an
+    `algorithm` and `costs`. "auto" picks "ring", "direct" or "naive" by the tensor's size, by
+    `costs` when given, else by the group's agreed table (`group_decisions`). Raises ValueError for an
     unknown algorithm or op, or op="avg" on an integer tensor.
     """
-    name = _chosen("reduce_scatter", algorithm, costs, tensor.numel() * tensor.element_size(),
-                   group)
+    name = _chosen("reduce_scatter", algorithm, costs, tensor,
+                   tensor.numel() * tensor.element_size(), group, timeout_s)
     return REDUCE_SCATTER[name](tensor, op, group=group, ledger=ledger, timeout_s=timeout_s)
 
 
@@ -293,5 +423,5 @@ def all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, algorithm
         algorithm = "ring"
     row_bytes = math.prod(shard.shape[1:]) * shard.element_size()
     nbytes = sum(int(size) for size in sizes) * row_bytes if sizes is not None else 0
-    name = _chosen("all_gather", algorithm, costs, nbytes, group)
+    name = _chosen("all_gather", algorithm, costs, shard, nbytes, group, timeout_s)
     return ALL_GATHER[name](shard, sizes, group=group, ledger=ledger, timeout_s=timeout_s)

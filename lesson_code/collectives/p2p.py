@@ -135,10 +135,26 @@ class Peers:
         return post(tensor, self.global_rank(peer), group=self.group)
 
     def _wait_all(self, works: list) -> None:
-        """Wait for each started message (None: nothing was posted), each wait bounded."""
+        """Wait for each started message (None: nothing was posted), each wait bounded.
+
+        Raises TimeoutError (from the backend's error) when a message does not complete in time:
+        under torchrun no launcher watches the ranks, so this rank's error is the only report.
+        """
         for work in works:
-            if work is not None:
+            if work is None:
+                continue
+            try:
                 work.wait(self.timeout)
+            except RuntimeError as error:
+                if "timed out" not in str(error).lower():
+                    raise
+                raise TimeoutError(
+                    f"rank {self.rank} of {self.world_size} waited {self.timeout.total_seconds():g} "
+                    f"s in {self.counter.op} for a message that did not come: the other ranks "
+                    "are in another collective, or in this one with another algorithm (every "
+                    "rank must call the same collectives, with the same algorithm, in the same "
+                    "order), or much slower (pass a larger timeout_s). The traceback names this "
+                    "rank's algorithm.") from error
 
     @property
     def right(self) -> int:

@@ -25,6 +25,7 @@ import math
 import mmap
 import os
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -55,7 +56,6 @@ class Arena:
     result out of the other half: two barriers per call suffice instead of three.
     """
 
-    group: object
     mapping: mmap.mmap
     slot_bytes: int
     slots: int
@@ -73,19 +73,18 @@ class Arena:
 @dataclass
 class ArenaCache:
     """This process's arenas by process group, and the smallest slot size each group was refused
-    (every rank of the group refused alike, so none asks again for that size or more)."""
+    (every rank of the group refused alike, so none asks again for that size or more).
 
-    arenas: dict[int, Arena] = field(default_factory=dict)
-    refused: dict[int, int] = field(default_factory=dict)
+    Keyed weakly by the group object: an arena goes with its group (a new group maps anew), and
+    no group outlives its destruction because of this cache (a group object destroyed only at
+    interpreter exit aborts the process there)."""
+
+    arenas: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    refused: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
     def current(self, pg) -> Arena | None:
-        """The arena of group `pg`, or None (also when it belonged to an older group)."""
-        arena = self.arenas.get(id(pg))
-        if arena is not None and arena.group is not pg:  # an id reused by a newer group
-            self.arenas.pop(id(pg))
-            self.refused.pop(id(pg), None)
-            return None
-        return arena
+        """The arena of group `pg`, or None."""
+        return self.arenas.get(pg)
 
 
 @lru_cache(maxsize=1)
@@ -113,11 +112,14 @@ def _create_segment(nbytes: int) -> tuple[str, mmap.mmap] | None:
     """
     if not SHM_DIR.is_dir() or nbytes > LIMIT_BYTES:
         return None
-    stats = os.statvfs(SHM_DIR)
-    if nbytes > FREE_SHARE * stats.f_bavail * stats.f_frsize:
-        return None
     path = SHM_DIR / f"lesson_code-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:  # a folder this user may not read or write gives an OSError: no segment, as for no room
+        stats = os.statvfs(SHM_DIR)
+        if nbytes > FREE_SHARE * stats.f_bavail * stats.f_frsize:
+            return None
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return None
     try:
         os.posix_fallocate(descriptor, 0, nbytes)
         return str(path), mmap.mmap(descriptor, nbytes)
@@ -137,6 +139,8 @@ def attach_segment(path: str, nbytes: int) -> mmap.mmap | None:
         return None
     try:
         return mmap.mmap(descriptor, nbytes) if os.fstat(descriptor).st_size == nbytes else None
+    except OSError:  # no memory to map it: this rank says so, and every rank goes direct
+        return None
     finally:
         os.close(descriptor)
 
@@ -149,7 +153,7 @@ def _everyone(flag: bool, peers: Peers) -> bool:
     return bool(value.item())
 
 
-def _new_arena(pg, slot_bytes: int, peers: Peers) -> Arena | None:
+def _new_arena(slot_bytes: int, peers: Peers) -> Arena | None:
     """Collective: a segment for slots of `slot_bytes`, mapped on every rank, or None on all."""
     slots = peers.world_size + 1
     nbytes = 2 * slots * slot_bytes
@@ -164,7 +168,7 @@ def _new_arena(pg, slot_bytes: int, peers: Peers) -> Arena | None:
         Path(box[0]).unlink(missing_ok=True)  # every rank has it mapped (or gave up)
     if not mapped_everywhere:
         return None
-    return Arena(group=pg, mapping=mapping, slot_bytes=slot_bytes, slots=slots)
+    return Arena(mapping=mapping, slot_bytes=slot_bytes, slots=slots)
 
 
 def arena_for(nbytes: int, peers: Peers) -> Arena | None:
@@ -174,23 +178,24 @@ def arena_for(nbytes: int, peers: Peers) -> Arena | None:
     arena = cache.current(pg)
     if arena is not None and arena.slot_bytes >= nbytes:
         return arena
-    if nbytes >= cache.refused.get(id(pg), math.inf):
+    if nbytes >= cache.refused.get(pg, math.inf):
         return None
     wanted = max(nbytes, 2 * arena.slot_bytes if arena else 1 << 20)
     wanted = -(-wanted // SLOT_ALIGN) * SLOT_ALIGN
-    new = _new_arena(pg, wanted, peers)
+    new = _new_arena(wanted, peers)
     if new is None:
-        cache.refused[id(pg)] = min(nbytes, cache.refused.get(id(pg), math.inf))
+        cache.refused[pg] = min(nbytes, cache.refused.get(pg, math.inf))
         return None
-    cache.arenas[id(pg)] = new
+    cache.arenas[pg] = new
     return new
 
 
 def usable(tensor: torch.Tensor, group=None) -> bool:
-    """Whether `tensor` may go through shared memory at all: a CPU tensor on gloo, on a machine
-    with SHM_DIR. The same on every rank, with no message; `arena_for` decides the rest."""
-    return (tensor.device.type == "cpu" and dist.get_backend(group) == "gloo"
-            and SHM_DIR.is_dir())
+    """Whether `tensor` may go through shared memory at all: a CPU tensor on gloo. The same on
+    every rank, with no message. Whether this machine has SHM_DIR is not asked here: ranks on
+    two machines could answer differently and take different paths; `arena_for` asks every
+    rank and agrees (no SHM_DIR on any rank: every rank runs the direct all-reduce)."""
+    return tensor.device.type == "cpu" and dist.get_backend(group) == "gloo"
 
 
 def _barrier(peers: Peers) -> None:

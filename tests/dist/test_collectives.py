@@ -140,6 +140,7 @@ def test_every_wait_is_bounded():
         launch.spawn(rank_one_skips_the_collective, world_size=2, timeout_s=60)
     assert caught.value.rank == 0
     assert "ring_all_reduce" in caught.value.rank_traceback
+    assert "TimeoutError: rank 0 of 2 waited 2 s in all_reduce" in caught.value.rank_traceback
 
 
 def ring_ledger_is_per_call(rank, world_size):

@@ -23,6 +23,9 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import launch
+from lesson_code.collectives.choose import RESULTS_VARIABLE
+
+from own_tables import write_ring_fastest
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES, PROCESSES_PER_NODE = 2, 2
@@ -39,23 +42,28 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def run_two_nodes(module_args: list[str], logs: Path) -> list[tuple[int, str, str]]:
+def run_two_nodes(module_args: list[str], logs: Path,
+                  node_environments: list[dict[str, str]] | None = None) -> list[tuple[int, str, str]]:
     """Run `python -m <module_args>` on 2 torchrun agents; return (exit code, stdout, stderr) each.
 
+    `module_args` may instead start with a script's path (a .py file). `node_environments` adds
+    variables to one agent's environment each, as two nodes' own settings would.
     Raises AssertionError, after killing everything, when an agent outlives AGENT_TIMEOUT_S.
     """
     port, run_id = free_port(), f"lesson-{uuid.uuid4().hex[:12]}"
+    target = module_args if module_args[0].endswith(".py") else ["-m", *module_args]
     command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={NODES}",
                f"--nproc-per-node={PROCESSES_PER_NODE}", "--rdzv-backend=c10d",
                f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
-               "--rdzv-conf=join_timeout=60", "--max-restarts=0", "-m", *module_args]
+               "--rdzv-conf=join_timeout=60", "--max-restarts=0", *target]
     logs.mkdir(parents=True, exist_ok=True)
     agents, files = [], []
     try:
         for node in range(NODES):
             out, err = open(logs / f"agent{node}.out", "w"), open(logs / f"agent{node}.err", "w")
             files += [out, err]
-            agents.append(subprocess.Popen(command, cwd=ROOT, env=ENVIRONMENT, stdout=out,
+            environment = {**ENVIRONMENT, **(node_environments or [{}] * NODES)[node]}
+            agents.append(subprocess.Popen(command, cwd=ROOT, env=environment, stdout=out,
                                            stderr=err, start_new_session=True))
         deadline = time.monotonic() + AGENT_TIMEOUT_S
         for node, agent in enumerate(agents):
@@ -158,6 +166,39 @@ def test_collectives_on_two_nodes(tmp_path):
     found = reports(results, "lesson 76")
     assert len(found) == 1
     assert "4 ranks" in found[0] and "all results equal the built-ins" in found[0]
+
+
+def test_two_nodes_holding_different_tables_choose_alike(tmp_path):
+    # One node's ranks read a table in which the ring is fastest, the other's the package's.
+    ring_fastest = write_ring_fastest(tmp_path / "ring-fastest")
+    book = tmp_path / "no-table-here"  # an empty folder: the package's own times
+    book.mkdir()
+    script = str(Path(__file__).with_name("auto_on_nodes.py"))
+    results = run_two_nodes([script], tmp_path / "logs",
+                            [{RESULTS_VARIABLE: str(ring_fastest)}, {RESULTS_VARIABLE: str(book)}])
+    found = reports(results, "auto on nodes: ")
+    assert len(found) == 1
+    per_rank = json.loads(found[0].split("auto on nodes: ", 1)[1].splitlines()[0])
+    assert len(per_rank) == NODES * PROCESSES_PER_NODE
+    for collective in ("all_reduce", "reduce_scatter", "all_gather"):
+        ranks = [result[collective] for result in per_rank]
+        assert all(rank["right"] for rank in ranks), (collective, ranks)
+        own = [rank["own"] for rank in ranks]
+        assert "ring" in own and set(own) != {"ring"}, own  # the nodes' tables disagree here
+        assert {rank["chosen"] for rank in ranks} == {own[0]}, (collective, ranks)  # rank 0's
+
+
+def test_a_node_that_cannot_use_the_backend_stops_every_rank_at_once(tmp_path):
+    # One node asks for NCCL (its LESSON_CODE_BACKEND), which a machine without GPUs cannot run:
+    # every rank of both nodes must stop with that reason, none wait in a half-made group.
+    start = time.monotonic()
+    results = run_two_nodes(["lesson_code.collectives_lab", "--length", "37"], tmp_path / "logs",
+                            [{"LESSON_CODE_BACKEND": "nccl"}, {"LESSON_CODE_BACKEND": "gloo"}])
+    assert time.monotonic() - start < 60
+    for node, (code, out, err) in enumerate(results):
+        assert code != 0, f"agent {node} exited with 0:\n{out[-2000:]}"
+        assert "not every rank can use backend 'auto', so none starts" in err, err[-3000:]
+        assert "backend 'nccl' needs one CUDA device per rank" in err
 
 
 def test_init_from_env_gives_the_worker_one_thread(monkeypatch):

@@ -6,7 +6,6 @@ traceback and the difference. notebooks/conftest.py gives nbval the shipped sani
 (digests, versions); cells marked `# NBVAL_IGNORE_OUTPUT` run without comparing their output.
 """
 
-import re
 import subprocess
 import sys
 from pathlib import Path

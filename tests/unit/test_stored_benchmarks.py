@@ -28,7 +28,7 @@ def test_the_stored_table_says_which_machine_measured_it_and_when(name: str) -> 
 def test_store_then_load_gives_back_the_table_and_its_note(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(stored, "STORED", tmp_path)
     table = pd.DataFrame({"wrapper": ["naive", "torch"], "step_ms": [2.5, 1.0]})
-    path = stored.store(table, "ddp", "a description")
+    path = stored.store(table, "ddp", "a description", tmp_path)
     assert path == tmp_path / "measured_ddp.csv"
     again, note = stored.load("ddp")
     pd.testing.assert_frame_equal(again, table)

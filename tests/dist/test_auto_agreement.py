@@ -1,0 +1,65 @@
+"""`algorithm="auto"` chooses alike on every rank, whatever times each rank's machine holds;
+and a run that hangs anyway says where each rank waited.
+
+Two nodes can hold different tables (one ran `make bench`, or they have separate checkouts).
+Were each rank to choose from its own, they would run different algorithms and wait for each
+other until a timeout. The group agrees on rank 0's decisions the first time it uses "auto".
+"""
+
+import time
+
+import pytest
+
+from lesson_code import launch
+
+from own_tables import (collectives_with_own_tables, receive_before_sending,
+                        two_algorithms, write_ring_fastest)
+
+pytestmark = pytest.mark.dist
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+@pytest.mark.parametrize("ring_rank", [1, 0])
+def test_ranks_holding_other_tables_follow_rank_0s_and_sum_right(tmp_path, capfd, ring_rank):
+    folder = write_ring_fastest(tmp_path / "ring-fastest")
+    start = time.monotonic()
+    results = launch.spawn(collectives_with_own_tables, {ring_rank: str(folder)},
+                           world_size=4, timeout_s=60)
+    elapsed = time.monotonic() - start
+    for collective in COLLECTIVES:
+        per_rank = [result[collective] for result in results]
+        assert all(rank["right"] for rank in per_rank), (collective, per_rank)
+        own = [rank["own"] for rank in per_rank]
+        # The tables disagree at this size: the ring-fast one says "ring", the book's does not.
+        assert own[ring_rank] == "ring" and all(o != "ring" for r, o in enumerate(own) if r != ring_rank)
+        assert {rank["chosen"] for rank in per_rank} == {own[0]}, (collective, per_rank)
+    assert elapsed < 30, f"{elapsed:.1f} s: the ranks must not wait for each other"
+    # The ranks that differ from rank 0 each say so, in one line per collective.
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "follows rank 0's" in line]
+    differing = [ring_rank] if ring_rank else [1, 2, 3]
+    assert sorted(warnings) == sorted(
+        line for line in warnings if any(f"rank {r}:" in line for r in differing))
+    assert len(warnings) == len(differing) * len(COLLECTIVES), warnings
+
+
+def test_ranks_in_different_algorithms_are_named_with_where_they_wait():
+    with pytest.raises(launch.RankTimeoutError) as caught:
+        launch.spawn(two_algorithms, world_size=4, timeout_s=3)
+    where = caught.value.where
+    assert sorted(where) == [0, 1, 2, 3], str(caught.value)
+    assert any(call.startswith("ring_all_reduce ") for call in where[1])
+    for rank in (0, 2, 3):
+        assert any(call.startswith("naive_all_reduce ") for call in where[rank])
+        assert not any(call.startswith("ring_all_reduce ") for call in where[rank])
+    assert "wait in different places" in str(caught.value)
+    assert "rank 1: " in str(caught.value) and "two_algorithms (own_tables.py:" in str(caught.value)
+
+
+def test_a_deadlock_is_named_as_every_rank_waiting_in_the_same_place():
+    with pytest.raises(launch.RankTimeoutError) as caught:
+        launch.spawn(receive_before_sending, world_size=3, timeout_s=3)
+    where = caught.value.where
+    assert sorted(where) == [0, 1, 2]
+    assert {tuple(calls) for calls in where.values()} == {tuple(where[0])}
+    assert where[0][0].startswith("receive_before_sending (own_tables.py:")
+    assert "Every rank waits in the same place" in str(caught.value)

@@ -1,0 +1,63 @@
+"""A benchmark run on the reader's machine writes its tables beside the package, never into it.
+
+The tables the lessons show ship with the package; `make bench` measures the reader's machine
+and writes bench-results/ (which "auto" then prefers on this machine), so the checkout stays
+clean and the next `git pull` merges. Only `--into-package` replaces the package's tables.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lesson_code.bench import capstone as capstone_bench
+from lesson_code.bench import stored
+from lesson_code.collectives import choose
+from lesson_code.timing import machine_line
+
+pytestmark = pytest.mark.dist
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def package_tables() -> dict[Path, bytes]:
+    """Every measured table that ships with the package, and its bytes."""
+    return {path: path.read_bytes() for path in sorted(stored.STORED.rglob("measured_*.csv"))}
+
+
+def git_status() -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_a_full_benchmark_run_stores_into_its_results_folder_and_leaves_the_checkout_clean(tmp_path):
+    before_tables, before_status = package_tables(), git_status()
+    assert len(before_tables) == 7  # ddp, zero, pipeline, capstone; three collectives
+    done = subprocess.run([sys.executable, "-m", "lesson_code.bench", "capstone", "--world-size",
+                           "2", "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert package_tables() == before_tables and git_status() == before_status
+    note, table = capstone_bench.read_stored(tmp_path / capstone_bench.STORED.name)
+    assert f"machine: {machine_line()}" in note and table["same_losses"].all()
+    assert f"stored in {tmp_path / capstone_bench.STORED.name}" in done.stdout
+
+
+def test_the_results_folder_is_beside_the_package_and_can_be_moved(monkeypatch, tmp_path):
+    monkeypatch.delenv(choose.RESULTS_VARIABLE, raising=False)
+    assert choose.results_folder() == ROOT / "bench-results"
+    assert "bench-results/" in (ROOT / ".gitignore").read_text().splitlines()
+    monkeypatch.setenv(choose.RESULTS_VARIABLE, str(tmp_path))
+    assert choose.results_folder() == tmp_path
+
+
+def test_auto_prefers_this_machines_own_times_and_ignores_another_machines(monkeypatch, tmp_path):
+    rows = choose.stored_times(choose.STORED)
+    monkeypatch.setenv(choose.RESULTS_VARIABLE, str(tmp_path))
+    here = choose.store_times(rows, f"measured here\nmachine: {machine_line()}",
+                              tmp_path / choose.STORED.name)
+    assert choose.measured_here("all_reduce") == here
+    choose.store_times(rows, "measured elsewhere\nmachine: riscv64, 64 cores, Linux, Python 3.12.1,"
+                             " torch 2.13.0+cpu", here)
+    assert choose.measured_here("all_reduce") is None  # another machine's: the package's are used
+    assert choose.measured_here("reduce_scatter") is None  # none measured here
