@@ -397,3 +397,47 @@ def test_the_bilingual_title_reads_in_order_in_both_directions(browser, site, pa
             assert reading_order({word: xy[word], "dot": xy["dot"]}, page_direction)[0] == "dot", xy
     finally:
         v.page.context.close()
+
+
+# --- Phones: every page of both editions fits the screen --------------------------------------
+
+PHONE_WIDTHS = (390, 360)  # a common phone, and a small one
+PHONE_HEIGHT = 844
+
+
+def fits_the_screen(page) -> dict:
+    """The document's width against the screen's, the horizontal scroll, and for a heading the
+    edges of its box (a right-to-left page must open at its right edge, its title whole)."""
+    return page.evaluate("""() => { const h1 = document.querySelector("article h1");
+        const box = h1 ? h1.getBoundingClientRect() : null;
+        return {document: document.documentElement.scrollWidth,
+                screen: document.documentElement.clientWidth, scrolled: window.scrollX,
+                title: box && [box.left, box.right]}; }""")
+
+
+@pytest.mark.parametrize("page", toc_pages() + ["search"])
+def test_every_page_fits_a_phone_screen_in_both_widths(browser, site: str, page: str) -> None:
+    context = browser.new_context(viewport={"width": PHONE_WIDTHS[0], "height": PHONE_HEIGHT},
+                                  is_mobile=True, has_touch=True, device_scale_factor=2)
+    v = Visit(context.new_page())
+    try:
+        v.page.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).hostname in
+                     LOCAL_HOSTS else (v.blocked.append(r.request.url), r.abort()))
+        listen_to_console(v.page, v)
+        v.page.goto(f"{site}/{page}.html", wait_until="networkidle")
+        v.page.evaluate("() => document.fonts.ready.then(() => true)")
+        lesson = re.fullmatch(r"notebooks/(fa|en)/(.+)", page)
+        for width in PHONE_WIDTHS:
+            v.page.set_viewport_size({"width": width, "height": PHONE_HEIGHT})
+            seen = fits_the_screen(v.page)
+            assert seen["document"] <= seen["screen"] == width, (page, width, seen)
+            assert seen["scrolled"] == 0, (page, width, seen)
+            if seen["title"]:
+                left, right = seen["title"]
+                assert 0 <= left and right <= width, (page, width, seen)  # the title whole
+            if lesson and width == PHONE_WIDTHS[0]:
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                v.page.screenshot(path=str(SCREENSHOTS / f"phone-{lesson[1]}-{lesson[2]}.png"))
+        assert not v.blocked and not v.console, (v.blocked, v.console)
+    finally:
+        context.close()
