@@ -58,7 +58,7 @@ $(LAB_READY): $(READY) book/static/jupyterlab-rtl.css
 # (-W: a warning, such as a failing cell, fails the build). book/ is the source folder; the
 # configuration is _config.yml at the root, which jupyter-book finds above book/ and builds
 # beside, into _build/html. execute_notebooks is "cache": a notebook runs only when its code is not
-# in _build/.jupyter_cache, and the book's extension (lesson_code.book_pages) first puts there
+# in _build/.jupyter_cache, and the book's extension (lesson_code.book_build.pages) first puts there
 # every notebook whose stored outputs come from `make notebooks` on exactly its current code
 # (notebooks/run-times.csv keeps the hash), so a fresh clone builds without running the lessons
 # and an edited lesson is run again. The HTML and doctrees are rebuilt from scratch every time, so
@@ -82,7 +82,7 @@ bench: $(READY)
 # each took, on which machine, when, and the hash of the code it ran (the lesson pages quote the
 # time; make book reuses the outputs while the code keeps that hash).
 notebooks: $(READY)
-	$(BIN)/python -m lesson_code.run_times notebooks/*/*.ipynb
+	$(BIN)/python -m lesson_code.book_build.run_times notebooks/*/*.ipynb
 
 # JupyterLab on the notebooks, with this environment's python3 kernel (lesson_code and
 # ipywidgets installed), on localhost only, without the extension manager's calls to a package

@@ -1,6 +1,10 @@
 """Rank functions of lesson 80: save and resume ZeRO training, time a save, crash one, compare
 with DCP; and `shard_layout`, each shard's place and own padding as a manifest records them.
 
+`save_zero` and `load_zero` join lesson 78's ZeroOptimizer to lesson 80's checkpoints: the
+optimizer hands its shard over as a plain dict (`state_dict`) and takes it back
+(`load_state_dict`); `checkpoint.flat_state` stores that dict and knows nothing of ZeRO.
+
 The notebook and tests run these through `launch.spawn`. Training is lesson 78's ZeRO-1 (a
 `zero_lab.ZeroRun`); checkpoints go under a root folder the caller gives (a temporary one in
 the notebook: files a lesson writes never land in the repository).
@@ -17,10 +21,40 @@ import torch.distributed as dist
 
 from lesson_code.checkpoint.faults import CrashingDisk, flip_one_byte
 from lesson_code.checkpoint.files import DISK, Disk
-from lesson_code.checkpoint.zero import FLAT_KEYS, load_zero, save_zero
-from lesson_code.devices import clock, current_device
+from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights, load_flat_state,
+                                               save_flat_state)
+from lesson_code.runtime.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
 from lesson_code.zero_lab import ZeroRun, build_optimizer, parameter_digest, run_loss, run_model
+
+
+def save_zero(root: Path | str, model, optimizer, *, step: int, extra: dict | None = None,
+              disk: Disk = DISK) -> Path:
+    """Save a `zero.ZeroOptimizer`'s shard on every rank (and the model's weights on rank 0) as
+    checkpoint `step`; return the published folder.
+
+    Collective: call on every rank of the optimizer's group. The shard is saved as rank
+    `optimizer.rank` of `optimizer.world_size`; raises what `shards.save_sharded` raises.
+    """
+    return save_flat_state(root, model, optimizer.state_dict(), step=step, rank=optimizer.rank,
+                           world_size=optimizer.world_size, extra=extra,
+                           group=optimizer.comm.group, disk=disk)
+
+
+def load_zero(folder: Path | str, model, optimizer) -> dict:
+    """Restore model, optimizer shard and RNG state saved by `save_zero`; return the extra dict.
+
+    Collective: call on every rank of the optimizer's group (the optimizer all-gathers the
+    master shards into the model); each loads the shard of `optimizer.rank` and needs a
+    checkpoint of `optimizer.world_size` ranks. A missing or damaged file raises the same
+    CheckpointError on every rank; weights that disagree with the master shards, ValueError.
+    """
+    state, weights, extra = load_flat_state(folder, rank=optimizer.rank,
+                                            world_size=optimizer.world_size,
+                                            group=optimizer.comm.group)
+    optimizer.load_state_dict(state)
+    check_weights(model, weights, folder)
+    return extra
 
 
 def train_steps(run: ZeroRun, model, optimizer, steps: range, after_step=None) -> list[float]:

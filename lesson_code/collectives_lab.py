@@ -24,10 +24,10 @@ import torch.distributed as dist
 from lesson_code import collectives
 from lesson_code.collectives.comm import builtin_all_gather
 from lesson_code.collectives.ledger import CommLedger
-from lesson_code.devices import current_device
+from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import DTYPES
-from lesson_code.timing import alternating_seconds, collective_seconds
-from lesson_code.validate import require_choice, require_positive
+from lesson_code.harness.timing import alternating_seconds, collective_seconds
+from lesson_code.harness.validate import require_choice, require_positive
 
 
 def describe_rank(rank: int, world_size: int) -> dict:
@@ -265,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     """Check every primitive against torch.distributed on N ranks and print one line per dtype."""
     import argparse
 
-    from lesson_code import cli_args, launch
+    from lesson_code import launch
+    from lesson_code.harness import cli_args
 
     parser = argparse.ArgumentParser(prog="python -m lesson_code.collectives_lab",
                                      description=main.__doc__)

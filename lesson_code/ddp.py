@@ -25,7 +25,7 @@ from torch import nn
 
 from lesson_code.collectives.comm import Communicator, PendingReduce
 from lesson_code.collectives.ledger import CommLedger
-from lesson_code.validate import require_positive
+from lesson_code.harness.validate import require_positive
 
 
 def broadcast_parameters(module: nn.Module, src: int = 0, comm: Communicator | None = None) -> None:

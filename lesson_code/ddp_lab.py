@@ -19,14 +19,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from lesson_code import cli_args, launch
+from lesson_code import launch
+from lesson_code.harness import cli_args
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
-from lesson_code.devices import current_device
+from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import RunConfig, flat_parameters, train
-from lesson_code.timing import PhaseClock
+from lesson_code.harness.timing import PhaseClock
 from lesson_code.models import build_model
-from lesson_code.validate import require_choice, require_positive_int
+from lesson_code.harness.validate import require_choice, require_positive_int
 
 WRAPPERS = ("naive", "bucketed", "torch")
 OPTIMIZERS = {"sgd": (torch.optim.SGD, 0.1), "adam": (torch.optim.Adam, 1e-2)}  # class, lr

@@ -9,7 +9,7 @@ on the full batch. What they have in common is written here once:
   the same loop serves the ranks and the single-process reference (a group of one rank).
 - `flat_parameters`, `global_mean`: what the comparisons read.
 
-Timing (phases of a step, medians of collectives) is in `lesson_code.timing`.
+Timing (phases of a step, medians of collectives) is in `lesson_code.harness.timing`.
 
     run = RunConfig(model="gpt", steps=5)
     losses = train(lambda step: model(*run.local_batch(step, rank, world_size))[1], optimizer,
@@ -30,9 +30,9 @@ from lesson_code.collectives.choose import CHOICES as ALL_REDUCE_CHOICES
 from lesson_code.collectives.comm import KINDS as COMMUNICATORS
 from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
-from lesson_code.devices import current_device
+from lesson_code.runtime.devices import current_device
 from lesson_code.models import GPTConfig
-from lesson_code.validate import require_choice, require_positive_int
+from lesson_code.harness.validate import require_choice, require_positive_int
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "int64": torch.int64}

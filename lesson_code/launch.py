@@ -29,21 +29,21 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from lesson_code.devices import (  # noqa: F401 - re-exported: launch.current_device etc.
+from lesson_code.runtime.devices import (  # noqa: F401 - re-exported: launch.current_device etc.
     BACKENDS,
     current_device,
     rank_device,
     resolve_backend,
     to_cpu,
 )
-from lesson_code.rank_errors import (  # noqa: F401 - re-exported: launch.RankFailedError etc.
+from lesson_code.runtime.errors import (  # noqa: F401 - re-exported: launch.RankFailedError etc.
     RankCrashedError,
     RankFailedError,
     RankTimeoutError,
     SpawnError,
 )
-from lesson_code.rank_output import RankOutput
-from lesson_code.rank_processes import (  # noqa: F401 - CHILD_ENVIRONMENT etc. re-exported
+from lesson_code.runtime.output import RankOutput
+from lesson_code.runtime.processes import (  # noqa: F401 - CHILD_ENVIRONMENT etc. re-exported
     CAUSE_GRACE_S,
     CHILD_ENVIRONMENT,
     child_environment,
@@ -52,7 +52,7 @@ from lesson_code.rank_processes import (  # noqa: F401 - CHILD_ENVIRONMENT etc. 
     start_context,
     stop_all,
 )
-from lesson_code.validate import require_positive
+from lesson_code.harness.validate import require_positive
 
 DEFAULT_TIMEOUT_S = 120.0
 

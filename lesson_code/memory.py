@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from lesson_code.validate import require_choice, require_positive_int
+from lesson_code.harness.validate import require_choice, require_positive_int
 
 STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 

@@ -30,8 +30,8 @@ from torch import nn
 
 from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import TrafficCounter
-from lesson_code.devices import clock, current_device
-from lesson_code.validate import require_choice, require_positive_int
+from lesson_code.runtime.devices import clock, current_device
+from lesson_code.harness.validate import require_choice, require_positive_int
 
 SCHEDULES = ("gpipe", "1f1b")
 # An activation travels after a header of HEADER_LENGTH int64s: its dtype's index in

@@ -20,13 +20,13 @@ from torch import nn
 
 from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
-from lesson_code.devices import current_device
+from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import RunConfig, global_mean
-from lesson_code.timing import PhaseClock
+from lesson_code.harness.timing import PhaseClock
 from lesson_code.models import GPTConfig, as_layers, build_model, loss_function
 from lesson_code.pipeline import (SCHEDULES, PipelineStage, bubble_fraction, imbalance_floor,
                                   partition_layers)
-from lesson_code.validate import require_choice, require_positive_int
+from lesson_code.harness.validate import require_choice, require_positive_int
 
 
 # The lesson's wide MiniGPT: 6 blocks of width 256, enough compute per micro-batch to time.
@@ -220,8 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     """Check both schedules on N stages against the unsplit model; print what each stage stored."""
     import argparse
 
-    from lesson_code import cli_args, launch
-    from lesson_code.reference import in_one_rank
+    from lesson_code import launch
+    from lesson_code.harness import cli_args
+    from lesson_code.harness.reference import in_one_rank
 
     parser = argparse.ArgumentParser(prog="python -m lesson_code.pipeline_lab",
                                      description=main.__doc__)

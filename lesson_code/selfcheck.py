@@ -24,8 +24,8 @@ import torch.distributed as dist
 from lesson_code import collectives_lab, ddp_lab, launch, pipeline_lab, zero_lab
 from lesson_code.capstone import CapstoneConfig, run_rank
 from lesson_code.checkpoint_lab import round_trip
-from lesson_code.cli_args import positive_int
-from lesson_code.devices import current_device
+from lesson_code.harness.cli_args import positive_int
+from lesson_code.runtime.devices import current_device
 
 
 def collectives_within_bound(rank: int, world_size: int) -> dict:

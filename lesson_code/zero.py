@@ -23,7 +23,7 @@ from torch import nn
 
 from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
-from lesson_code.validate import require_positive, require_positive_int
+from lesson_code.harness.validate import require_positive, require_positive_int
 
 
 def flatten_params(module: nn.Module) -> torch.Tensor:

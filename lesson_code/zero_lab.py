@@ -15,15 +15,16 @@ from dataclasses import dataclass, replace
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from lesson_code import cli_args, launch
+from lesson_code import launch
+from lesson_code.harness import cli_args
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.ddp import BucketedDDP, broadcast_parameters
 from lesson_code.ddp_lab import timed_step
-from lesson_code.devices import current_device
+from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import DTYPES, RunConfig, flat_parameters, train
-from lesson_code.timing import PhaseClock
+from lesson_code.harness.timing import PhaseClock
 from lesson_code.models import build_model
-from lesson_code.validate import require_choice, require_positive
+from lesson_code.harness.validate import require_choice, require_positive
 from lesson_code.zero import (MasterAdam, NaiveZeroOptimizer, ZeroOptimizer, flatten_params,
                               storage_bytes)
 

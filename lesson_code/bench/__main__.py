@@ -16,7 +16,7 @@ from lesson_code.bench import ddp as ddp_bench
 from lesson_code.bench import launch as launch_bench
 from lesson_code.bench import pipeline as pipeline_bench
 from lesson_code.bench import zero as zero_bench
-from lesson_code.cli_args import positive_int
+from lesson_code.harness.cli_args import positive_int
 from lesson_code.collectives import choose
 
 BENCHMARKS = {"collectives": collectives_bench.run, "ddp": ddp_bench.run, "zero": zero_bench.run,

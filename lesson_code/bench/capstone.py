@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lesson_code.timing import machine_line
+from lesson_code.harness.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1] / "measured_capstone.csv"
 LOSS_ROW = re.compile(r"^\s*(\d+)\s+(\d+\.\d{5})(\s|$)")

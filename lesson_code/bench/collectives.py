@@ -24,7 +24,7 @@ import pandas as pd
 
 from lesson_code import collectives_lab, launch
 from lesson_code.collectives import choose, cost_model
-from lesson_code.timing import machine_line
+from lesson_code.harness.timing import machine_line
 
 SIZES = [2 ** k for k in range(10, 27, 2)]  # 1 KiB, 4 KiB, ..., 64 MiB
 QUICK_SIZES = [2 ** 10, 2 ** 16, 2 ** 20]

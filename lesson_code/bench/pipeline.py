@@ -21,7 +21,7 @@ import pandas as pd
 from lesson_code import launch, pipeline_lab
 from lesson_code.pipeline import theoretical_bubble
 from lesson_code.pipeline_lab import WIDE_GPT, PipeRun
-from lesson_code.timing import machine_line
+from lesson_code.harness.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1] / "measured_pipeline_bubble.csv"
 STAGES = (2, 4)

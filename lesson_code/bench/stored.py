@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lesson_code.timing import machine_line
+from lesson_code.harness.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1]  # lesson_code/, whose measured_*.csv ship with it
 NAMES = ("ddp", "zero")

@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 from lesson_code.checkpoint import CheckpointError
 from lesson_code.checkpoint.tools import latest_checkpoint, prune_checkpoints, recover_checkpoints
-from lesson_code.checkpoint.zero import FLAT_KEYS, load_zero, save_zero
+from lesson_code.checkpoint.flat_state import FLAT_KEYS
+from lesson_code.checkpoint_lab import load_zero, save_zero
 from lesson_code.experiment import flat_parameters
 
 

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from lesson_code import launch
-from lesson_code.cli_args import (check_divides, check_in_range, check_world_size, positive_int,
+from lesson_code.harness.cli_args import (check_divides, check_in_range, check_world_size, positive_int,
                                   seed_int, world_size_in_use)
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.report import loss_table, manifest_summary, memory_table, write_metrics

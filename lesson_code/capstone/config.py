@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import torch
 
 from lesson_code import data
-from lesson_code.devices import current_device
+from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import RunConfig
-from lesson_code.validate import require_positive_int
+from lesson_code.harness.validate import require_positive_int
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.data import batch_for_step
-from lesson_code.devices import current_device
+from lesson_code.runtime.devices import current_device
 from lesson_code.models import Block, MiniGPT
 
 

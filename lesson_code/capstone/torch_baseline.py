@@ -19,9 +19,9 @@ import torch
 from lesson_code import launch
 from lesson_code.capstone.cli import check_ranks_fit_corpus
 from lesson_code.capstone.config import CapstoneConfig
-from lesson_code.cli_args import positive_int
+from lesson_code.harness.cli_args import positive_int
 from lesson_code.data import batch_for_step
-from lesson_code.devices import current_device
+from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import train
 from lesson_code.models import MiniGPT
 

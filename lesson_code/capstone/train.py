@@ -21,11 +21,11 @@ import torch.distributed as dist
 from lesson_code.capstone.checkpointer import Checkpointer, state_copy
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.guard import DivergenceGuard
-from lesson_code.checkpoint.zero import load_zero
+from lesson_code.checkpoint_lab import load_zero
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.data import batch_for_step
 from lesson_code.ddp import broadcast_parameters
-from lesson_code.devices import clock, current_device
+from lesson_code.runtime.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, global_mean
 from lesson_code.models import MiniGPT
 from lesson_code.zero import ZeroOptimizer

@@ -3,7 +3,8 @@
     files.py   bytes on disk: the Disk (atomic writes), sha256, the manifest, the lock, the errors
     staging.py stage and seal: a checkpoint folder is written hidden and published by one rename
     shards.py  save_sharded / load_sharded: every rank its shard, rank 0 publishes, ranks agree
-    zero.py    save_zero / load_zero: a ZeRO-1 optimizer's shards through shards.py; consolidate
+    flat_state.py  a flat-sharded optimizer state (ZeRO's, as a plain dict) through shards.py;
+               consolidate it into torch's formats
     tools.py   latest, list, prune, recover and reshard checkpoints (what a training loop needs)
     faults.py  rank functions that crash saves and loads on purpose, for the lesson and its tests
 

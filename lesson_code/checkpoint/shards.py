@@ -36,7 +36,7 @@ from lesson_code.checkpoint.files import (
     write_file)
 from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
                                             staging_folder, step_folder)
-from lesson_code.validate import require_positive_int
+from lesson_code.harness.validate import require_positive_int
 
 OWNER = ".owner"  # in a staging folder while its save runs: proves a rank sees rank 0's folder
 SHARED_FOLDER_HINT = ("every rank must see the same folder: use a shared filesystem (NFS, Lustre, "

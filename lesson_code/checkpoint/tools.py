@@ -23,7 +23,7 @@ from lesson_code.checkpoint.files import (CheckpointError, ManifestMissingError,
 from lesson_code.checkpoint.shards import shard_name
 from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
                                             step_folder)
-from lesson_code.validate import require_positive_int
+from lesson_code.harness.validate import require_positive_int
 
 STEP_FOLDER = re.compile(r"^step-(\d{8})$")
 HIDDEN_COPY = re.compile(r"^\.step-(\d{8})\.(tmp|replaced)$")

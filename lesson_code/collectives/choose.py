@@ -47,9 +47,9 @@ import torch.distributed as dist
 from lesson_code.collectives import cost_model, direct, doubling, naive, ring, shared_memory
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
-from lesson_code.devices import current_device
-from lesson_code.timing import collective_seconds, machine_line
-from lesson_code.validate import require_choice
+from lesson_code.runtime.devices import current_device
+from lesson_code.harness.timing import collective_seconds, machine_line
+from lesson_code.harness.validate import require_choice
 
 ALL_REDUCE = {
     "ring": ring.ring_all_reduce,

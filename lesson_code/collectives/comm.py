@@ -34,7 +34,7 @@ import torch.distributed as dist
 from lesson_code.collectives import choose, ring
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
-from lesson_code.validate import require_choice
+from lesson_code.harness.validate import require_choice
 
 KINDS = ("ring", "builtin")
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lesson_code.validate import require_choice, require_positive, require_positive_int
+from lesson_code.harness.validate import require_choice, require_positive, require_positive_int
 
 ALGORITHMS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "naive_all_reduce",
               "recursive_doubling", "halving_doubling", "direct_reduce_scatter",

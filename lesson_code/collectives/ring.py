@@ -30,7 +30,7 @@ import torch
 
 from lesson_code.collectives.ledger import CommLedger, TrafficCounter
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S, Peers
-from lesson_code.validate import require_choice
+from lesson_code.harness.validate import require_choice
 
 OPS = ("sum", "avg")
 

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lesson_code.cli_args import positive_int
+from lesson_code.harness.cli_args import positive_int
 from lesson_code.practice.grading import DEFAULT_TIMEOUT_S, Check, CheckFailed, Lesson, run_checks
 from lesson_code.practice.lessons import LESSONS, lesson
 from lesson_code.practice.messages import LANGUAGES, heading, localized

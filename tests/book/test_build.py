@@ -178,7 +178,7 @@ def test_mathjax_is_the_shipped_copy(book_html: Path) -> None:
     assert not wrong, "pages that load another MathJax:\n" + "\n".join(wrong)
 
 
-# --- The two editions (lesson_code/book_pages.py, book/_templates/layout.html) ----------------
+# --- The two editions (lesson_code/book_build/pages.py, book/_templates/layout.html) ----------------
 
 HTML_TAG = re.compile(r"<html\b[^>]*>")
 ALTERNATE = re.compile(r'<link rel="alternate" hreflang="(fa|en)" href="([^"]+)" />')

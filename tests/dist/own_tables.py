@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from lesson_code.collectives import choose
-from lesson_code.timing import machine_line
+from lesson_code.harness.timing import machine_line
 
 # A size where the tables disagree: the package's times choose "naive", a ring-fast table "ring".
 NUMEL = 16 * 1024  # float32: 64 KiB

@@ -14,7 +14,7 @@ import pytest
 from lesson_code.bench import capstone as capstone_bench
 from lesson_code.bench import stored
 from lesson_code.collectives import choose
-from lesson_code.timing import machine_line
+from lesson_code.harness.timing import machine_line
 
 pytestmark = pytest.mark.dist
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank
 from lesson_code.capstone.train import COMPARED, compare_resumed, run_and_resume
 from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
 from lesson_code.experiment import flat_parameters
-from lesson_code.reference import in_one_rank
+from lesson_code.harness.reference import in_one_rank
 from tolerances import FLOAT32_RELATIVE, relative_distance
 from wrong_resumes import resume_from_the_first_batch, resume_without_optimizer_state
 

@@ -12,10 +12,10 @@ from lesson_code.checkpoint import load_sharded, step_folder
 from lesson_code.checkpoint.faults import flip_one_byte
 from lesson_code.checkpoint.tools import (CheckpointPolicy, latest_checkpoint, list_checkpoints,
                                           prune_checkpoints, reshard)
-from lesson_code.checkpoint.zero import consolidate
+from lesson_code.checkpoint.flat_state import consolidate
 from lesson_code.experiment import flat_parameters
 from lesson_code.models import build_model
-from lesson_code.reference import in_one_rank
+from lesson_code.harness.reference import in_one_rank
 from lesson_code.zero_lab import ZeroRun, run_loss, train_single_process
 
 RUN = ZeroRun(steps=20)

@@ -27,7 +27,7 @@ from lesson_code.ddp_lab import DDPRun, train_ranks, train_single_process
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.experiment import flat_parameters
 from lesson_code.models import MLP, build_model, count_parameters
-from lesson_code.reference import in_one_rank
+from lesson_code.harness.reference import in_one_rank
 from tolerances import FLOAT32_RELATIVE, relative_distance
 from wrong_variants import train_wrong_ddp
 

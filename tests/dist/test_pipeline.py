@@ -15,7 +15,7 @@ from lesson_code.pipeline import (HEADER_LENGTH, PipelineStage, bubble_fraction,
                                   imbalance_floor, partition_layers, schedule_order, split_micro_batches,
                                   theoretical_bubble)
 from lesson_code.pipeline_lab import PipeRun, reference_step
-from lesson_code.reference import in_one_rank
+from lesson_code.harness.reference import in_one_rank
 
 MICRO_BATCHES = (1, 2, 4, 8)
 

@@ -18,7 +18,7 @@ from collective_cases import all_reduce_cases
 from lesson_code import launch
 from lesson_code.collectives import shared_memory
 from lesson_code.collectives.ledger import CommLedger
-from lesson_code.rank_errors import RankCrashedError
+from lesson_code.runtime.errors import RankCrashedError
 
 pytestmark = pytest.mark.skipif(not shared_memory.SHM_DIR.is_dir(),
                                 reason="shared memory segments live in /dev/shm (Linux)")

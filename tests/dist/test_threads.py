@@ -18,7 +18,7 @@ from lesson_code.capstone import CapstoneConfig
 from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
 from lesson_code.ddp_lab import DDPRun, train_ranks
 from lesson_code.ddp_lab import train_single_process as ddp_reference
-from lesson_code.reference import in_one_rank
+from lesson_code.harness.reference import in_one_rank
 from lesson_code.zero_lab import ZeroRun, train_on_rank
 from lesson_code.zero_lab import train_single_process as adam_reference
 

@@ -4,7 +4,7 @@ Tolerances (float32, 10 Adam steps, lr 1e-2):
 - ranks among themselves: bitwise equal after every step (same digest): every rank runs the same
   code on the same averaged gradient;
 - the reference (torch.optim.Adam on one process) is computed in a one-rank process
-  (`lesson_code.reference.in_one_rank`), with the ranks' single thread, whatever the test process uses;
+  (`lesson_code.harness.reference.in_one_rank`), with the ranks' single thread, whatever the test process uses;
 - MLP, N = 1, 2, 3, 4: within 1e-5 (measured: up to 1.3e-6). For N = 1 the gradient is the
   same, but our Adam and torch's evaluate the update in another order, so the weights first differ
   by a rounding and then drift as two nearby Adam runs do. Adam's step lr * m / sqrt(v) does not
@@ -24,7 +24,7 @@ from lesson_code import launch, zero_lab
 from lesson_code.ddp_lab import attention_key_bias_mask
 from lesson_code.experiment import flat_parameters
 from lesson_code.models import MLP, build_model, count_parameters
-from lesson_code.reference import in_one_rank
+from lesson_code.harness.reference import in_one_rank
 from lesson_code.zero import ZeroOptimizer
 from tolerances import BFLOAT16_RELATIVE, FLOAT32_RELATIVE, relative_distance
 from wrong_variants import train_wrong_zero

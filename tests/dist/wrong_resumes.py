@@ -8,7 +8,7 @@ data loader starts again from the corpus's first batch instead of the saved posi
 import torch
 
 from lesson_code.capstone import run_rank, train
-from lesson_code.checkpoint.zero import load_zero
+from lesson_code.checkpoint_lab import load_zero
 from lesson_code.data import batch_for_step
 from wrong_variants import replaced
 

@@ -1,11 +1,11 @@
-"""The book's editions (lesson_code.book_pages): page pairs, Persian digits, the theme's strings."""
+"""The book's editions (lesson_code.book_build.pages): page pairs, Persian digits, the theme's strings."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-from lesson_code import book_pages
+from lesson_code.book_build import pages as book_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(pytest.importorskip("sphinx").__file__).parents[1]  # site-packages of the book extra

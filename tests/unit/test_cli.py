@@ -2,7 +2,7 @@
 
 Each case runs the real command (`python -m lesson_code.<module> ...`) in a subprocess: exit
 status 2, no traceback, nothing on stdout, and one error line that names the bad value and says
-what to pass instead. The checks themselves (lesson_code.cli_args) are tested in-process below.
+what to pass instead. The checks themselves (lesson_code.harness.cli_args) are tested in-process below.
 """
 
 import argparse
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lesson_code import cli_args
+from lesson_code.harness import cli_args
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from lesson_code import devices
-from lesson_code.reference import in_one_rank
+from lesson_code.runtime import devices
+from lesson_code.harness.reference import in_one_rank
 
 
 def test_auto_is_gloo_without_a_gpu_per_rank_and_follows_the_environment(monkeypatch):

@@ -156,3 +156,41 @@ def test_the_checks_above_catch_what_they_forbid(tmp_path):
     assert any(isinstance(n, ast.Attribute) and n.value.id in bound and is_private(n.attr)
                for n in ast.walk(tree) if isinstance(n, ast.Attribute))
     assert not is_private("__version__") and is_private("_model")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of lesson_code it imports."""
+    modules = package_modules()
+    return {name: imported_modules(ast.parse(path.read_text()), name,
+                                   path.name == "__init__.py", set(modules)) - {name}
+            for name, path in modules.items()}
+
+
+def test_the_top_level_reads_like_the_course():
+    """The lessons, their labs, the models and data at the top; the machinery in subpackages
+    that say what they are (runtime, harness, book_build, ...), each with a docstring."""
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 18, f"{len(top)} modules at the top of lesson_code: {top}"
+    assert {"launch", "models", "data", "zero", "zero_lab", "ddp", "pipeline"} <= set(top)
+    for package in ("runtime", "harness", "book_build", "collectives", "checkpoint", "capstone"):
+        init = PACKAGE / package / "__init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init} says nothing of itself"
+
+
+@pytest.mark.parametrize("layer, forbidden", [
+    ("lesson_code.checkpoint", ("lesson_code.zero", "lesson_code.zero_lab",
+                                "lesson_code.checkpoint_lab", "lesson_code.capstone")),
+    ("lesson_code.models", ("lesson_code.",)),
+    ("lesson_code.memory", ("lesson_code.launch", "lesson_code.runtime", "lesson_code.collectives")),
+    ("lesson_code.runtime", ("lesson_code.collectives", "lesson_code.zero", "lesson_code.ddp",
+                             "lesson_code.checkpoint")),
+    ("lesson_code.plots", ("lesson_code.launch", "lesson_code.runtime")),
+])
+def test_each_layer_imports_only_what_it_may(layer, forbidden):
+    """The checkpoint layer stores what it is given (ZeRO's state comes as plain tensors and
+    dicts); models stand alone, memory is arithmetic; the runtime knows no lesson; figures
+    launch nothing."""
+    found = {f"{module} imports {target}" for module, targets in import_graph().items()
+             if module == layer or module.startswith(layer + ".")
+             for target in targets if target.startswith(forbidden)}
+    assert not found, sorted(found)

@@ -1,4 +1,4 @@
-"""Run times of the notebooks and the book's execution cache (lesson_code.run_times, book_cache).
+"""Run times of the notebooks and the book's execution cache (lesson_code.book_build: run_times, cache).
 
 One tiny notebook is really executed by a kernel and really cached with jupyter-cache: the test
 checks that the book reuses stored outputs exactly while the code is the code that produced them.
@@ -11,7 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lesson_code import book_cache, run_times
+from lesson_code.book_build import cache as book_cache
+from lesson_code.book_build import run_times
 
 pytest.importorskip("jupyter_cache")
 

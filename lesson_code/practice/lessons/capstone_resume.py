@@ -38,7 +38,7 @@ from lesson_code.experiment import flat_parameters
 from lesson_code.practice.grading import (Check, CheckFailed, Failure, Lesson, Timing,
                                           fail_on_first, load_learner, run_ranks)
 from lesson_code.practice.rank_checks import compare, names_check
-from lesson_code.timing import slowest_rank
+from lesson_code.harness.timing import slowest_rank
 
 NAMES = ("run_rank",)
 STEPS, CHECKPOINT_STEP = 6, 3

@@ -22,7 +22,7 @@ from lesson_code.experiment import DTYPES
 from lesson_code.practice.grading import (Check, Failure, Lesson, Timing, fail_on_first,
                                           load_learner, run_ranks)
 from lesson_code.practice.rank_checks import compare, counted_sends, names_check
-from lesson_code.timing import alternating_seconds
+from lesson_code.harness.timing import alternating_seconds
 
 WORLD_SIZES = (1, 2, 3, 4, 5)
 LENGTHS = (0, 1, 3, 1001)

@@ -31,7 +31,7 @@ from lesson_code.practice.lessons.ddp_support import (ADAM_BOUND, LOSS_BOUND, SG
                                                       prefix_groups, train_in_group,
                                                       value_failure, within)
 from lesson_code.practice.rank_checks import compare, names_check
-from lesson_code.timing import alternating_seconds
+from lesson_code.harness.timing import alternating_seconds
 
 NAMES = ("broadcast_parameters", "NaiveDDP", "BucketedDDP")
 SEED = 3

@@ -26,7 +26,7 @@ from lesson_code.practice.lessons.pipeline_support import (HEADER_BYTES, STAGE_C
                                                            schedule_problem, stage_groups,
                                                            stage_inputs)
 from lesson_code.practice.rank_checks import counted_sends, names_check
-from lesson_code.timing import alternating_seconds
+from lesson_code.harness.timing import alternating_seconds
 
 NAMES = ("schedule_order", "pipelined_step")
 SCHEDULE_CASES = [(p, m, s) for p in range(1, 6) for m in range(1, 9) for s in range(p)]

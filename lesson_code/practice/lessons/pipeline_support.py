@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lesson_code.devices import current_device
+from lesson_code.runtime.devices import current_device
 from lesson_code.models import as_layers, build_model, loss_function
 from lesson_code.pipeline import HEADER_LENGTH, split_micro_batches
 from lesson_code.pipeline_lab import PipeRun

@@ -44,7 +44,7 @@ from lesson_code.practice.grading import (Check, CheckFailed, Failure, Lesson, T
 from lesson_code.practice.lessons.sharded_checkpoint_ranks import (
     attempt_loads, grade_round_trip, layout, load_after_crash, save_and_die, save_only)
 from lesson_code.practice.rank_checks import names_check
-from lesson_code.timing import alternating_seconds
+from lesson_code.harness.timing import alternating_seconds
 
 NAMES = ("save_sharded", "load_sharded")
 WORLD_SIZES = (1, 2, 3, 4)

@@ -27,7 +27,7 @@ from lesson_code.practice.lessons.ddp_support import (BFLOAT16_RELATIVE, ZERO_BO
                                                       prefix_groups, relative_distance,
                                                       train_in_group, value_failure, within)
 from lesson_code.practice.rank_checks import names_check
-from lesson_code.timing import alternating_seconds
+from lesson_code.harness.timing import alternating_seconds
 from lesson_code.zero import ZeroOptimizer as CourseZeroOptimizer
 from lesson_code.zero import storage_bytes
 from lesson_code.zero_lab import ZeroRun, run_loss, run_model, train_single_process

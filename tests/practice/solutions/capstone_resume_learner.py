@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 
 from lesson_code.capstone.checkpointer import state_copy
-from lesson_code.checkpoint.zero import load_zero, save_zero
+from lesson_code.checkpoint_lab import load_zero, save_zero
 from lesson_code.data import batch_for_step
 from lesson_code.ddp import broadcast_parameters
-from lesson_code.devices import current_device
+from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import flat_parameters, global_mean
 from lesson_code.models import MiniGPT
 from lesson_code.zero import ZeroOptimizer

@@ -1,11 +1,11 @@
 """Seed the book's execution cache from the notebooks' stored outputs (book infrastructure).
 
-The book's Sphinx extension (lesson_code.book_pages) calls `seed` at the start of every build, so
+The book's Sphinx extension (lesson_code.book_build.pages) calls `seed` at the start of every build, so
 `jupyter-book build book` needs no step before it. The book builds with execute_notebooks: cache
 (myst-nb with jupyter-cache in _build/.jupyter_cache): a notebook runs only when its code is not
 in the cache. On a fresh clone the cache is empty, but
 the notebooks hold the outputs of their last run by `make notebooks`, which recorded the hash of the
-code it ran in notebooks/run-times.csv (lesson_code.run_times). Every notebook whose code still has
+code it ran in notebooks/run-times.csv (lesson_code.book_build.run_times). Every notebook whose code still has
 that hash and whose cells ran in order goes into the cache as it is; a notebook edited since
 then does not, so the build executes it. The book never shows outputs of code other than its own.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lesson_code import run_times
+from lesson_code.book_build import run_times
 
 
 def ran_in_order(path: Path) -> bool:

@@ -7,7 +7,8 @@ rank in the last bits, by an amount that depends on the reader's machine. `in_on
 a reference in a fresh one-rank process instead: one thread, the ranks' environment, and the same
 device the ranks use (a GPU under NCCL), whatever the caller's thread count.
 
-    from lesson_code import reference, zero_lab
+    from lesson_code import zero_lab
+    from lesson_code.harness import reference
     single = reference.in_one_rank(zero_lab.train_single_process, zero_lab.ZeroRun())
 """
 

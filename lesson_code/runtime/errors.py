@@ -102,7 +102,7 @@ def _diagnosis(ranks: list[int], world_size: int, where: dict[int, list[str]]) -
 
 
 STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
-RANK_BODY = "rank_main"  # the function of lesson_code.rank_processes that calls the rank's fn
+RANK_BODY = "rank_main"  # the function of lesson_code.runtime.processes that calls the rank's fn
 
 
 def waiting_calls(stacks: str, shown: int = 6) -> list[str]:
@@ -110,7 +110,7 @@ def waiting_calls(stacks: str, shown: int = 6) -> list[str]:
     `faulthandler` writes them: the thread that runs the rank's function, its frames above
     RANK_BODY, without the standard library's and installed packages' (torch's) but with this
     package's; at most `shown` of them, each as "function (file:line)"."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # lesson_code/
     hidden = {Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")}
     for block in re.split(r"\n(?=\S)", stacks):
         frames = [m.groupdict() for m in map(STACK_FRAME.match, block.splitlines()) if m]

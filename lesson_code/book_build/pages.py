@@ -10,11 +10,11 @@ book/_templates/layout.html what the page needs:
   the <link rel="alternate" hreflang> tags), and on Persian pages the theme's strings in Persian
   from book/_templates/theme.fa.po (the themes ship no Persian translation);
 - `run_lesson` on lesson pages: how to run the notebook, how long its last run took (from the
-  CSV that `make notebooks` writes, read by lesson_code.run_times) and where to download it;
+  CSV that `make notebooks` writes, read by lesson_code.book_build.run_times) and where to download it;
 - `memory_calculator` on lesson 78: the page loads book/static/memory-calculator.js.
 
 Before any page is read it puts the notebooks' stored outputs into the execution cache where
-they come from a run of exactly their current code (lesson_code.book_cache), so that the build
+they come from a run of exactly their current code (lesson_code.book_build.cache), so that the build
 runs only the lessons edited since. After the build it writes dir="rtl" into the <html> tag of
 Persian pages (the theme builds that tag itself, so no template can add an attribute to it).
 """
@@ -25,7 +25,8 @@ import json
 import re
 from pathlib import Path
 
-from lesson_code import book_cache, run_times
+from lesson_code.book_build import cache as book_cache
+from lesson_code.book_build import run_times
 
 CATALOG = "_templates/theme.fa.po"  # relative to the source folder, book/
 EDITIONS = ("fa", "en")

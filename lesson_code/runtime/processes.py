@@ -6,7 +6,7 @@
   second), restarted when the package files it imported have changed since, so that code edited
   in a running notebook kernel reaches the ranks;
 - `rank_main`: the body of a rank; it exits within moments of the caller dying, even of SIGKILL,
-  and its output is captured (`lesson_code.rank_output`);
+  and its output is captured (`lesson_code.runtime.output`);
 - `collect_results`: waits, bounded, for every rank, forwarding what the ranks print;
 - `stop_all`: leaves no process behind.
 Standard library and torch only.
@@ -33,11 +33,11 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from lesson_code.devices import to_cpu
-from lesson_code.fork_server import restart_if_stale
-from lesson_code.rank_errors import (RankCrashedError, RankFailedError, RankTimeoutError,
+from lesson_code.runtime.devices import to_cpu
+from lesson_code.runtime.fork_server import restart_if_stale
+from lesson_code.runtime.errors import (RankCrashedError, RankFailedError, RankTimeoutError,
                                      waiting_calls)
-from lesson_code.rank_output import RankOutput, flush_rank_output, redirect_rank_output
+from lesson_code.runtime.output import RankOutput, flush_rank_output, redirect_rank_output
 
 CAUSE_GRACE_S = 1.0  # after a rank's error, how long to watch for a crash that caused it
 # At the timeout, the caller asks each rank still running for its stack with this signal, and
@@ -177,7 +177,7 @@ def collect_results(processes, readers, world_size: int, timeout_s: float,
 
 def where_ranks_wait(processes, ranks: list[int], output: RankOutput) -> dict[int, list[str]]:
     """Ask each of `ranks` for its stack (STACK_SIGNAL) and return where it was waiting
-    (`rank_errors.waiting_calls`), for the ranks that answered within STACK_WAIT_S."""
+    (`errors.waiting_calls`), for the ranks that answered within STACK_WAIT_S."""
     if STACK_SIGNAL is None:
         return {}
     asked = []

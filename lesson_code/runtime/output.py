@@ -5,7 +5,7 @@ started Jupyter, not the notebook cell that launched the run. `spawn` redirects 
 and 2 of every rank (so C++ messages from gloo are caught too) to `rank<r>.out` / `rank<r>.err`,
 copies each new complete line to the caller's `sys.stdout` / `sys.stderr` while the run goes on,
 and puts the last lines of a failing rank into the error it raises.
-Standard library only; used by `lesson_code.rank_processes`.
+Standard library only; used by `lesson_code.runtime.processes`.
 """
 
 from __future__ import annotations

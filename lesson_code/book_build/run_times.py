@@ -1,12 +1,12 @@
 """How long each lesson notebook takes to run, measured by `make notebooks` (book infrastructure).
 
-    python -m lesson_code.run_times notebooks/en/78-zero.ipynb notebooks/fa/78-zero.ipynb
+    python -m lesson_code.book_build.run_times notebooks/en/78-zero.ipynb notebooks/fa/78-zero.ipynb
 
 executes each notebook in place in its own folder (as `jupyter execute --inplace` does), times it,
 and records one row per notebook in notebooks/run-times.csv: the notebook, the seconds, the machine,
 the date and the hash of its code cells. The book's lesson pages quote the seconds
-(lesson_code.book_pages), and `make book` reuses a notebook's stored outputs only while its code
-still has the recorded hash (lesson_code.book_cache), so the book never shows outputs of other code.
+(lesson_code.book_build.pages), and `make book` reuses a notebook's stored outputs only while its code
+still has the recorded hash (lesson_code.book_build.cache), so the book never shows outputs of other code.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     """Execute and time every notebook named in `argv`, updating the CSV after each one."""
     root = Path.cwd()
     if not argv:
-        print("usage: python -m lesson_code.run_times NOTEBOOK.ipynb ...", file=sys.stderr)
+        print("usage: python -m lesson_code.book_build.run_times NOTEBOOK.ipynb ...", file=sys.stderr)
         return 2
     missing = [name for name in argv if not Path(name).is_file()]
     if missing:
