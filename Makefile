@@ -69,8 +69,11 @@ book: $(READY)
 	@echo
 	@echo "The book is in _build/html: open _build/html/index.html in a browser."
 
+# The suite on two workers (pytest-xdist), each test sent to whichever is free: on 2 cores a
+# single worker leaves a third of the CPU idle (while ranks wait on each other, a kernel or a
+# browser starts). `$(BIN)/python -m pytest tests/...` runs any part of it on one.
 test: $(LAB_READY)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist worksteal
 
 selfcheck: $(READY)
 	$(BIN)/python -m lesson_code.selfcheck

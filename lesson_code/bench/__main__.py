@@ -23,6 +23,7 @@ BENCHMARKS = {"collectives": collectives_bench.run, "ddp": ddp_bench.run, "zero"
               "pipeline": pipeline_bench.run,
               "capstone": capstone_bench.run, "launch": launch_bench.run}
 STORING = ("collectives", "ddp", "zero", "pipeline", "capstone")  # their full runs store a table
+REPEATING = ("pipeline", "capstone")  # they take --repeats
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the tables go (default: %(default)s)")
     parser.add_argument("--quick", action="store_true",
                         help="fewer sizes and trials (a smoke run, not a measurement): stores nothing")
+    parser.add_argument("--repeats", type=positive_int, default=None,
+                        help="timed repeats of each measurement, for pipeline (steps) and "
+                             "capstone (runs of each command); default: 7 and 3")
     parser.add_argument("--into-package", action="store_true",
                         help="store the measured tables the lessons show in the package itself "
                              "(lesson_code/measured_*.csv), replacing the book's")
@@ -42,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     names = list(BENCHMARKS) if args.name == "all" else [args.name]
     for name in names:
         extra = {"into_package": args.into_package} if name in STORING else {}
+        if name in REPEATING:
+            extra["repeats"] = args.repeats
         BENCHMARKS[name](world_size=args.world_size, out_dir=args.out_dir, quick=args.quick, **extra)
     return 0
 

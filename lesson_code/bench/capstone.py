@@ -67,10 +67,11 @@ def read_stored(path: Path | str = STORED) -> tuple[list[str], pd.DataFrame]:
     return note, pd.read_csv(path, comment="#", index_col=0)
 
 
-def run(world_size: int, out_dir: Path, quick: bool = False,
-        into_package: bool = False) -> pd.DataFrame:
-    """Time both commands `repeats` times, alternately; print medians and write capstone.csv."""
-    repeats = 1 if quick else 3
+def run(world_size: int, out_dir: Path, quick: bool = False, into_package: bool = False,
+        repeats: int | None = None) -> pd.DataFrame:
+    """Time both commands `repeats` times (default 3, 1 when quick), alternately; print the
+    medians and write capstone.csv."""
+    repeats = repeats or (1 if quick else 3)
     seconds: dict[str, list[float]] = {name: [] for name in COMMANDS}
     losses: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory() as scratch:

@@ -76,10 +76,10 @@ def read_stored(path: Path | str = STORED) -> tuple[list[str], pd.DataFrame]:
     return note, pd.read_csv(path, comment="#")
 
 
-def run(world_size: int, out_dir: Path, quick: bool = False,
-        into_package: bool = False) -> pd.DataFrame:
+def run(world_size: int, out_dir: Path, quick: bool = False, into_package: bool = False,
+        repeats: int | None = None) -> pd.DataFrame:
     """Measure the sweep (P = 2 and 4 whatever `world_size`), print it, write pipeline.csv."""
-    repeats = 2 if quick else REPEATS
+    repeats = repeats or (2 if quick else REPEATS)
     table = measure(micro_batches=(1, 4) if quick else MICRO_BATCHES, repeats=repeats)
     if not quick:
         folder = STORED.parent if into_package else Path(out_dir)

@@ -3,7 +3,7 @@
 What only a browser can tell: the Persian article is laid out right-to-left while code stays
 left-to-right, its Persian text is drawn with the shipped Vazirmatn (asked of Chromium itself
 through the DevTools protocol, CSS.getPlatformFontsForNode), and MathJax renders from the local
-copy. A screenshot of the Persian lesson is saved in _build/screenshots/ for a human to look at.
+copy. A screenshot of each Persian lesson is saved in _build/screenshots/ for a human to look at.
 
 Skipped when Chromium or Playwright is missing on a developer machine; fails instead when the
 environment variable CI is set.
@@ -116,13 +116,13 @@ def visit(browser, url: str) -> Visit:
     page.route("**/*", route)
     page.on("response", on_response)
     listen_to_console(page, result)
-    page.goto(url, wait_until="networkidle")
-    # MathJax typesets after load; its startup promise resolves when the page is done.
+    # "load" waits for every file the page names; what comes later is MathJax's work: it
+    # typesets after load (its startup promise resolves when the page is done), then its fonts.
+    page.goto(url, wait_until="load")
     page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
                            timeout=MATHJAX_TIMEOUT_MS)
     page.evaluate("() => MathJax.startup.promise")
     page.evaluate("() => document.fonts.ready.then(() => true)")
-    page.wait_for_load_state("networkidle")
     return result
 
 
@@ -165,7 +165,9 @@ def test_persian_lesson_is_rtl_in_vazirmatn_and_offline(browser, site: str, less
     v = visit(browser, f"{site}/notebooks/fa/{lesson}.html")
     try:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        v.page.screenshot(path=str(SCREENSHOTS / f"fa-{lesson}.png"), full_page=True)
+        # The whole page, for a human to look at: JPEG, which Chromium encodes twice as fast.
+        v.page.screenshot(path=str(SCREENSHOTS / f"fa-{lesson}.jpg"), full_page=True, type="jpeg",
+                          quality=80)
         assert_offline_and_complete(v)
 
         assert computed(v.page, "article.bd-article", "direction") == "rtl"
@@ -230,7 +232,7 @@ def open_page(browser, url: str) -> Visit:
     page.on("response", lambda r: result.failed.append(f"{r.status} {r.url}")
             if r.status >= 400 and urlparse(r.url).hostname in LOCAL_HOSTS else None)
     listen_to_console(page, result)
-    page.goto(url, wait_until="networkidle")
+    page.goto(url, wait_until="load")
     page.evaluate("() => document.fonts.ready.then(() => true)")
     return result
 
@@ -288,8 +290,8 @@ def test_the_switch_lands_on_the_same_page_in_the_other_edition(browser, site: s
         folder, edition, name = re.fullmatch(r"((?:notebooks/)?)(fa|en)/(.+)", page).groups()
         other = "en" if edition == "fa" else "fa"
         assert link.get_attribute("hreflang") == other and link.is_visible()
-        link.click()
-        v.page.wait_for_load_state("networkidle")
+        with v.page.expect_navigation(wait_until="load"):
+            link.click()
         assert v.page.url.endswith(f"/{folder}{other}/{name}.html"), v.page.url
         assert v.page.evaluate("document.documentElement.lang") == other
     finally:
@@ -424,7 +426,7 @@ def test_every_page_fits_a_phone_screen_in_both_widths(browser, site: str, page:
         v.page.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).hostname in
                      LOCAL_HOSTS else (v.blocked.append(r.request.url), r.abort()))
         listen_to_console(v.page, v)
-        v.page.goto(f"{site}/{page}.html", wait_until="networkidle")
+        v.page.goto(f"{site}/{page}.html", wait_until="load")
         v.page.evaluate("() => document.fonts.ready.then(() => true)")
         lesson = re.fullmatch(r"notebooks/(fa|en)/(.+)", page)
         for width in PHONE_WIDTHS:

@@ -26,16 +26,18 @@ def package_tables() -> dict[Path, bytes]:
 
 
 def git_status() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
-                          capture_output=True, text=True, check=True).stdout
+    """What git sees changed or added in the package (other tests may write elsewhere meanwhile)."""
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--",
+                           "lesson_code"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
 
 
 def test_a_full_benchmark_run_stores_into_its_results_folder_and_leaves_the_checkout_clean(tmp_path):
     before_tables, before_status = package_tables(), git_status()
     assert len(before_tables) == 7  # ddp, zero, pipeline, capstone; three collectives
     done = subprocess.run([sys.executable, "-m", "lesson_code.bench", "capstone", "--world-size",
-                           "2", "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+                           "2", "--repeats", "1", "--out-dir", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert package_tables() == before_tables and git_status() == before_status
     note, table = capstone_bench.read_stored(tmp_path / capstone_bench.STORED.name)
