@@ -58,20 +58,34 @@ def use_course_style() -> None:
     })
 
 
+RIGHT_TO_LEFT_MARK = "\u200f"
+DIGITS = {"fa": str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")}
+
+
+def number(value, lang: str) -> str:
+    """`value` as text in `lang`'s digits ("۱۲" in Persian, "12" in English)."""
+    return str(value).translate(DIGITS.get(check_language(lang), {}))
+
+
 def start_figure(labels: dict[str, dict[str, str]], lang: str, *grid, **subplots_options):
     """(this language's labels, figure, axes): what every figure function begins with.
 
     Checks `lang`, applies the course style and calls `plt.subplots(*grid, **subplots_options)`.
+    Persian labels start with a right-to-left mark: matplotlib orders a label's words by the
+    direction of its first letter, so "Adam ..." in a Persian title would stand at its left end.
     """
     chosen = labels[check_language(lang)]
+    if lang == "fa":
+        chosen = {key: RIGHT_TO_LEFT_MARK + text if isinstance(text, str) else text
+                  for key, text in chosen.items()}
     use_course_style()
     fig, axes = plt.subplots(*grid, **subplots_options)
     return chosen, fig, axes
 
 
-def label_ranks(fig, ax, ranks: list[int], labels: dict[str, str], ylabel: str):
+def label_ranks(fig, ax, ranks: list[int], labels: dict[str, str], ylabel: str, lang: str):
     """Finish a bar chart with a bar per rank: rank ticks, the y label, legend, layout."""
-    ax.set_xticks(ranks, [f"{labels['rank']} {r}" for r in ranks])
+    ax.set_xticks(ranks, [f"{labels['rank']} {number(r, lang)}" for r in ranks])
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from lesson_code.plots import label_ranks, start_figure
-from lesson_code.plots.tables import PERSIAN_DIGITS, translate
+from lesson_code.plots import label_ranks, number, start_figure
+from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"step": "step", "loss": "loss", "rollback": "rollback", "rank": "rank",
@@ -39,11 +39,6 @@ TABLE_WORDS = {"fa": {
 }}
 
 
-def _digits(text: str, lang: str) -> str:
-    """`text` with Persian digits in the Persian edition."""
-    return text.translate(PERSIAN_DIGITS) if lang == "fa" else text
-
-
 def table(frame, lang: str = "en"):
     """A lesson-81 table with its labels in `lang` (`plots.tables.translate`)."""
     return translate(frame, TABLE_WORDS, lang)
@@ -67,7 +62,7 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
             ys = [before[-1]["loss"], event["loss"]] if before else [event["loss"]]
             ax.plot(xs, ys, linestyle="--", color="#d62728", linewidth=1)
             ax.plot(event["at_step"], event["loss"], "x", color="#d62728", markersize=9,
-                    label=_digits(labels["diverged"].format(loss=event["loss"]), lang))
+                    label=number(labels["diverged"].format(loss=event["loss"]), lang))
             ax.set_yscale("log")
     ax.set_xlabel(labels["step"])
     ax.set_ylabel(labels["loss"])
@@ -91,7 +86,7 @@ def memory_profile_figure(results: list[dict], lang: str = "en") -> Figure:
     ax.axhline(12 * (numel + padding) / len(results), color="#d62728", linestyle="--",
                label=labels["formula"])
     ax.set_ylim(0, 1.35 * max(bottoms))  # room above the bars for the legend
-    label_ranks(fig, ax, ranks, labels, labels["bytes"])
+    label_ranks(fig, ax, ranks, labels, labels["bytes"], lang)
     ax.legend(fontsize=8, loc="upper center", ncol=4)
     fig.tight_layout()
     return fig

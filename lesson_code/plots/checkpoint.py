@@ -10,8 +10,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from lesson_code.plots import start_figure
-from lesson_code.plots.tables import PERSIAN_DIGITS, translate
+from lesson_code.plots import number, start_figure
+from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"rank": "rank", "time": "time from the start of the save (ms)", "write": "file written",
@@ -43,9 +43,6 @@ def table(frame, lang: str = "en"):
     return translate(frame, TABLE_WORDS, lang)
 
 
-def _number(value: int, lang: str) -> str:
-    return str(value).translate(PERSIAN_DIGITS) if lang == "fa" else str(value)
-
 
 def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     """A row per rank: each file's write (light), its fsyncs (dark), renames (ticks), and the
@@ -69,7 +66,7 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
             else:
                 ax.axvline(1e3 * end, color=COLOURS[kind], linestyle="--", label=label)
     ranks = [r["rank"] for r in results]
-    ax.set_yticks(ranks, [f"{labels['rank']} {_number(r, lang)}" for r in ranks])
+    ax.set_yticks(ranks, [f"{labels['rank']} {number(r, lang)}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel(labels["time"])
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4)
@@ -90,16 +87,16 @@ def reshard_layout_figure(layouts: list[list[dict]], numel: int, lang: str = "en
             real = shard["length"] - shard["padding"]
             ax.barh(row, real, left=shard["start"], color=colours[shard["rank"] % 10],
                     edgecolor="white", height=0.6)
-            ax.text(shard["start"] + real / 2, row, f"{labels['rank']} {_number(shard['rank'], lang)}",
+            ax.text(shard["start"] + real / 2, row, f"{labels['rank']} {number(shard['rank'], lang)}",
                     ha="center", va="center", fontsize=8, color="white")
             if shard["padding"]:  # a few elements: hatched, and named beside the bar
                 ax.barh(row, shard["padding"], left=shard["start"] + real, color="white",
                         edgecolor="grey", hatch="///", height=0.6)
-                ax.annotate(labels["padding"].format(n=_number(shard["padding"], lang)),
+                ax.annotate(labels["padding"].format(n=number(shard["padding"], lang)),
                             (shard["start"] + shard["length"], row), xytext=(4, 0),
                             textcoords="offset points", va="center", fontsize=8)
     ax.set_yticks(range(len(layouts)),
-                  [labels["ranks"].format(n=_number(len(shards), lang)) for shards in layouts])
+                  [labels["ranks"].format(n=number(len(shards), lang)) for shards in layouts])
     ax.invert_yaxis()
     ax.axvline(numel, color="black", linewidth=0.8)
     ax.set_xlabel(labels["elements"])

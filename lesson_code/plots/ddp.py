@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from lesson_code.plots import start_figure
+from lesson_code.plots import number, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
@@ -41,7 +41,7 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
             ax.plot(1e3 * bucket["ready"], y + 0.5, "k|", markersize=10,
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
     ax.set_yticks([rank * 2.5 + 0.5 for rank in range(len(timelines))],
-                  [f"{labels['rank']} {rank}" for rank in range(len(timelines))])
+                  [f"{labels['rank']} {number(rank, lang)}" for rank in range(len(timelines))])
     ax.invert_yaxis()
     ax.set_xlabel(labels["time"])
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=8)

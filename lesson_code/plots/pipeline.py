@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from lesson_code.pipeline import theoretical_bubble
-from lesson_code.plots import start_figure
-from lesson_code.plots.tables import PERSIAN_DIGITS, translate
+from lesson_code.plots import number, start_figure
+from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"stage": "stage", "time": "time (ms)", "F": "forward", "B": "backward",
@@ -37,10 +37,6 @@ TABLE_WORDS = {"fa": {
 }}
 
 
-def _number(value: int, lang: str) -> str:
-    """`value` in the edition's digits (Persian digits in the Persian figures)."""
-    return str(value).translate(PERSIAN_DIGITS) if lang == "fa" else str(value)
-
 
 def table(frame, lang: str = "en"):
     """A lesson-79 table with its labels in `lang` (`plots.tables.translate`)."""
@@ -61,7 +57,7 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en") -> Figure:
                     color=COLOURS[kind], edgecolor="white")
             ax.text(1e3 * (start + end) / 2, stage, str(micro), ha="center", va="center",
                     fontsize=7, color="black" if kind == "F" else "white")
-        ax.set_yticks(stages, [f"{labels['stage']} {_number(s, lang)}" for s in stages])
+        ax.set_yticks(stages, [f"{labels['stage']} {number(s, lang)}" for s in stages])
         ax.invert_yaxis()
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(labels["time"])
@@ -82,12 +78,12 @@ def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en",
     for stages, by_m in sorted(measured.items()):
         ms = sorted(by_m)
         line, = ax.plot(ms, [theoretical_bubble(stages, m) for m in ms], "-",
-                        label=labels["formula"].format(p=_number(stages, lang)))
+                        label=labels["formula"].format(p=number(stages, lang)))
         ax.plot(ms, [by_m[m] for m in ms], "o", color=line.get_color(),
-                label=labels["measured"].format(p=_number(stages, lang)))
+                label=labels["measured"].format(p=number(stages, lang)))
         if floors and stages in floors:
             ax.plot(ms, [floors[stages][m] for m in ms], ":", color=line.get_color(),
-                    label=labels["floor"].format(p=_number(stages, lang)))
+                    label=labels["floor"].format(p=number(stages, lang)))
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({m for by_m in measured.values() for m in by_m}))
     ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from lesson_code import memory
-from lesson_code.plots import label_ranks, start_figure
+from lesson_code.plots import label_ranks, number, start_figure
 from lesson_code.plots.ddp import localized as localized_with
 
 LABELS = {
@@ -66,10 +66,7 @@ def stages_figure(params: float, world_sizes: list[int], lang: str = "en") -> Fi
         ax.set_ylabel(ylabel)
     left.set_yscale("log")
     right.legend(fontsize=8)
-    billions = f"{params / 1e9:g}"
-    if lang == "fa":  # Persian digits and decimal separator in the Persian title
-        billions = billions.translate(str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫"))
-    fig.suptitle(labels["title"].format(p=billions), fontsize=10)
+    fig.suptitle(labels["title"].format(p=number(f"{params / 1e9:g}", lang)), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -85,4 +82,4 @@ def measured_memory_figure(zero: list[dict], ddp: list[dict], shard_numel: int,
     ax.bar([r + width / 2 for r in ranks], [row["optimizer"] for row in zero], width,
            label=f"{labels['zero1']} ({labels['measured']})", color="#1f77b4")
     ax.axhline(12 * shard_numel, color="#d62728", linestyle="--", label=labels["formula"])
-    return label_ranks(fig, ax, ranks, labels, labels["bytes"])
+    return label_ranks(fig, ax, ranks, labels, labels["bytes"], lang)
