@@ -28,7 +28,9 @@ class CapstoneConfig(RunConfig):
     learning rate by `lr_spike_factor` for that one step (once; a replay after a rollback does
     not repeat it). `bad_batch_step` (numbered from 1) mislabels that step's batch every time it
     is read, so its loss spikes again on every replay: the guard rolls back `guard_retries` times,
-    then skips the batch. Raises ValueError for settings that contradict each other.
+    then skips the batch. `skip_after_rollback` skips at the first rollback instead: the batches
+    from the checkpoint to the rejected step are not replayed. Raises ValueError for settings
+    that contradict each other.
     """
 
     model: str = field(default="gpt", init=False)       # MiniGPT, always
@@ -46,6 +48,7 @@ class CapstoneConfig(RunConfig):
     lr_spike_factor: float = 1000.0
     bad_batch_step: int | None = None
     guard_retries: int = 1            # rollbacks for one step before its batch is skipped
+    skip_after_rollback: bool = False  # a rollback skips the batches up to the rejected step
     keep_last: int = 2
 
     def __post_init__(self):

@@ -7,11 +7,13 @@ the last checkpoint and replaying from there loses a few steps instead of the ru
 
 A replay cures a fault that came from the run itself (a spike of the learning rate, a flipped
 bit), but not a bad batch: the replay reads the same batch and spikes again, for ever. So each
-step may cause at most `max_retries` rollbacks; after that its batch is skipped (the remedy
-large language model runs use for loss spikes that follow particular batches).
+step may cause at most `max_retries` rollbacks; after that its batch is skipped. With
+`skip_after_rollback` the guard does not wait for the spike to recur: the first rollback already
+skips every batch from the checkpoint to the rejected step, as PaLM's training did.
 
     guard = DivergenceGuard(spike_factor=2.0)
     reason = guard.check(loss)        # None: step; else guard.action(step) says what to do
+    step = guard.resume_at(restored, rejected)   # after a rollback: where to read data next
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ class DivergenceGuard:
     """Remembers the last accepted loss; `check(loss)` returns a reason to roll back, or None.
 
     `action(step)` then says what to do about a rejected step: "rollback" the first
-    `max_retries` times that step is rejected, "skip" its batch after that.
+    `max_retries` times that step is rejected, "skip" its batch after that. After a rollback,
+    `resume_at` says which data position to read next: the checkpoint's (a replay), or with
+    `skip_after_rollback` the one after the rejected step (its batch and those before it skipped).
     """
 
     spike_factor: float = 2.0
     previous: float | None = None
     max_retries: int = 1
     retries: dict[int, int] = field(default_factory=dict)  # rollbacks caused so far, by step
+    skip_after_rollback: bool = False
 
     def check(self, loss: float) -> str | None:
         """None if `loss` may be stepped on (and remember it); otherwise why not.
@@ -57,3 +62,17 @@ class DivergenceGuard:
             self.retries[step] = done + 1
             return "rollback"
         return "skip"
+
+    def resume_at(self, restored: int, rejected: int) -> int:
+        """The data position to train from after rolling back to `restored` because of `rejected`.
+
+        Both are step numbers: the step the checkpoint was written after, and the rejected step
+        (from 1). By default `restored`: the batches after the checkpoint are read again, which
+        cures a fault of the run but repeats a bad batch. With `skip_after_rollback`, `rejected`:
+        the weights are the checkpoint's, but the batches of steps `restored + 1` to `rejected`
+        are never read again. Raises ValueError unless 0 <= restored < rejected.
+        """
+        if not 0 <= restored < rejected:
+            raise ValueError(f"restored={restored}, rejected={rejected}: a rollback returns to a "
+                             "checkpoint before the rejected step")
+        return rejected if self.skip_after_rollback else restored

@@ -62,13 +62,16 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
 
     With `start_from` (a checkpoint folder) the run resumes there instead of starting at step 0.
     A step the divergence guard rejects is rolled back to the last checkpoint at most
-    `config.guard_retries` times, then its batch is skipped; `events` records each decision.
+    `config.guard_retries` times, then its batch is skipped; with `config.skip_after_rollback`
+    the first rollback skips the batches from the checkpoint to that step instead of replaying
+    them. `events` records each decision.
     """
     model, _, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
     checkpointer = Checkpointer(Path(config.out_dir) / "checkpoints", model, optimizer,
                                 save_after={config.checkpoint_step},
                                 keep_last=config.keep_last)                   # 3. checkpoints
-    guard = DivergenceGuard(config.spike_factor, max_retries=config.guard_retries)
+    guard = DivergenceGuard(config.spike_factor, max_retries=config.guard_retries,
+                            skip_after_rollback=config.skip_after_rollback)
     corpus = config.corpus()
     step, records, events, spiked = 0, [], [], False
     if start_from is not None:
@@ -81,9 +84,13 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
         reason = guard.check(loss)
         if reason is not None and guard.action(step + 1) == "rollback":
             diverged_at = step + 1
-            step, guard.previous = checkpointer.rollback()
-            events.append({"event": "rollback", "loss": loss, "reason": reason, "to_step": step,
-                           "at_step": diverged_at})
+            restored, guard.previous = checkpointer.rollback()
+            step = guard.resume_at(restored, diverged_at)  # the checkpoint's, or past the spike
+            event = {"event": "rollback", "loss": loss, "reason": reason, "to_step": restored,
+                     "at_step": diverged_at}
+            if step > restored:  # skip_after_rollback: these steps' batches are never read again
+                event["skipped"] = list(range(restored + 1, step + 1))
+            events.append(event)
             continue
         if reason is not None:  # the same step failed after every rollback: its batch is bad
             step += 1

@@ -2,7 +2,8 @@
 
 A learning-rate spike does not repeat after a rollback, so replaying from the checkpoint cures it
 (tests/dist/test_capstone.py). A mislabelled batch is read again, identically, on every replay:
-the guard must stop retrying after `guard_retries` rollbacks and skip that batch.
+the guard must stop retrying after `guard_retries` rollbacks and skip that batch, or, with
+`skip_after_rollback`, skip the batches up to the spike at the first rollback.
 """
 
 import pytest
@@ -24,6 +25,20 @@ def test_a_bad_batch_is_skipped_after_bounded_rollbacks(tmp_path):
     steps = [row["step"] for row in results[0]["records"]]
     assert 13 not in steps and steps[-1] == 14  # the bad batch never reached the optimizer
     assert all(r["events"] == events for r in results)  # every rank decided alike
+    assert all("skipped" not in e for e in events)  # by default a rollback replays every batch
+
+
+def test_a_rollback_that_skips_resumes_on_the_batches_after_the_spike(tmp_path):
+    config = CapstoneConfig(out_dir=str(tmp_path), steps=14, bad_batch_step=13, spike_factor=1.3,
+                            skip_after_rollback=True)
+    results = launch.spawn(run_rank, config, world_size=4, timeout_s=60)
+    events = results[0]["events"]
+    assert [e["event"] for e in events] == ["rollback"], events  # the bad batch is never reread
+    assert (events[0]["to_step"], events[0]["at_step"], events[0]["skipped"]) == (10, 13, [11, 12, 13])
+    steps = [row["step"] for row in results[0]["records"]]
+    assert steps == [*range(1, 13), 14]  # 11 and 12 before the spike; after it, step 14's batch
+    assert results[0]["records"][-1]["loss"] < events[0]["loss"]
+    assert all(r["events"] == events for r in results)
 
 
 def test_the_guard_bounds_the_rollbacks_of_each_step():

@@ -45,6 +45,14 @@ def test_guard_accepts_falling_losses_and_names_spikes_and_nans():
     assert "not finite" in guard.check(math.inf)
 
 
+def test_after_a_rollback_the_guard_replays_by_default_and_skips_when_asked():
+    # Rolled back to the step-10 checkpoint because step 13 was rejected.
+    assert DivergenceGuard().resume_at(10, 13) == 10  # replay steps 11, 12, 13
+    assert DivergenceGuard(skip_after_rollback=True).resume_at(10, 13) == 13  # next: step 14
+    with pytest.raises(ValueError, match="restored=13, rejected=13"):
+        DivergenceGuard().resume_at(13, 13)
+
+
 def test_config_rejects_inconsistent_settings():
     with pytest.raises(ValueError, match="checkpoint_step=30"):
         CapstoneConfig(checkpoint_step=30)
