@@ -45,6 +45,7 @@ LIMIT_BYTES = 1 << 30
 # A segment takes at most this share of the free space of SHM_DIR.
 FREE_SHARE = 0.5
 SLOT_ALIGN = 64
+PREFIX = "lesson_code-"  # a segment's file: lesson_code-<creator's process id>-<random>
 
 
 @dataclass
@@ -112,7 +113,8 @@ def _create_segment(nbytes: int) -> tuple[str, mmap.mmap] | None:
     """
     if not SHM_DIR.is_dir() or nbytes > LIMIT_BYTES:
         return None
-    path = SHM_DIR / f"lesson_code-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    sweep_orphans()
+    path = SHM_DIR / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
     try:  # a folder this user may not read or write gives an OSError: no segment, as for no room
         stats = os.statvfs(SHM_DIR)
         if nbytes > FREE_SHARE * stats.f_bavail * stats.f_frsize:
@@ -128,6 +130,28 @@ def _create_segment(nbytes: int) -> tuple[str, mmap.mmap] | None:
         return None
     finally:
         os.close(descriptor)
+
+
+def sweep_orphans() -> list[str]:
+    """Delete the segment files whose creator is dead; their names.
+
+    Rank 0 deletes a segment's file once every rank has mapped it, or in a `finally` when that
+    failed; a rank 0 killed (SIGKILL, or the launcher stopping it) between creating the file and
+    deleting it leaves the file behind, real memory in a tmpfs until reboot. Its name carries
+    the creator's process id, so the next segment created on this machine removes it.
+    """
+    removed = []
+    for path in SHM_DIR.glob(f"{PREFIX}*"):
+        try:
+            os.kill(int(path.name.removeprefix(PREFIX).split("-")[0]), 0)
+            continue  # its creator lives (or is another user's process, whose file we leave)
+        except ProcessLookupError:
+            pass
+        except (ValueError, PermissionError):
+            continue
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
 
 def attach_segment(path: str, nbytes: int) -> mmap.mmap | None:
@@ -162,10 +186,12 @@ def _new_arena(slot_bytes: int, peers: Peers) -> Arena | None:
     dist.broadcast_object_list(box, src=peers.global_rank(0), group=peers.group)
     if box[0] is None:
         return None
-    mapping = created[1] if created else attach_segment(box[0], nbytes)
-    mapped_everywhere = _everyone(mapping is not None, peers)
-    if peers.rank == 0:
-        Path(box[0]).unlink(missing_ok=True)  # every rank has it mapped (or gave up)
+    try:
+        mapping = created[1] if created else attach_segment(box[0], nbytes)
+        mapped_everywhere = _everyone(mapping is not None, peers)
+    finally:  # every rank has it mapped, gave up, or failed: the file must not outlive this call
+        if peers.rank == 0:
+            Path(box[0]).unlink(missing_ok=True)
     if not mapped_everywhere:
         return None
     return Arena(mapping=mapping, slot_bytes=slot_bytes, slots=slots)

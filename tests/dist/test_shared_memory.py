@@ -107,3 +107,43 @@ def test_a_rank_on_another_machine_finds_no_segment_to_map(tmp_path):
     wrong_size = tmp_path / "lesson_code-short"
     wrong_size.write_bytes(b"\0" * 100)
     assert shared_memory.attach_segment(str(wrong_size), 4096) is None
+
+
+def killed_while_mapping(rank, world_size):
+    """Rank 1 dies inside attach_segment, after rank 0 created the segment, before it is deleted."""
+    if rank == 1:
+        def die(path, nbytes):
+            os.kill(os.getpid(), signal.SIGKILL)
+        shared_memory.attach_segment = die
+    shared_memory.shared_memory_all_reduce(torch.ones(100_000), timeout_s=20)
+
+
+def test_a_rank_killed_while_mapping_leaves_no_segment_behind():
+    before = segment_files()
+    with pytest.raises(RankCrashedError):
+        launch.spawn(killed_while_mapping, world_size=3, timeout_s=60)
+    # Rank 0 was stopped by the launcher, maybe before its `finally`: the next segment created
+    # on this machine sweeps what a dead creator left.
+    per_rank = launch.spawn(reduce_then_report, 10_000, world_size=2)
+    assert per_rank[0]["value"] == 1.0
+    assert segment_files() <= before
+
+
+def refused_by_shared_memory(rank, world_size):
+    """Every rank's machine refuses new files in SHM_DIR (PermissionError, as a folder this user
+    may not write gives): injected into os.open, the one call that creates the segment's file."""
+    real_open = os.open
+
+    def refusing_open(path, flags, *args):
+        if str(path).startswith(str(shared_memory.SHM_DIR)) and flags & os.O_CREAT:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+    os.open = refusing_open
+    tensor = torch.full((50_000,), float(rank))
+    shared_memory.shared_memory_all_reduce(tensor, timeout_s=20)
+    return {"value": tensor[0].item(), "arena": shared_memory.has_arena()}
+
+
+def test_a_folder_no_file_can_be_made_in_makes_every_rank_go_direct_together():
+    per_rank = launch.spawn(refused_by_shared_memory, world_size=3, timeout_s=60)
+    assert [(r["value"], r["arena"]) for r in per_rank] == [(3.0, False)] * 3
