@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import collectives
+from lesson_code.collectives import choose
 from lesson_code.collectives.comm import builtin_all_gather
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.runtime.devices import current_device
@@ -110,6 +111,35 @@ def compare_with_builtin(rank: int, world_size: int, length: int, dtype_name: st
     src = world_size - 1
     results["broadcast"] = _difference(collectives.broadcast(x.clone(), src=src),
                                        _builtin_broadcast(x.clone(), src), None)
+    return results
+
+
+def compare_every_algorithm(rank: int, world_size: int, length: int,
+                            dtype_name: str) -> dict[str, dict[str, float]]:
+    """Every algorithm `auto` may choose, each collective, against torch.distributed's.
+
+    Collective: call on every rank. Keys are "<algorithm> <collective>" (for instance "naive
+    reduce_scatter"); values as `compare_with_builtin`'s. On a GPU machine this runs each
+    algorithm's messages over NCCL, which pairs a message only when both ends post it alike.
+    """
+    x = make_input(rank, length, dtype_name)
+    bound = summation_bound(x, world_size)
+    builtin_sum = x.clone()
+    dist.all_reduce(builtin_sum)
+    shard = torch.tensor_split(x, world_size)[rank]
+    builtin_gathered = _builtin_all_gather(shard, world_size)
+    results = {}
+    for name in choose.ALL_REDUCE:
+        ours = collectives.all_reduce(x.clone(), algorithm=name)
+        results[f"{name} all_reduce"] = _difference(ours, builtin_sum, bound)
+    for name in choose.REDUCE_SCATTER:
+        ours = collectives.reduce_scatter(x, algorithm=name)
+        results[f"{name} reduce_scatter"] = _difference(
+            ours, torch.tensor_split(builtin_sum, world_size)[rank],
+            torch.tensor_split(bound, world_size)[rank])
+    for name in choose.ALL_GATHER:
+        ours = collectives.all_gather(shard, algorithm=name)
+        results[f"{name} all_gather"] = _difference(ours, builtin_gathered, None)
     return results
 
 

@@ -29,12 +29,17 @@ from lesson_code.runtime.devices import current_device
 
 
 def collectives_within_bound(rank: int, world_size: int) -> dict:
-    """Lesson 76: every ring primitive against torch.distributed's, float32 and int64 tensors."""
-    results = [collectives_lab.compare_with_builtin(rank, world_size, 1001, dtype)
+    """Lesson 76: every primitive and every algorithm `auto` may choose against torch.distributed's,
+    float32 and int64 tensors."""
+    results = [compare(rank, world_size, 1001, dtype)
+               for compare in (collectives_lab.compare_with_builtin,
+                               collectives_lab.compare_every_algorithm)
                for dtype in ("float32", "int64")]
     worst = max(op["max_abs_diff"] for result in results for op in result.values())
+    checked = len(results[0]) + len(results[2])  # per dtype: primitives, then algorithms
     return {"ok": all(op["within"] for result in results for op in result.values()),
-            "detail": f"5 primitives x 2 dtypes within the summation bound, max |diff| {worst:.1e}"}
+            "detail": f"{checked} primitives and algorithms x 2 dtypes within the summation "
+                      f"bound, max |diff| {worst:.1e}"}
 
 
 def ddp_matches_one_process(rank: int, world_size: int) -> dict:

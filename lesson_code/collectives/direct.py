@@ -93,12 +93,7 @@ def _gather_into(peers: Peers, chunks: tuple[torch.Tensor, ...]) -> None:
     recvs = [(chunks[(rank - k) % world_size], (rank - k) % world_size)
              for k in range(1, world_size)]
     sends = [(chunks[rank], (rank + k) % world_size) for k in range(1, world_size)]
-    if peers.batched:
-        peers.post_together(recvs, sends)
-        return
-    works = [peers.post_recv(tensor, source) for tensor, source in recvs]
-    works += [peers.post_send(tensor, dest) for tensor, dest in sends]
-    peers.wait_all(works)
+    peers.post_together(recvs, sends)
 
 
 def direct_reduce_scatter(tensor: torch.Tensor, op: str = "sum", *, group=None,

@@ -43,7 +43,7 @@ def naive_reduce_scatter(tensor: torch.Tensor, op: str = "sum", *, group=None,
             peers.exchange(None, 0, incoming, source)
             total.add_(incoming)
         chunks = torch.tensor_split(total, world_size)
-        peers.wait_all([peers.post_send(chunks[dest], dest) for dest in range(1, world_size)])
+        peers.post_together([], [(chunks[dest], dest) for dest in range(1, world_size)])
         own = chunks[0].clone()
     else:
         own = torch.tensor_split(work, world_size)[peers.rank].clone()
@@ -66,9 +66,9 @@ def naive_all_gather(shard: torch.Tensor, sizes: list[int] | None = None, *, gro
     peers = peers_for("all_gather", group, ledger, timeout_s)
     output, chunks = gather_output(shard, sizes, peers, group, ledger, timeout_s)
     if peers.rank == 0:
-        peers.wait_all([peers.post_recv(chunks[source], source)
-                        for source in range(1, peers.world_size)])
-        peers.wait_all([peers.post_send(output, dest) for dest in range(1, peers.world_size)])
+        others = range(1, peers.world_size)
+        peers.post_together([(chunks[source], source) for source in others], [])
+        peers.post_together([], [(output, dest) for dest in others])
     else:
         peers.exchange(shard.contiguous(), 0, output, 0)  # the whole comes back into output
     peers.counter.commit()

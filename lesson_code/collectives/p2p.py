@@ -108,8 +108,18 @@ class Peers:
         self._wait_all(works)
 
     def post_together(self, recvs: list, sends: list) -> None:
-        """Post (tensor, group rank) receives and sends as one NCCL group; wait for all, bounded."""
-        self._post_together(recvs, sends)
+        """Post (tensor, group rank) receives and sends, then wait for all, each wait bounded.
+
+        Under NCCL they go as one group (batch_isend_irecv), as every `exchange` and ring step
+        does: NCCL carries batched and single messages on different communicators, so a message
+        posted singly on one end and batched on the other never matches. Under gloo they are
+        posted one by one, receives first.
+        """
+        if self.batched:
+            self._post_together(recvs, sends)
+            return
+        works = [self._post(dist.irecv, tensor, source) for tensor, source in recvs]
+        self._wait_all(works + [self._post(dist.isend, tensor, dest) for tensor, dest in sends])
 
     def _post_together(self, recvs: list, sends: list) -> None:
         """Post (tensor, group rank) receives and sends as one NCCL group; wait for all, bounded."""
