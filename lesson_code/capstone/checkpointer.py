@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from lesson_code.checkpoint import CheckpointError
-from lesson_code.checkpoint.tools import latest_checkpoint, prune_checkpoints, recover_checkpoints
+from lesson_code.checkpoint.tools import latest_checkpoint, prune_checkpoints
 from lesson_code.checkpoint.flat_state import FLAT_KEYS
 from lesson_code.checkpoint_lab import load_zero, save_zero
 from lesson_code.experiment import flat_parameters
@@ -32,7 +32,8 @@ def state_copy(model, optimizer) -> dict[str, torch.Tensor]:
 class Checkpointer:
     """Saves after the steps in `save_after`, keeps the newest `keep_last`, rolls back on demand.
 
-    Collective: `maybe_save` and `rollback` are called on every rank. `optimizer` is a
+    Collective: `maybe_save` and `rollback` are called on every rank of the optimizer's group
+    (its communicator's, which may be a sub-group of the run). `optimizer` is a
     `zero.ZeroOptimizer`: its rank and world size are the checkpoint's.
     """
 
@@ -44,6 +45,7 @@ class Checkpointer:
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
         self.folders: dict[int, Path] = {}
         self.skipped: list[str] = []
+        self.prune_failures: list[str] = []  # rank 0's, when deleting old checkpoints failed
 
     def maybe_save(self, step: int, last_loss: float | None) -> Path | None:
         """Save if `step` (steps done) is due; returns the folder written, else None."""
@@ -53,27 +55,32 @@ class Checkpointer:
                            extra={"next_step": step, "last_loss": last_loss})
         self.snapshots[step] = state_copy(self.model, self.optimizer)
         self.folders[step] = folder
-        if self.rank == 0:
-            prune_checkpoints(self.root, self.keep_last)
+        if self.rank == 0:  # housekeeping: a failure is logged, the run goes on on every rank
+            try:
+                prune_checkpoints(self.root, self.keep_last)
+            except (CheckpointError, OSError) as error:
+                self.prune_failures.append(f"{self.root}: {error}")
+                logging.getLogger(__name__).warning("pruning failed, every checkpoint kept: %s",
+                                                    error)
         return folder
 
     def rollback(self) -> tuple[int, float | None]:
         """Load the newest checkpoint that verifies; return (its next step, the loss before it).
 
-        Rank 0 publishes what a crash left hidden, picks the newest checkpoint whose every file
-        verifies (reading every byte), logs why it skipped newer ones (also kept in
-        `self.skipped`) and tells the other ranks. Raises RuntimeError when there is none yet: a
-        run that diverges before its first checkpoint cannot be rolled back, only restarted.
+        Rank 0 of the optimizer's group picks the newest checkpoint whose every file verifies
+        (reading every byte; what a crash left hidden is published first), logs why it skipped
+        newer ones (also kept in `self.skipped`) and tells the other ranks of that group. Raises
+        RuntimeError when there is none yet: a run that diverges before its first checkpoint
+        cannot be rolled back, only restarted.
         """
         choice: list = [None]
         if self.rank == 0:
             try:
-                recover_checkpoints(self.root)
                 folder, skipped = latest_checkpoint(self.root)
                 choice = [(None if folder is None else str(folder), skipped, None)]
             except (CheckpointError, OSError) as error:
                 choice = [(None, [], f"{self.root}: {error}")]
-        dist.broadcast_object_list(choice, src=0)
+        dist.broadcast_object_list(choice, group=self.optimizer.comm.group, group_src=0)
         folder, self.skipped, failure = choice[0]
         for reason in self.skipped if self.rank == 0 else []:
             logging.getLogger(__name__).warning("rollback skipped %s", reason)

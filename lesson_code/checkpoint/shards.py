@@ -243,3 +243,10 @@ def _check_rank(rank: int, world_size: Any, group) -> None:
     if actual != world_size:
         raise ValueError(f"world_size={world_size} but the process group has {actual} ranks: "
                          "pass the group's size (every rank saves one shard)")
+    claimed = _gather(rank, group)  # every rank sees every claim, so all raise alike or none
+    if claimed != list(range(world_size)):
+        wrong = ", ".join(f"rank {actual} passed rank={given}" for actual, given
+                          in enumerate(claimed) if given != actual)
+        raise ValueError(f"each process must pass its own rank in the group ({wrong}): two "
+                         "shards would share a file, or none would write the manifest; pass "
+                         "dist.get_rank(group)")

@@ -8,6 +8,7 @@ on a clock, and reshard a checkpoint taken on N ranks for M ranks. One process, 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import shutil
@@ -57,25 +58,41 @@ def latest_checkpoint(root: Path | str) -> tuple[Path | None, list[str]]:
 
     Candidates, newest step first: the published folders, and for a step that has none, the
     complete hidden copy that a save stopped between its two renames left (.step-N.tmp, then
-    .step-N.replaced; recover_checkpoints() gives it its name). Each is verified like
-    verify_checkpoint, every file's size and sha256 (so this reads every byte of the newest
-    one); the first that passes is returned, with one line per candidate skipped, e.g.
-    ".step-00000004.tmp: an interrupted save, never published" or "step-00000015: <the error>".
+    .step-N.replaced). Each is verified like verify_checkpoint, every file's size and sha256 (so
+    this reads every byte of the newest one); the first that passes is returned, with one line
+    per candidate skipped, e.g. ".step-00000004.tmp: an interrupted save, never published" or
+    "step-00000015: <the error>". It holds root/.lock while it looks, as a save does while it
+    writes, so it never sees a save half-way: a hidden copy it chooses is first published under
+    its step's name (recover_step) and that name returned, never a folder a running save is
+    about to rename. In a folder this process may not write (no lock can be taken there, and no
+    save of its own runs) it looks without the lock and returns a hidden copy as it is.
     """
-    published = list_checkpoints(root)
-    steps = {step for step, _ in published}
-    candidates = [(step, 2, folder) for step, folder in published] + [
-        (step, 1 if folder.suffix == ".tmp" else 0, folder)
-        for step, folder in hidden_copies(root) if step not in steps]
-    skipped = []
-    for _, _, folder in sorted(candidates, reverse=True):
+    root = Path(root)
+    if not root.is_dir():
+        return None, []
+    with contextlib.ExitStack() as stack:
         try:
-            verify_checkpoint(folder)
+            stack.enter_context(locked(root))
+            may_publish = True
+        except OSError:
+            may_publish = False
+        published = list_checkpoints(root)
+        steps = {step for step, _ in published}
+        candidates = [(step, 2, folder) for step, folder in published] + [
+            (step, 1 if folder.suffix == ".tmp" else 0, folder)
+            for step, folder in hidden_copies(root) if step not in steps]
+        skipped = []
+        for step, _, folder in sorted(candidates, reverse=True):
+            try:
+                verify_checkpoint(folder)
+            except CheckpointError as error:
+                hidden = folder.name.startswith(".") and isinstance(error, ManifestMissingError)
+                skipped.append(f"{folder.name}: " + ("an interrupted save, never published"
+                                                     if hidden else str(error)))
+                continue
+            if may_publish and folder.name.startswith("."):
+                folder = recover_step(step_folder(root, step)) or folder
             return folder, skipped
-        except CheckpointError as error:
-            hidden = folder.name.startswith(".") and isinstance(error, ManifestMissingError)
-            skipped.append(f"{folder.name}: " + ("an interrupted save, never published" if hidden
-                                                  else str(error)))
     return None, skipped
 
 
@@ -94,12 +111,16 @@ def recover_checkpoints(root: Path | str) -> list[Path]:
 
 
 def prune_checkpoints(root: Path | str, keep_last: int) -> list[Path]:
-    """Delete all but the newest `keep_last` published checkpoints, and the debris; return both.
+    """Delete the published checkpoints older than the newest `keep_last` that verify, and the
+    debris; return what was deleted.
 
-    Debris is what interrupted saves left hidden (.step-N.tmp, .step-N.replaced); a complete
-    copy whose step has no folder is first recovered (see recover_checkpoints), never deleted.
-    Holds root/.lock, so a save in progress is left alone. Raises ValueError unless keep_last
-    is an int of 1 or more.
+    Only a checkpoint that verifies (every file's size and sha256, so this reads every byte of
+    those it keeps) counts towards `keep_last`: a damaged newest one can never cost the last good
+    one. Damaged checkpoints newer than those kept stay, for inspection (latest_checkpoint skips
+    them); older ones go. Debris is what interrupted saves left hidden (.step-N.tmp,
+    .step-N.replaced); a complete copy whose step has no folder is first recovered (see
+    recover_checkpoints), never deleted. Holds root/.lock, so a save in progress is left alone.
+    Raises ValueError unless keep_last is an int of 1 or more.
     """
     require_positive_int("keep_last", keep_last, "1 or more (keeping none would leave nothing "
                          "to resume from)")
@@ -108,7 +129,16 @@ def prune_checkpoints(root: Path | str, keep_last: int) -> list[Path]:
     with locked(root):
         for step in sorted({step for step, _ in hidden_copies(root)}):
             recover_step(step_folder(root, step))
-        doomed = [folder for _, folder in list_checkpoints(root)[:-keep_last]]
+        verified, doomed = 0, []
+        for _, folder in reversed(list_checkpoints(root)):  # newest first
+            if verified == keep_last:
+                doomed.append(folder)
+                continue
+            try:
+                verify_checkpoint(folder)
+                verified += 1
+            except CheckpointError:
+                pass  # damaged: kept, and not counted
         doomed += [folder for _, folder in hidden_copies(root)]
         for folder in doomed:
             shutil.rmtree(folder)

@@ -81,8 +81,9 @@ def test_a_crash_between_the_two_renames_is_recovered_not_lost(tmp_path):
     names = sorted(path.name for path in tmp_path.iterdir() if path.is_dir())
     assert names == [".step-00000004.replaced", ".step-00000004.tmp", "step-00000002"]
     folder, _ = checkpoint_tools.latest_checkpoint(tmp_path)
-    assert folder == tmp_path / ".step-00000004.tmp"  # complete: the newest save, verified
-    assert checkpoint_tools.recover_checkpoints(tmp_path) == [step_folder(tmp_path, 4)]
+    # .tmp is complete: the newest save, verified, then published under its name
+    assert folder == step_folder(tmp_path, 4) and not (tmp_path / ".step-00000004.tmp").exists()
+    assert checkpoint_tools.recover_checkpoints(tmp_path) == []  # nothing left to publish
     shard, _, manifest = load_sharded(step_folder(tmp_path, 4), rank=1, world_size=2)
     assert manifest["extra"]["value"] == 4.5 and torch.all(shard["value"] == 4.5)
     assert checkpoint_tools.prune_checkpoints(tmp_path, keep_last=2) == [

@@ -1,0 +1,142 @@
+"""Checkpoints at the edges: a ZeRO optimizer on a sub-group, ranks passed wrongly, a prune that
+meets a damaged newest checkpoint or fails, and a look for the latest during a save."""
+
+import shutil
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from lesson_code import checkpoint_lab, launch
+from lesson_code.capstone import checkpointer as capstone_checkpointer
+from lesson_code.capstone.checkpointer import Checkpointer, state_copy
+from lesson_code.checkpoint import save_sharded, step_folder
+from lesson_code.checkpoint.faults import flip_one_byte
+from lesson_code.checkpoint.files import locked
+from lesson_code.checkpoint.staging import staging_folder
+from lesson_code.checkpoint.tools import latest_checkpoint, list_checkpoints, prune_checkpoints
+from lesson_code.collectives.comm import Communicator
+from lesson_code.zero import ZeroOptimizer
+from lesson_code.zero_lab import ZeroRun, run_loss, run_model
+
+RUN = ZeroRun(steps=4)
+
+
+def _step(model, optimizer, step):
+    optimizer.zero_grad()
+    run_loss(RUN, model, step, optimizer.rank, optimizer.world_size).backward()
+    optimizer.step()
+
+
+def zero_on_a_sub_group(rank, world_size, root):
+    """Ranks 1-3 train ZeRO-1 on their own group, save, step on, and roll back; rank 0 idles.
+
+    Every collective of the save, the load and the rollback's choice must stay inside the
+    optimizer's group: one on the default group would wait for rank 0, which never joins.
+    """
+    group = dist.new_group([1, 2, 3])
+    if rank == 0:
+        return None
+    group_rank = dist.get_rank(group)
+    model = run_model(RUN, seed_offset=group_rank)
+    optimizer = ZeroOptimizer(model, 3, group_rank, lr=RUN.lr,
+                              comm=Communicator("ring", group=group, timeout_s=20))
+    saver = Checkpointer(root, model, optimizer, save_after={2}, keep_last=1)
+    for step in range(3):
+        _step(model, optimizer, step)
+        saver.maybe_save(step + 1, None)
+    next_step, _ = saver.rollback()
+    restored = state_copy(model, optimizer)
+    return {"next_step": next_step,
+            "exact": all(torch.equal(restored[key], saver.snapshots[2][key]) for key in restored)}
+
+
+def test_a_zero_optimizer_on_a_sub_group_saves_loads_and_rolls_back(tmp_path):
+    results = launch.spawn(zero_on_a_sub_group, str(tmp_path), world_size=4, timeout_s=60)
+    assert results[0] is None
+    assert results[1:] == [{"next_step": 2, "exact": True}] * 3
+    assert [folder.name for _, folder in list_checkpoints(tmp_path)] == ["step-00000002"]
+
+
+def swapped_ranks(rank, world_size, root):
+    """Ranks 0 and 1 pass each other's rank to save_sharded; the others their own."""
+    given = {0: 1, 1: 0}.get(rank, rank)
+    try:
+        save_sharded(root, {"x": torch.ones(3)}, step=1, rank=given, world_size=world_size)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def test_a_rank_passed_wrongly_is_refused_on_every_rank_before_any_file(tmp_path):
+    messages = launch.spawn(swapped_ranks, str(tmp_path), world_size=3, timeout_s=60)
+    assert len(set(messages)) == 1 and messages[0] is not None, messages
+    assert "rank 0 passed rank=1, rank 1 passed rank=0" in messages[0]
+    assert "dist.get_rank(group)" in messages[0]
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.fixture(scope="module")
+def two_checkpoints(tmp_path_factory):
+    """Checkpoints after steps 2 and 3 of a ZeRO run on 2 ranks."""
+    root = tmp_path_factory.mktemp("two")
+    launch.spawn(checkpoint_lab.train_with_checkpoints, ZeroRun(steps=3), str(root), [2, 3],
+                 world_size=2)
+    return root
+
+
+def test_pruning_never_counts_a_damaged_checkpoint_among_those_kept(two_checkpoints, tmp_path):
+    root = tmp_path / "run"
+    shutil.copytree(two_checkpoints, root)
+    flip_one_byte(step_folder(root, 3) / "shard-00001-of-00002.pt")
+    assert prune_checkpoints(root, keep_last=1) == []  # step 2 is the only good one: kept
+    assert [step for step, _ in list_checkpoints(root)] == [2, 3]
+    assert latest_checkpoint(root)[0] == step_folder(root, 2)
+    shutil.copytree(step_folder(root, 2), step_folder(root, 4))  # a good one newer than both
+    assert prune_checkpoints(root, keep_last=1) == [step_folder(root, 3), step_folder(root, 2)]
+    assert [step for step, _ in list_checkpoints(root)] == [4]
+
+
+def test_latest_checkpoint_waits_for_a_save_and_returns_what_it_published(two_checkpoints,
+                                                                           tmp_path):
+    root = tmp_path / "run"
+    shutil.copytree(two_checkpoints, root)
+    complete = step_folder(root, 3)
+    complete.rename(staging_folder(complete))  # a save of step 3, sealed, not yet renamed
+    holding = threading.Event()
+
+    def save_in_progress():
+        with locked(root):
+            holding.set()
+            time.sleep(0.5)
+
+    saver = threading.Thread(target=save_in_progress)
+    saver.start()
+    holding.wait(10)
+    folder, skipped = latest_checkpoint(root)
+    saver.join()
+    assert folder == step_folder(root, 3) and folder.is_dir() and skipped == []
+    assert not staging_folder(complete).exists()
+
+
+def failing_prune(rank, world_size, root):
+    """Rank 0's prune raises (a disk error); every rank must go on to the next save and step."""
+    def refuse(root, keep_last):
+        raise OSError(5, "Input/output error", str(root))
+    capstone_checkpointer.prune_checkpoints = refuse
+    model = run_model(RUN, seed_offset=rank)
+    optimizer = ZeroOptimizer(model, world_size, rank, lr=RUN.lr)
+    saver = Checkpointer(root, model, optimizer, save_after={1, 2}, keep_last=1)
+    for step in range(3):
+        _step(model, optimizer, step)
+        saver.maybe_save(step + 1, None)
+    return saver.prune_failures
+
+
+def test_a_prune_that_fails_on_rank_0_stops_no_rank(tmp_path):
+    failures = launch.spawn(failing_prune, str(tmp_path), world_size=2, timeout_s=60)
+    assert len(failures[0]) == 2 and "Input/output error" in failures[0][0]
+    assert failures[1] == []
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [1, 2]
