@@ -289,3 +289,51 @@ def imbalance_floor(events: list[tuple[int, int, str, float, float]], num_stages
 def theoretical_bubble(num_stages: int, micro_batches: int) -> float:
     """(P - 1) / (m + P - 1): the idle fraction of GPipe and 1F1B with equal stage times."""
     return (num_stages - 1) / (micro_batches + num_stages - 1)
+
+
+def ideal_timeline(schedule: str, num_stages: int, micro_batches: int, forward: float = 1.0,
+                   backward: float = 2.0) -> list[tuple[int, int, str, float, float]]:
+    """The step `schedule` gives on equal stages with free messages: events (stage, micro-batch,
+    "F" or "B", start, end), like those a real step measures.
+
+    Each stage runs its `schedule_order` one item at a time, each as soon as the stage is free
+    and its input exists: forward i on stage s after forward i on s - 1, backward i after
+    backward i on s + 1 (on the last stage, after its own forward i). Every forward takes
+    `forward`, every backward `backward` (about twice a forward in practice). Its
+    `bubble_fraction` is (P - 1) / (m + P - 1) under both schedules; lesson 79's explorer draws
+    this same timeline in the browser (book/static/explorer-79.js, tested against this).
+    """
+    orders = [schedule_order(schedule, stage, num_stages, micro_batches)
+              for stage in range(num_stages)]
+    done: dict[tuple[int, str, int], float] = {}  # (stage, kind, micro-batch) -> end
+    free, next_item, events = [0.0] * num_stages, [0] * num_stages, []
+    while len(events) < 2 * micro_batches * num_stages:
+        before = len(events)
+        for stage, order in enumerate(orders):
+            while next_item[stage] < len(order):
+                kind, micro = order[next_item[stage]]
+                needs = ((stage - 1, "F", micro) if kind == "F" else
+                         (stage + 1, "B", micro) if stage < num_stages - 1 else (stage, "F", micro))
+                if kind == "F" and stage == 0:
+                    ready = 0.0
+                elif needs in done:
+                    ready = done[needs]
+                else:
+                    break  # its input is not computed yet: another stage goes first
+                start = max(free[stage], ready)
+                free[stage] = done[(stage, kind, micro)] = start + (forward if kind == "F" else backward)
+                events.append((stage, micro, kind, start, free[stage]))
+                next_item[stage] += 1
+        if len(events) == before:  # cannot happen with schedule_order's orders; never spin
+            raise RuntimeError(f"{schedule} with P={num_stages}, m={micro_batches} deadlocks")
+    return sorted(events, key=lambda event: (event[0], event[3]))
+
+
+def peak_in_flight(order: list[tuple[str, int]]) -> int:
+    """The most micro-batches whose activations a stage holds at once under `order` (its
+    forwards not yet matched by their backward): m under GPipe, at most P - s under 1F1B."""
+    held = peak = 0
+    for kind, _ in order:
+        held += 1 if kind == "F" else -1
+        peak = max(peak, held)
+    return peak

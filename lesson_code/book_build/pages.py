@@ -11,7 +11,10 @@ book/_templates/layout.html what the page needs:
   from book/_templates/theme.fa.po (the themes ship no Persian translation);
 - `run_lesson` on lesson pages: how to run the notebook, how long its last run took (from the
   CSV that `make notebooks` writes, read by lesson_code.book_build.run_times) and where to download it;
-- `memory_calculator` on lesson 78: the page loads book/static/memory-calculator.js.
+- `explorer_scripts` on lesson pages: the scripts of the lesson's offline explorers in
+  book/static (EXPLORERS), each filling the page's <div class="explorer" data-explorer="NN">
+  (lesson 78's memory calculator places itself after the cell of its notebook widget), and
+  `explorer_data`, the measured constants they read (lesson_code.book_build.explorer_data).
 
 Before any page is read it puts the notebooks' stored outputs into the execution cache where
 they come from a run of exactly their current code (lesson_code.book_build.cache), so that the build
@@ -26,6 +29,7 @@ import re
 from pathlib import Path
 
 from lesson_code.book_build import cache as book_cache
+from lesson_code.book_build import explorer_data
 from lesson_code.book_build import run_times
 
 CATALOG = "_templates/theme.fa.po"  # relative to the source folder, book/
@@ -34,7 +38,12 @@ LESSONS = "notebooks"  # the folder of the lesson pages, inside the source folde
 DIRECTION = {"fa": "rtl", "en": "ltr"}
 LANGUAGE_NAME = {"fa": "فارسی", "en": "English"}
 PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
-CALCULATOR_LESSON = "78-zero"
+# Each lesson's offline explorers, the scripts its page loads from book/static, in order.
+EXPLORERS = {
+    "78-zero": ("memory-calculator.js",),
+    "76-collectives": ("explorer-common.js", "explorer-76.js"),
+    "79-pipeline": ("explorer-common.js", "explorer-79.js"),
+}
 # How Persian notebooks wrap their prose for JupyterLab, which has no right-to-left setting:
 # <div dir="rtl"> on the cell's first line, </div> on its last, each followed by a blank line.
 RTL_OPEN = re.compile(r'^<div dir="rtl">$')
@@ -149,7 +158,10 @@ def page_context(app, pagename: str, templatename: str, context: dict, doctree) 
     if pagename == "search":
         context["edition_messages"] = json.dumps(messages, ensure_ascii=False)
     context["run_lesson"] = run_box(pagename, app.config.book_run_times, context["pathto"])
-    context["memory_calculator"] = pagename.endswith("/" + CALCULATOR_LESSON)
+    lesson = pagename.rsplit("/", 1)[-1] if edition_of(pagename) else ""
+    context["explorer_scripts"] = EXPLORERS.get(lesson, ())
+    data = explorer_data.for_lesson(lesson)
+    context["explorer_data"] = json.dumps(data, ensure_ascii=False) if data else None
 
 
 def remove_rtl_wrappers(doctree) -> int:

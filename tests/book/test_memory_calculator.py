@@ -7,18 +7,11 @@ memory.bytes_per_rank to the last bit that a float64 sum allows.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from lesson_code import memory
+from javascript import evaluate
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "book" / "static" / "memory-calculator.js"
-CHROMIUM = Path("/usr/bin/chromium-headless-shell")
 PARAMS = [1, 1e6, 7.5e9, 1.75e11, 1e12]
 WORLD_SIZES = [1, 2, 3, 7, 8, 64, 1000]
 PRECISIONS = {"mixed": memory.MIXED_ADAM, "fp32": memory.FP32_ADAM}
@@ -31,23 +24,7 @@ EVALUATE = """(grid) => grid.map(([stage, p, n, precision]) =>
 
 def run_javascript(expression: str, argument: object) -> object:
     """Evaluate `expression` (a JS function of one JSON argument) after loading the calculator."""
-    source = SCRIPT.read_text(encoding="utf-8")
-    if shutil.which("node"):
-        program = f"{source}\nconsole.log(JSON.stringify(({expression})({json.dumps(argument)})));"
-        done = subprocess.run(["node", "-e", program], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-    if not CHROMIUM.exists():
-        pytest.skip("neither node nor chromium-headless-shell is installed to run the script")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        page = browser.new_page()
-        page.add_script_tag(content=source)
-        result = page.evaluate(expression, argument)
-        browser.close()
-    return result
+    return evaluate(["memory-calculator.js"], expression, argument)
 
 
 def test_the_script_computes_what_lesson_code_memory_computes():

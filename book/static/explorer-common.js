@@ -1,0 +1,73 @@
+/*
+ * What every lesson's explorer shares: the page's language, numbers in its digits, SVG
+ * elements, labelled controls, and where an explorer goes on the page. No network, no library.
+ *
+ * An explorer script calls CourseExplorers.mount(name, build): once the page is loaded, build(host,
+ * lang) fills each <div class="explorer" data-explorer="name"> of the page (a markdown cell of the
+ * lesson holds one; in Jupyter it stays an empty div, and the cell above draws the same thing as a
+ * static figure). Under node (the tests) there is no document: only the pure functions load.
+ */
+(() => {
+  "use strict";
+  const PERSIAN = "۰۱۲۳۴۵۶۷۸۹";
+  const SVG = "http://www.w3.org/2000/svg";
+
+  /* `text` with Western digits and the decimal point written the Persian way (as plots.number). */
+  const digits = (text, lang) => (lang === "fa"
+    ? String(text).replace(/\d/g, (d) => PERSIAN[d]).replace(/\./g, "٫") : String(text));
+
+  /* Up to `places` decimals, trailing zeros dropped, in the language's digits. */
+  const format = (value, lang, places = 2) => digits(String(Number(value.toFixed(places))), lang);
+
+  /* A number typed with Persian or Western digits, and either decimal mark. */
+  const parse = (text) => Number(String(text).trim()
+    .replace(/[۰-۹]/g, (d) => PERSIAN.indexOf(d)).replace(/[٫,]/g, "."));
+
+  const element = (tag, attributes = {}, ...children) => {
+    const made = Object.assign(document.createElement(tag), attributes);
+    made.append(...children);
+    return made;
+  };
+
+  const svgElement = (tag, attributes = {}, text = null) => {
+    const made = document.createElementNS(SVG, tag);
+    for (const [name, value] of Object.entries(attributes)) made.setAttribute(name, value);
+    if (text !== null) made.textContent = text;
+    return made;
+  };
+
+  /* A labelled control: the label's text, then the control (native, so the keyboard works). */
+  const labelled = (text, control) => element("label", { className: "explorer__field" }, text, " ", control);
+
+  /* A range slider with its value shown beside it in the page's digits. */
+  const slider = (name, min, max, value, lang) => {
+    const input = element("input", { type: "range", name, min, max, value, step: 1 });
+    const shown = element("output", { className: "explorer__value" }, digits(value, lang));
+    input.addEventListener("input", () => { shown.textContent = digits(input.value, lang); });
+    return { input, shown, wrap: (text) => labelled(text, element("span", {}, input, " ", shown)) };
+  };
+
+  const select = (name, options, chosen) => {
+    const made = element("select", { name });
+    for (const [value, text] of options) made.add(new Option(text, value, false, value === chosen));
+    return made;
+  };
+
+  const mount = (name, build) => {
+    if (typeof document === "undefined") return;
+    const run = () => {
+      const lang = document.body.classList.contains("lang-fa") ? "fa" : "en";
+      for (const host of document.querySelectorAll(`div.explorer[data-explorer="${name}"]`)) {
+        host.lang = lang;
+        host.dir = lang === "fa" ? "rtl" : "ltr";
+        host.replaceChildren();
+        build(host, lang);
+      }
+    };
+    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", run);
+    else run();
+  };
+
+  globalThis.CourseExplorers = { digits, format, parse, element, svgElement, labelled, slider,
+                                 select, mount };
+})();

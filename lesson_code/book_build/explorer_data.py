@@ -1,0 +1,44 @@
+"""What the lessons' offline explorers read from the package: measured constants, as JSON.
+
+An explorer (book/static/explorer-NN.js) computes in the browser with the package's formulas,
+re-written in JavaScript and tested against the Python on a grid (tests/book/test_explorers.py).
+The numbers those formulas take from measurements (fitted alpha and beta, auto's decisions) it
+cannot compute: the book's extension writes them into the lesson's page from here, so the page
+and the package read the very same stored tables.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from lesson_code.collectives import choose
+
+RING_WORLD_SIZES = range(2, 17)  # the ranks lesson 76's explorer offers
+
+
+@lru_cache(maxsize=None)
+def collectives() -> dict:
+    """Lesson 76: each all-reduce algorithm's cost-model name and fitted (alpha, beta) from the
+    book's stored times, auto's decisions for every world size offered, and when and on what
+    machine those times were measured (from the file's comment lines)."""
+    costs = choose.stored_costs(choose.STORED)
+    with open(choose.STORED, encoding="utf-8") as handle:
+        note = " ".join(line[2:].strip() for line in handle if line.startswith("# "))
+    date, machine = re.search(r"measured (\d{4}-\d{2}-\d{2})", note), re.search(r"machine: (.*)$", note)
+    return {
+        "models": {name: choose.MODEL_NAMES["all_reduce"][name] for name in costs.fits},
+        "fits": {name: [fit.alpha, fit.beta] for name, fit in costs.fits.items()},
+        "decisions": {str(n): {"starts": list(table.starts), "algorithms": list(table.algorithms)}
+                      for n in RING_WORLD_SIZES for table in [costs.decisions(n)]},
+        "measured": {"date": date and date.group(1), "machine": machine and machine.group(1)},
+    }
+
+
+LESSONS = {"76-collectives": collectives}
+
+
+def for_lesson(name: str) -> dict | None:
+    """The data of lesson `name`'s explorers ("76-collectives"), or None when they need none."""
+    made = LESSONS.get(name)
+    return made() if made else None

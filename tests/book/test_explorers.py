@@ -1,0 +1,86 @@
+"""The lessons' offline explorers (book/static/explorer-*.js) compute what lesson_code computes.
+
+Each explorer's pure functions run under node (or headless Chromium) on a grid of inputs and
+must give the package's numbers: the same schedules and timelines exactly (they are integers
+and sums of small integers), the same fractions to the last bit a float64 allows.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from javascript import evaluate
+from lesson_code import pipeline
+
+PIPELINE_GRID = [(schedule, p, m) for schedule in pipeline.SCHEDULES for p in range(1, 9)
+                 for m in range(1, 17)]
+
+
+def test_the_schedule_explorer_draws_pipeline_ideal_timeline():
+    got = evaluate(["explorer-common.js", "explorer-79.js"], """(grid) => grid.map(([s, p, m]) => {
+        const E = globalThis.Explorer79;
+        const events = E.timeline(s, p, m);
+        return {orders: [...Array(p).keys()].map((stage) => E.order(s, stage, p, m)),
+                events, bubble: E.bubble(events, p), formula: E.theoretical(p, m),
+                peaks: [...Array(p).keys()].map((stage) => E.peak(E.order(s, stage, p, m)))};
+    })""", PIPELINE_GRID)
+    for (schedule, p, m), js in zip(PIPELINE_GRID, got, strict=True):
+        orders = [pipeline.schedule_order(schedule, stage, p, m) for stage in range(p)]
+        events = pipeline.ideal_timeline(schedule, p, m)
+        assert js["orders"] == [[list(step) for step in order] for order in orders]
+        assert js["events"] == [list(event) for event in events], (schedule, p, m)
+        assert js["bubble"] == pytest.approx(pipeline.bubble_fraction(events, p), abs=1e-15)
+        assert js["formula"] == pytest.approx(pipeline.theoretical_bubble(p, m), rel=1e-15)
+        assert js["peaks"] == [pipeline.peak_in_flight(order) for order in orders]
+
+
+def test_the_ideal_timeline_has_the_formula_bubble_and_1f1b_holds_fewer_micro_batches():
+    for p, m in [(2, 1), (4, 8), (8, 16)]:
+        for schedule in pipeline.SCHEDULES:
+            events = pipeline.ideal_timeline(schedule, p, m)
+            assert pipeline.bubble_fraction(events, p) == pytest.approx(
+                pipeline.theoretical_bubble(p, m), rel=1e-12)
+        held = [pipeline.peak_in_flight(pipeline.schedule_order("1f1b", s, p, m)) for s in range(p)]
+        assert held == [min(p - s, m) for s in range(p)]
+        assert all(pipeline.peak_in_flight(pipeline.schedule_order("gpipe", s, p, m)) == m
+                   for s in range(p))
+
+
+RING_SIZES = [0, 1, 1000, 2 ** 10, 3 * 2 ** 17, 2 ** 20, 2 ** 26, 2 ** 40]
+
+
+def test_the_ring_explorer_steps_and_costs_as_lesson_code_does():
+    from lesson_code.book_build import explorer_data
+    from lesson_code.collectives import choose, cost_model, ring_chunk_indices
+    from lesson_code.plots.collectives import ring_states
+
+    data = explorer_data.collectives()
+    worlds = list(range(1, 17))
+    got = evaluate(["explorer-common.js", "explorer-76.js"], """([data, worlds, sizes]) => {
+        const E = globalThis.Explorer76;
+        return worlds.map((n) => ({
+            chunks: ["reduce_scatter", "all_gather"].map((phase) => [...Array(n).keys()].map((r) =>
+                [...Array(Math.max(n - 1, 0)).keys()].map((s) => E.chunks(phase, r, s, n)))),
+            states: E.states(n),
+            costs: Object.values(data.models).map((model) => sizes.map((b) => [
+                E.messages(model, n), E.bytesPerRank(model, b, n), E.predict(model, b, n, 1e-4, 1e-9)])),
+            auto: n >= 2 ? sizes.map((b) => E.chooses(data.decisions[String(n)], b)) : null}));
+    }""", [data, worlds, RING_SIZES])
+    costs = choose.stored_costs(choose.STORED)
+    for n, js in zip(worlds, got, strict=True):
+        assert js["chunks"] == [[[list(ring_chunk_indices(phase, r, s, n)) for s in range(n - 1)]
+                                 for r in range(n)] for phase in ("reduce_scatter", "all_gather")]
+        frames = ring_states(n)
+        assert [(f["phase"], f["step"]) for f in js["states"]] == [(p, s) for p, s, _, _ in frames]
+        for frame, (_, _, state, sent) in zip(js["states"], frames):
+            assert frame["state"] == [[sorted(held) for held in row] for row in state]
+            assert {tuple(pair) for pair in frame["sent"]} == sent
+        for model, rows in zip(data["models"].values(), js["costs"], strict=True):
+            for nbytes, (messages, per_rank, seconds) in zip(RING_SIZES, rows):
+                assert messages == cost_model.message_count(model, n)
+                assert per_rank == pytest.approx(cost_model.bytes_per_rank(model, nbytes, n), rel=1e-15)
+                assert seconds == pytest.approx(cost_model.predict(model, nbytes, n, 1e-4, 1e-9),
+                                                rel=1e-15)
+        if n >= 2:
+            assert js["auto"] == [costs.decisions(n).choose(nbytes) for nbytes in RING_SIZES]
+    assert data["fits"] == {name: [fit.alpha, fit.beta] for name, fit in costs.fits.items()}
