@@ -8,7 +8,7 @@
  */
 (() => {
   "use strict";
-  const { digits, format, element, svgElement, labelled, slider, select, mount } = globalThis.CourseExplorers;
+  const { digits, format, element, svgElement, labelled, slider, select, sentence, mount } = globalThis.CourseExplorers;
   const mod = (a, n) => ((a % n) + n) % n;
 
   const chunks = (phase, rank, step, n) => (phase === "reduce_scatter"
@@ -68,7 +68,8 @@
   const SIZES = [2 ** 10, 2 ** 14, 2 ** 18, 2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26];
   const size = (nbytes, lang) => {
     const [value, unit] = nbytes >= 2 ** 20 ? [nbytes / 2 ** 20, "MiB"] : [nbytes / 2 ** 10, "KiB"];
-    return `${format(value, lang)} ${unit}`;
+    const text = `${format(value, lang)} ${unit}`;
+    return lang === "fa" ? `\u2066${text}\u2069` : text;  // isolated: "۶۴ MiB", never "MiB ۶۴"
   };
   const TEXT = {
     en: { title: "The ring all-reduce, step by step", ranks: "Ranks N", size: "Message",
@@ -76,7 +77,7 @@
           reduce_scatter: "Reduce-scatter, step {s} of {t}: rank r sends chunk {f} to rank {next}, which adds it",
           all_gather: "All-gather, step {s} of {t}: rank r sends chunk {f} to rank {next}, which keeps it",
           rank: "rank", chunk: "chunk", sent: "outlined: the chunk each rank sends in this step",
-          bytes: "Bytes each rank sends in the whole ring all-reduce, 2(N − 1)/N × message",
+          bytes: "Bytes each rank sends in the whole ring all-reduce, {f} × message",
           algorithm: "algorithm", steps: "messages in a row", perRank: "bytes per rank",
           time: "predicted time (ms)", auto: "auto runs this", fastest: "fastest by the model",
           chart: "Rows: ranks; columns: chunks; each cell lists the ranks whose data it holds",
@@ -88,7 +89,7 @@
           reduce_scatter: "کاهش و پخش، گام {s} از {t}: رتبهٔ r تکهٔ {f} را به رتبهٔ {next} می‌فرستد و آن رتبه آن را جمع می‌زند",
           all_gather: "گردآوری همگانی، گام {s} از {t}: رتبهٔ r تکهٔ {f} را به رتبهٔ {next} می‌فرستد و آن رتبه آن را نگه می‌دارد",
           rank: "رتبه", chunk: "تکه", sent: "خانه‌های قاب‌دار: تکه‌ای که هر رتبه در این گام می‌فرستد",
-          bytes: "بایت‌هایی که هر رتبه در کل کاهش همگانی حلقه‌ای می‌فرستد، 2(N − 1)/N × پیام",
+          bytes: "بایت‌هایی که هر رتبه در کل کاهش همگانی حلقه‌ای می‌فرستد، {f} × پیام",
           algorithm: "الگوریتم", steps: "پیام‌های پشت سر هم", perRank: "بایت هر رتبه",
           time: "زمان پیش‌بینی‌شده (میلی‌ثانیه)", auto: "auto این را اجرا می‌کند", fastest: "سریع‌ترین بنا بر مدل",
           chart: "سطرها رتبه‌ها و ستون‌ها تکه‌ها هستند؛ هر خانه رتبه‌هایی را نشان می‌دهد که داده‌شان در آن است",
@@ -154,20 +155,15 @@
       step.shown.textContent = digits(step.input.value, lang);
       const s = Number(step.input.value);
       const frame = s ? states(n)[s - 1] : null;
-      if (frame) {  // the formulas stay left to right inside a Persian sentence
-        const formula = { f: FORMULAS[frame.phase], next: "(r + 1) mod N",
-                          s: digits(frame.step + 1, lang), t: digits(n - 1, lang) };
-        caption.replaceChildren(...t[frame.phase].split(/(\{\w+\})/).map((part) => {
-          const key = part.slice(1, -1);
-          if (!(part.startsWith("{") && key in formula)) return part;
-          return key === "f" || key === "next" ? element("bdi", { dir: "ltr" }, formula[key]) : formula[key];
-        }));
+      if (frame) {
+        caption.replaceChildren(...sentence(t[frame.phase], { f: FORMULAS[frame.phase],
+          next: "(r + 1) mod N", s: digits(frame.step + 1, lang), t: digits(n - 1, lang) }, ["f", "next"]));
       } else caption.textContent = t.start;
       figure.replaceChildren(grid(frame, n, lang), element("p", { className: "explorer__legend" }, t.sent));
       const sentBytes = bytesPerRank("all_reduce", nbytes, n);
-      const shown = element("dd", {}, `${format(sentBytes / 2 ** 20, lang, 3)} MiB`);
+      const shown = element("dd", {}, element("bdi", { dir: "ltr" }, `${format(sentBytes / 2 ** 20, lang, 3)} MiB`));
       shown.dataset.value = "bytes";
-      facts.replaceChildren(element("dt", {}, t.bytes), shown);
+      facts.replaceChildren(element("dt", {}, ...sentence(t.bytes, { f: "2(N − 1)/N" }, ["f"])), shown);
       const times = Object.entries(data.fits).map(([name, [alpha, beta]]) =>
         [name, predict(data.models[name], nbytes, n, alpha, beta)]);
       const fastest = times.reduce((best, row) => (row[1] < best[1] ? row : best))[0];

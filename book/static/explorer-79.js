@@ -6,7 +6,7 @@
  */
 (() => {
   "use strict";
-  const { digits, format, element, svgElement, labelled, slider, select, mount } = globalThis.CourseExplorers;
+  const { digits, format, element, svgElement, labelled, slider, select, sentence, mount } = globalThis.CourseExplorers;
 
   const order = (schedule, stage, stages, micro) => {
     if (schedule === "gpipe") {
@@ -69,12 +69,12 @@
   const TEXT = {
     en: { title: "A pipeline step, slot by slot", schedule: "Schedule", stages: "Stages P",
           micro: "Micro-batches m", stage: "stage", forward: "forward", backward: "backward (twice as long)",
-          formula: "Bubble (P − 1)/(m + P − 1)", idle: "Idle share of the chart",
+          formula: "Bubble {f}", idle: "Idle share of the chart",
           held: "Most micro-batches whose activations a stage holds",
           chart: "Gantt chart: one row per stage, time to the right" },
     fa: { title: "یک گام خط لوله، خانه به خانه", schedule: "زمان‌بندی", stages: "تعداد مرحله‌ها P",
           micro: "تعداد میکرودسته‌ها m", stage: "مرحلهٔ", forward: "گذر رفت", backward: "گذر برگشت (دو برابر طولانی‌تر)",
-          formula: "حباب (P − 1)/(m + P − 1)", idle: "سهم بیکاری در نمودار",
+          formula: "حباب {f}", idle: "سهم بیکاری در نمودار",
           held: "بیشترین میکرودسته‌هایی که فعال‌سازی‌شان هم‌زمان در یک مرحله می‌ماند",
           chart: "نمودار گانت: هر سطر یک مرحله، زمان به سمت راست" },
   };
@@ -125,10 +125,10 @@
       const row = (term, value, key) => {
         const shown = element("dd", {}, value);
         shown.dataset.value = key;
-        return [element("dt", {}, term), shown];
+        return [element("dt", {}, ...(Array.isArray(term) ? term : [term])), shown];
       };
       facts.replaceChildren(
-        ...row(t.formula, format(theoretical(p, m), lang, 3), "formula"),
+        ...row(sentence(t.formula, { f: "(P − 1)/(m + P − 1)" }, ["f"]), format(theoretical(p, m), lang, 3), "formula"),
         ...row(t.idle, format(bubble(events, p), lang, 3), "idle"),
         ...row(t.held, peaks.map((n, s) => `${t.stage} ${digits(s, lang)}: ${digits(n, lang)}`)
           .join(lang === "fa" ? "، " : ", "), "peaks"));

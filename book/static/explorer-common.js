@@ -53,6 +53,15 @@
     return made;
   };
 
+  /* `template` with each {key} replaced by values[key]: nodes for element.append. A value whose
+     key is in `formulas` goes inside a left-to-right <bdi>, so that "(r − s − 1) mod N" keeps
+     its order inside a Persian sentence. */
+  const sentence = (template, values, formulas = []) => template.split(/(\{\w+\})/).map((part) => {
+    const key = part.slice(1, -1);
+    if (!(part.startsWith("{") && key in values)) return part;
+    return formulas.includes(key) ? element("bdi", { dir: "ltr" }, values[key]) : values[key];
+  });
+
   const mount = (name, build) => {
     if (typeof document === "undefined") return;
     const run = () => {
@@ -69,5 +78,5 @@
   };
 
   globalThis.CourseExplorers = { digits, format, parse, element, svgElement, labelled, slider,
-                                 select, mount };
+                                 select, sentence, mount };
 })();

@@ -6,6 +6,9 @@
  * shards the first s of (optimizer state, gradients, weights) over the N ranks:
  *   DDP (2 + 2 + K) Psi,  ZeRO-1 (2 + 2) Psi + K Psi / N,  ZeRO-2 2 Psi + (2 + K) Psi / N,
  *   ZeRO-3 (2 + 2 + K) Psi / N      (mixed-precision Adam: 2-byte weights and gradients, K = 12).
+ * Each rank also sends, per training step, what lesson_code.memory.traffic_per_step counts: one
+ * all-reduce of the gradients under DDP, 2(N-1)/N Psi elements of the gradients' dtype; the same
+ * under ZeRO-1 and 2 (a reduce-scatter and an all-gather); 3(N-1)/N Psi under ZeRO-3.
  * tests/book/test_memory_calculator.py compares these formulas with lesson_code.memory.
  *
  * It fills every <div class="memory-calculator"></div> of the page; when the page has none, it
@@ -31,6 +34,11 @@
     return { params: precision.params * params / p, grads: precision.grads * params / g,
              optimizer: precision.optimizer * params / o };
   };
+  const VOLUMES = { "DDP": 2, "ZeRO-1": 2, "ZeRO-2": 2, "ZeRO-3": 3 };
+  const trafficPerStep = (stage, params, worldSize, dtypeBytes = 2) => {
+    bytesPerRank(stage, params, worldSize);  // the same checks of stage and world size
+    return VOLUMES[stage] * ((worldSize - 1) / worldSize) * params * dtypeBytes;
+  };
   const totalBytes = (stage, params, worldSize, precision = PRECISIONS.mixed) =>
     Object.values(bytesPerRank(stage, params, worldSize, precision)).reduce((a, b) => a + b, 0);
 
@@ -38,11 +46,13 @@
     en: { title: "Memory per rank, without a kernel", params: "Parameters (billions)",
           ranks: "Ranks N", precision: "Precision", mixed: "mixed (bf16 + fp32 master)",
           fp32: "fp32", stage: "Stage", perParam: "Bytes per parameter", gb: "GB per rank",
-          saving: "Saving vs DDP", note: "Psi = number of parameters; activations not included." },
+          saving: "Saving vs DDP", traffic: "GB sent per rank per step",
+          note: "Psi = number of parameters; activations not included. Traffic: gradients and weights in the gradients' dtype; every rank receives as many bytes as it sends." },
     fa: { title: "حافظهٔ هر رتبه، بدون کرنل", params: "تعداد پارامترها (میلیارد)",
           ranks: "تعداد رتبه‌ها N", precision: "دقت", mixed: "آمیخته (bf16 + نسخهٔ اصلی fp32)",
           fp32: "fp32", stage: "مرحله", perParam: "بایت برای هر پارامتر", gb: "گیگابایت در هر رتبه",
-          saving: "صرفه‌جویی نسبت به DDP", note: "Ψ تعداد پارامترهاست؛ حافظهٔ فعال‌سازی‌ها حساب نشده است." },
+          saving: "صرفه‌جویی نسبت به DDP", traffic: "گیگابایت ارسالی هر رتبه در هر گام",
+          note: "Ψ تعداد پارامترهاست؛ حافظهٔ فعال‌سازی‌ها حساب نشده است. ترافیک: گرادیان‌ها و وزن‌ها با نوع دادهٔ گرادیان‌ها؛ هر رتبه به همان اندازه که می‌فرستد دریافت هم می‌کند." },
   };
   const PERSIAN = "۰۱۲۳۴۵۶۷۸۹";
   /* Up to `digits` decimals, trailing zeros dropped (5.5, 4.19); Persian digits and ٫ for fa. */
@@ -60,7 +70,8 @@
     return STAGES.map((stage) => {
       const total = totalBytes(stage, params, worldSize, precision);
       return { stage, perParam: format(total / params, lang) + "Ψ", gb: format(total / 1e9, lang, 1),
-               saving: format(100 * (1 - total / ddp), lang, 1) + (lang === "fa" ? "٪" : "%") };
+               saving: format(100 * (1 - total / ddp), lang, 1) + (lang === "fa" ? "٪" : "%"),
+               traffic: format(trafficPerStep(stage, params, worldSize, precision.grads) / 1e9, lang, 1) };
     });
   };
 
@@ -99,10 +110,11 @@
         return;
       }
       note.textContent = t.note;
-      const head = `<tr><th>${t.stage}</th><th>${t.perParam}</th><th>${t.gb}</th><th>${t.saving}</th></tr>`;
+      const head = `<tr><th>${t.stage}</th><th>${t.perParam}</th><th>${t.gb}</th><th>${t.saving}</th><th>${t.traffic}</th></tr>`;
       table.innerHTML = head + rows(p, n, precision.value, lang).map((r) =>
         `<tr data-stage="${r.stage}"><td>${r.stage}</td><td class="per-param"><bdi>${r.perParam}</bdi></td>` +
-        `<td class="gb">${r.gb}</td><td class="saving"><bdi>${r.saving}</bdi></td></tr>`).join("");
+        `<td class="gb">${r.gb}</td><td class="saving"><bdi>${r.saving}</bdi></td>` +
+        `<td class="traffic">${r.traffic}</td></tr>`).join("");
     };
     for (const input of [billions, ranks, precision]) input.addEventListener("input", update);
     const controls = document.createElement("div");
@@ -127,7 +139,8 @@
   };
 
   // The formulas, for the page's other scripts and for the test that runs this file under node.
-  globalThis.MemoryCalculator = { STAGES, PRECISIONS, bytesPerRank, totalBytes, format, rows };
+  globalThis.MemoryCalculator = { STAGES, PRECISIONS, bytesPerRank, totalBytes, trafficPerStep,
+                                  format, rows };
   if (typeof document === "undefined") return;
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", place);
   else place();

@@ -443,3 +443,88 @@ def test_every_page_fits_a_phone_screen_in_both_widths(browser, site: str, page:
         assert not v.blocked and not v.console, (v.blocked, v.console)
     finally:
         context.close()
+
+
+# --- The explorers: each lesson's figure that the reader moves, offline, in both editions -----
+
+def shown(value: float, lang: str, places: int) -> str:
+    """A number as the explorers print it: rounded to `places`, trailing zeros dropped, in the
+    edition's digits (explorer-common.js's format)."""
+    from lesson_code.plots import number
+
+    return number(f"{value:.{places}f}".rstrip("0").rstrip("."), lang)
+
+
+def open_explorer(browser, site: str, lesson: str, edition: str, phone: bool) -> Visit:
+    """The lesson page at a desktop or a phone width, offline, its explorer scrolled into view."""
+    size = {"width": PHONE_WIDTHS[0], "height": PHONE_HEIGHT} if phone else {"width": 1280, "height": 900}
+    context = browser.new_context(viewport=size, is_mobile=phone, has_touch=phone)
+    v = Visit(context.new_page())
+    v.page.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).hostname in
+                 LOCAL_HOSTS else (v.blocked.append(r.request.url), r.abort()))
+    listen_to_console(v.page, v)
+    v.page.goto(f"{site}/notebooks/{edition}/{lesson}.html", wait_until="load")
+    v.page.evaluate("() => document.fonts.ready.then(() => true)")
+    return v
+
+
+def check_explorer_76(explorer, edition: str) -> None:
+    """N = 8 and a 64 MiB message: the bytes each rank sends, and auto's choice, as the package
+    computes them; a step moved with the keyboard outlines one chunk per rank."""
+    from lesson_code.book_build import explorer_data
+    from lesson_code.collectives import choose, cost_model
+
+    explorer.locator("input[name=world_size]").fill("8")
+    explorer.locator("select[name=nbytes]").select_option(str(2 ** 26))
+    sent = cost_model.bytes_per_rank("all_reduce", 2 ** 26, 8) / 2 ** 20
+    assert explorer.locator("dd[data-value=bytes]").inner_text() == f"{shown(sent, edition, 3)} MiB"
+    auto = choose.stored_costs(choose.STORED).decisions(8).choose(2 ** 26)
+    assert explorer.locator("tr[data-auto=true]").get_attribute("data-algorithm") == auto
+    assert set(explorer_data.collectives()["fits"]) == set(
+        explorer.locator("tr[data-algorithm]").evaluate_all("rows => rows.map(r => r.dataset.algorithm)"))
+    step = explorer.locator("input[name=step]")
+    step.focus()
+    step.press("ArrowUp")
+    assert explorer.locator("rect.explorer__sent").count() == 8
+
+
+def check_explorer_79(explorer, edition: str) -> None:
+    """GPipe, P = 4, m from 8 to 9 with the keyboard: the bubble formula and the chart's idle
+    share as lesson_code.pipeline computes them, every stage holding all 9 micro-batches."""
+    from lesson_code import pipeline
+
+    explorer.locator("select[name=schedule]").select_option("gpipe")
+    explorer.locator("input[name=stages]").fill("4")
+    micro = explorer.locator("input[name=micro_batches]")
+    micro.fill("8")
+    micro.focus()
+    micro.press("ArrowUp")
+    events = pipeline.ideal_timeline("gpipe", 4, 9)
+    assert explorer.locator("dd[data-value=formula]").inner_text() == shown(
+        pipeline.theoretical_bubble(4, 9), edition, 3)
+    assert explorer.locator("dd[data-value=idle]").inner_text() == shown(
+        pipeline.bubble_fraction(events, 4), edition, 3)
+    assert explorer.locator("rect.explorer__box").count() == len(events) == 2 * 4 * 9
+    assert explorer.locator("dd[data-value=peaks]").inner_text().count(shown(9, edition, 0)) == 4
+
+
+EXPLORER_CHECKS = {"76-collectives": check_explorer_76, "79-pipeline": check_explorer_79}
+
+
+@pytest.mark.parametrize("phone", [False, True], ids=["desktop", "phone"])
+@pytest.mark.parametrize("edition", ["en", "fa"])
+@pytest.mark.parametrize("lesson", sorted(EXPLORER_CHECKS))
+def test_each_explorer_computes_what_the_package_does(browser, site, lesson, edition, phone):
+    v = open_explorer(browser, site, lesson, edition, phone)
+    try:
+        explorer = v.page.locator(f"div.explorer[data-explorer='{lesson[:2]}']")
+        assert explorer.count() == 1 and explorer.get_attribute("lang") == edition
+        EXPLORER_CHECKS[lesson](explorer, edition)
+        explorer.scroll_into_view_if_needed()
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        explorer.screenshot(path=str(SCREENSHOTS / f"explorer-{lesson[:2]}-{edition}-"
+                                                   f"{'phone' if phone else 'desktop'}.png"))
+        assert v.page.evaluate("document.documentElement.scrollWidth") <= v.page.viewport_size["width"]
+        assert not v.blocked and not v.console, (v.blocked, v.console)
+    finally:
+        v.page.context.close()

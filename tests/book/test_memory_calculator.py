@@ -44,3 +44,12 @@ def test_a_bad_world_size_is_refused_with_the_fix():
     message = run_javascript("""() => { try { globalThis.MemoryCalculator.bytesPerRank(
         "ZeRO-1", 1, 0); return "accepted"; } catch (e) { return e.message; } }""", None)
     assert "world size 0" in message and "such as 8" in message
+
+
+def test_the_traffic_column_is_memory_traffic_per_step():
+    got = run_javascript("""(grid) => grid.map(([stage, p, n, precision]) =>
+        globalThis.MemoryCalculator.trafficPerStep(stage, p, n,
+            globalThis.MemoryCalculator.PRECISIONS[precision].grads))""", GRID)
+    for (stage, p, n, name), js in zip(GRID, got, strict=True):
+        python = memory.traffic_per_step(stage, p, n, dtype_bytes=PRECISIONS[name].grads)
+        assert js == pytest.approx(python, rel=1e-15, abs=0), (stage, p, n, name)
