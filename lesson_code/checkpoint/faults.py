@@ -13,6 +13,7 @@ value, so a caller sees what every rank raised and how long it took.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -68,6 +69,51 @@ class TracingDisk(Disk):
         super().fsync(handle)
         status = os.fstat(handle)
         self.events.append(("fsync", status.st_dev, status.st_ino))
+
+
+class SnapshotDisk(Disk):
+    """The real disk, keeping every state the checkpoint folder passes through during a save.
+
+    Before and after each of the save's own disk steps (a durable write, a rename, a folder
+    fsync; not the ones a write makes inside itself) it lists every file and folder under `root`,
+    and keeps the list when it differs from the last one: `states[0]` is the folder before the
+    save, `states[k]` what a crash after the k-th change would leave on disk. With `copies`, each
+    kept state is also copied whole to copies/<k>, real files a test can ask `latest_checkpoint`
+    about. Lesson 80's explorer shows these states.
+    """
+
+    def __init__(self, root: Path | str, copies: Path | str | None = None):
+        self.root, self.copies, self.states, self._depth = Path(root), copies, [], 0
+        self._note()
+
+    def _note(self) -> None:
+        state = sorted(str(path.relative_to(self.root)) + ("/" if path.is_dir() else "")
+                       for path in self.root.rglob("*") if path.name != ".lock")
+        if self.states and state == self.states[-1]:
+            return
+        if self.copies is not None:
+            shutil.copytree(self.root, Path(self.copies) / str(len(self.states)))
+        self.states.append(state)
+
+    def _step(self, action, *args) -> None:
+        if self._depth == 0:
+            self._note()
+        self._depth += 1
+        try:
+            action(*args)
+        finally:
+            self._depth -= 1
+        if self._depth == 0:
+            self._note()
+
+    def write_atomically(self, path: Path, payload: bytes) -> None:
+        self._step(super().write_atomically, path, payload)
+
+    def replace(self, source: Path, destination: Path) -> None:
+        self._step(super().replace, source, destination)
+
+    def fsync_directory(self, folder: Path) -> None:
+        self._step(super().fsync_directory, folder)
 
 
 def flip_one_byte(path: Path | str) -> None:
@@ -186,3 +232,17 @@ def rank_folder(root: str | Path, node: int) -> str:
     folder = Path(root) / f"node{node}"
     folder.mkdir(parents=True, exist_ok=True)
     return str(folder)
+
+
+def states_of_a_save(rank: int, world_size: int, root: str,
+                     copies: str | None = None) -> list[list[str]]:
+    """Save step 1, then record every state of the folder while step 2 is saved (one rank).
+
+    Collective: call on every rank (meant for a world of one, so the states follow one order).
+    Returns `SnapshotDisk.states` of the second save (lists of "path" and "folder/"), each also
+    copied whole under `copies`/<k> when given.
+    """
+    save_small(rank, world_size, root, 1, 1.0)
+    disk = SnapshotDisk(root, copies)
+    save_small(rank, world_size, root, 2, 2.0, disk=disk)
+    return disk.states

@@ -508,7 +508,26 @@ def check_explorer_79(explorer, edition: str) -> None:
     assert explorer.locator("dd[data-value=peaks]").inner_text().count(shown(9, edition, 0)) == 4
 
 
-EXPLORER_CHECKS = {"76-collectives": check_explorer_76, "79-pipeline": check_explorer_79}
+def check_explorer_80(explorer, edition: str) -> None:
+    """Four ranks, a crash after each event in turn (the keyboard moving it): until the rename
+    publishes step 2, latest_checkpoint loads step 1, except once the hidden copy is complete."""
+    explorer.locator("input[name=world_size]").fill("4")
+    crash = explorer.locator("input[name=crash_after]")
+    crash.fill("0")
+    crash.focus()
+    loaded = [explorer.locator("dd[data-value=latest]").inner_text()]
+    for _ in range(4 + 7):  # the save of 4 ranks changes the folder 11 times
+        crash.press("ArrowUp")
+        loaded.append(explorer.locator("dd[data-value=latest]").inner_text())
+    assert loaded == ["step-00000001"] * 10 + ["step-00000002"] * 2, loaded
+    assert explorer.locator("li[data-state=pending]").count() == 0
+    crash.fill("6")
+    assert ".step-00000002.tmp/shard-00003-of-00004.pt" in explorer.locator("pre").inner_text()
+    assert explorer.locator("li[data-state=pending]").count() == 5
+
+
+EXPLORER_CHECKS = {"76-collectives": check_explorer_76, "79-pipeline": check_explorer_79,
+                   "80-checkpoint": check_explorer_80}
 
 
 @pytest.mark.parametrize("phone", [False, True], ids=["desktop", "phone"])

@@ -84,3 +84,33 @@ def test_the_ring_explorer_steps_and_costs_as_lesson_code_does():
         if n >= 2:
             assert js["auto"] == [costs.decisions(n).choose(nbytes) for nbytes in RING_SIZES]
     assert data["fits"] == {name: [fit.alpha, fit.beta] for name, fit in costs.fits.items()}
+
+
+def test_the_crash_explorer_shows_the_states_a_real_save_passes_through(tmp_path):
+    from lesson_code import launch
+    from lesson_code.checkpoint.faults import states_of_a_save
+    from lesson_code.checkpoint.tools import latest_checkpoint
+
+    states = launch.spawn(states_of_a_save, str(tmp_path / "run"), str(tmp_path / "copies"),
+                          world_size=1)[0]
+    got = evaluate(["explorer-common.js", "explorer-80.js"], """(count) => {
+        const E = globalThis.Explorer80;
+        return {events: E.events(1).length,
+                states: [...Array(count).keys()].map((k) => E.stateAfter(1, k)),
+                latest: [...Array(count).keys()].map((k) => E.latestAfter(1, k)),
+                three: [...Array(E.events(3).length + 1).keys()].map((k) => E.stateAfter(3, k))};
+    }""", len(states))
+    assert got["events"] == len(states) - 1  # one event per change of the folder
+    assert got["states"] == states
+    for k, js in enumerate(got["latest"]):
+        folder, skipped = latest_checkpoint(tmp_path / "copies" / str(k))
+        assert js["folder"] == folder.name, k
+        assert js["publishes"] == (".step-00000002.tmp/" in states[k] and folder.name == "step-00000002")
+        reason = {None: [], "interrupted": ["an interrupted save, never published"],
+                  "checksum": ["manifest.sha256 is missing"]}[js["skipped"]]
+        assert len(skipped) == len(reason) and all(r in s for r, s in zip(reason, skipped)), k
+    # Three ranks: each event adds or removes exactly the file it names, and the end is whole.
+    three = got["three"]
+    assert all(len(set(a) ^ set(b)) >= 1 for a, b in zip(three, three[1:]))
+    assert [p for p in three[-1] if p.startswith("step-00000002/shard")] == [
+        f"step-00000002/shard-0000{r}-of-00003.pt" for r in range(3)]
