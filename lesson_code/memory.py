@@ -79,6 +79,16 @@ def memory_table(params: float, world_sizes: list[int],
     return pd.DataFrame(rows)
 
 
+def capstone_bytes(params: int, world_size: int) -> dict[str, int]:
+    """Bytes each rank of lesson 81's run holds: fp32 weights and gradients whole (4 + 4 bytes
+    per parameter), and ZeRO-1's fp32 master copy and two moments (12 bytes) for its shard of
+    ceil(P / N) parameters, the last shard padded to the others' length. The capstone measures
+    the same from its tensors' storage (tests/dist/test_capstone.py compares them)."""
+    require_positive_int("world_size", world_size, "the number of ranks, such as 4")
+    shard = -(-int(params) // world_size)
+    return {"parameters": 4 * int(params), "gradients": 4 * int(params), "optimizer": 12 * shard}
+
+
 def traffic_per_step(stage: str, params: float, world_size: int, dtype_bytes: float = 2,
                      exact: bool = True) -> float:
     """Bytes each rank sends per training step (and receives as many) under `stage`.

@@ -170,6 +170,15 @@ def loss_function(kind: str):
     raise ValueError(f"unknown model kind {kind!r}: use 'mlp' or 'gpt'")
 
 
+def gpt_parameters(config: GPTConfig) -> int:
+    """MiniGPT's parameter count from its shape, without building it (V vocabulary, T context,
+    L blocks of width C): the embeddings VC + TC, per block 12C^2 + 13C (attention 4C^2 + 4C,
+    MLP 8C^2 + 5C, two LayerNorms 4C), the head's LayerNorm 2C and its unbiased VC.
+    Lesson 81's explorer computes the same; tests compare both with `count_parameters`."""
+    V, T, L, C = config.vocab_size, config.context, config.n_layer, config.n_embd
+    return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + V * C
+
+
 def count_parameters(module: nn.Module) -> int:
     """Number of trainable parameters (elements) in `module`."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)

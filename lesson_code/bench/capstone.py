@@ -8,12 +8,16 @@ ZeroRedundancyOptimizer + torch.distributed.checkpoint), each from process start
 alternately, and reports the median of the runs, and whether both printed the same loss per step
 (to the five decimals they print). The table is stored as `measured_capstone.csv` (with this
 machine and the date in its comment lines) in bench-results/, or with `--into-package` in the
-package, where lesson 81 reads it; `--quick` stores nothing.
+package, where lesson 81 reads it; `--quick` stores nothing. Beside it, `measured_capstone_curve.csv`
+keeps the loss curve of one run of the command with a learning-rate spike at step 13 (steps, and
+the guard's rollback), which lesson 81's explorer draws.
 """
 
 from __future__ import annotations
 
+import csv
 import datetime
+import json
 import os
 import re
 import statistics
@@ -28,6 +32,9 @@ import pandas as pd
 from lesson_code.harness.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1] / "measured_capstone.csv"
+CURVE = STORED.with_name("measured_capstone_curve.csv")
+SPIKE_STEP = 13  # as lesson 81's own spiked run
+CURVE_COLUMNS = ("step", "loss", "event", "reason", "to_step", "at_step")
 LOSS_ROW = re.compile(r"^\s*(\d+)\s+(\d+\.\d{5})(\s|$)")
 COMMANDS = {
     "lesson_code.capstone (ours)": ["-m", "lesson_code.capstone"],
@@ -58,6 +65,43 @@ def machine_note(world_size: int, repeats: int) -> str:
             f"process start to exit, median of {repeats} runs, measured "
             f"{datetime.date.today().isoformat()} by python -m lesson_code.bench capstone\n"
             f"machine: {machine_line()}")
+
+
+def store_curve(world_size: int, folder: Path) -> Path:
+    """Run the capstone command once with a learning-rate spike at SPIKE_STEP and store its loss
+    curve (every step, then the guard's events) as folder/measured_capstone_curve.csv."""
+    with tempfile.TemporaryDirectory() as scratch:
+        environment = dict(os.environ, TORCH_CPP_LOG_LEVEL="ERROR")
+        subprocess.run([sys.executable, "-m", "lesson_code.capstone", "--out-dir", scratch,
+                        "--world-size", str(world_size), "--lr-spike-step", str(SPIKE_STEP)],
+                       check=True, capture_output=True, text=True, env=environment, timeout=600)
+        rows = [json.loads(line) for line in (Path(scratch) / "metrics.jsonl").read_text().splitlines()]
+    path = folder / CURVE.name
+    with open(path, "w", newline="") as handle:
+        handle.write(f"# loss per step of python -m lesson_code.capstone --lr-spike-step {SPIKE_STEP} "
+                     f"on {world_size} ranks, and its divergence guard's events, measured "
+                     f"{datetime.date.today().isoformat()} by python -m lesson_code.bench capstone\n"
+                     f"# machine: {machine_line()}\n")
+        writer = csv.DictWriter(handle, fieldnames=CURVE_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def read_curve(path: Path | str = CURVE) -> tuple[list[str], list[dict]]:
+    """The stored curve's comment lines, and its rows as the capstone's metrics give them: steps
+    {step, loss}, events {event, loss, reason, to_step, at_step} (numbers as numbers)."""
+    lines = Path(path).read_text().splitlines()
+    note = [line.removeprefix("# ") for line in lines if line.startswith("#")]
+    rows = []
+    for row in csv.DictReader(line for line in lines if not line.startswith("#")):
+        kept = {key: value for key, value in row.items() if value != ""}
+        for key in ("step", "to_step", "at_step"):
+            if key in kept:
+                kept[key] = int(kept[key])
+        kept["loss"] = float(kept["loss"])
+        rows.append(kept)
+    return note, rows
 
 
 def read_stored(path: Path | str = STORED) -> tuple[list[str], pd.DataFrame]:
@@ -92,6 +136,7 @@ def run(world_size: int, out_dir: Path, quick: bool = False, into_package: bool 
             handle.writelines(f"# {line}\n" for line in machine_note(world_size, repeats).splitlines())
             table.to_csv(handle)
         print(f"stored in {stored}")
+        print(f"stored in {store_curve(world_size, stored.parent)}")
     path = Path(out_dir) / "capstone.csv"
     table.to_csv(path)
     print(f"lesson 81 benchmark: the whole 20-step command on {world_size} ranks, spawn to exit")

@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from lesson_code.bench import capstone as capstone_bench
 from lesson_code.collectives import choose
+from lesson_code.models import GPTConfig
 
 RING_WORLD_SIZES = range(2, 17)  # the ranks lesson 76's explorer offers
 
@@ -24,18 +26,36 @@ def collectives() -> dict:
     machine those times were measured (from the file's comment lines)."""
     costs = choose.stored_costs(choose.STORED)
     with open(choose.STORED, encoding="utf-8") as handle:
-        note = " ".join(line[2:].strip() for line in handle if line.startswith("# "))
-    date, machine = re.search(r"measured (\d{4}-\d{2}-\d{2})", note), re.search(r"machine: (.*)$", note)
+        note = [line[2:].strip() for line in handle if line.startswith("# ")]
     return {
         "models": {name: choose.MODEL_NAMES["all_reduce"][name] for name in costs.fits},
         "fits": {name: [fit.alpha, fit.beta] for name, fit in costs.fits.items()},
         "decisions": {str(n): {"starts": list(table.starts), "algorithms": list(table.algorithms)}
                       for n in RING_WORLD_SIZES for table in [costs.decisions(n)]},
-        "measured": {"date": date and date.group(1), "machine": machine and machine.group(1)},
+        "measured": _measured(note),
     }
 
 
-LESSONS = {"76-collectives": collectives}
+def _measured(note: list[str] | str) -> dict:
+    """{date, machine} from a stored table's comment lines."""
+    text = " ".join(note) if isinstance(note, list) else note
+    date, machine = re.search(r"measured (\d{4}-\d{2}-\d{2})", text), re.search(r"machine: (.*)$", text)
+    return {"date": date and date.group(1), "machine": machine and machine.group(1)}
+
+
+@lru_cache(maxsize=None)
+def capstone() -> dict:
+    """Lesson 81: the stored loss curve of the capstone command with a learning-rate spike (steps
+    and the guard's events, `bench.capstone.read_curve`), when and where it was measured, and the
+    capstone model's shape (the explorer varies its depth and width)."""
+    note, rows = capstone_bench.read_curve()
+    config = GPTConfig()
+    return {"curve": rows, "measured": _measured(note),
+            "gpt": {"vocab_size": config.vocab_size, "context": config.context,
+                    "n_layer": config.n_layer, "n_embd": config.n_embd}}
+
+
+LESSONS = {"76-collectives": collectives, "81-capstone": capstone}
 
 
 def for_lesson(name: str) -> dict | None:

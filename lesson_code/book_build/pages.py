@@ -44,6 +44,7 @@ EXPLORERS = {
     "76-collectives": ("explorer-common.js", "explorer-76.js"),
     "79-pipeline": ("explorer-common.js", "explorer-79.js"),
     "80-checkpoint": ("explorer-common.js", "explorer-80.js"),
+    "81-capstone": ("explorer-common.js", "explorer-81.js"),
 }
 # How Persian notebooks wrap their prose for JupyterLab, which has no right-to-left setting:
 # <div dir="rtl"> on the cell's first line, </div> on its last, each followed by a blank line.

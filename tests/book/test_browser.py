@@ -526,8 +526,28 @@ def check_explorer_80(explorer, edition: str) -> None:
     assert explorer.locator("li[data-state=pending]").count() == 5
 
 
+def check_explorer_81(explorer, edition: str) -> None:
+    """A 12-block, 768-wide MiniGPT on 8 ranks: its parameters and the capstone's bytes per rank
+    as lesson_code counts them; the stored curve drawn with its rollback."""
+    from lesson_code import memory
+    from lesson_code.models import GPTConfig, gpt_parameters
+
+    explorer.locator("input[name=world_size]").fill("8")
+    explorer.locator("input[name=n_layer]").fill("12")
+    explorer.locator("select[name=n_embd]").select_option("768")
+    params = gpt_parameters(GPTConfig(n_layer=12, n_embd=768))
+    from lesson_code.plots import number
+
+    grouped = number(f"{params:,}", edition)
+    assert explorer.locator("dd[data-value=params]").inner_text() == (
+        grouped.replace(",", "٬") if edition == "fa" else grouped)
+    expected = shown(sum(memory.capstone_bytes(params, 8).values()) / 1e6, edition, 0)
+    assert explorer.locator("dd[data-value=zero]").inner_text() == f"{expected} MB"
+    assert explorer.locator("line.explorer__rollback").count() == 1
+
+
 EXPLORER_CHECKS = {"76-collectives": check_explorer_76, "79-pipeline": check_explorer_79,
-                   "80-checkpoint": check_explorer_80}
+                   "80-checkpoint": check_explorer_80, "81-capstone": check_explorer_81}
 
 
 @pytest.mark.parametrize("phone", [False, True], ids=["desktop", "phone"])

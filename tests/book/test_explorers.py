@@ -114,3 +114,32 @@ def test_the_crash_explorer_shows_the_states_a_real_save_passes_through(tmp_path
     assert all(len(set(a) ^ set(b)) >= 1 for a, b in zip(three, three[1:]))
     assert [p for p in three[-1] if p.startswith("step-00000002/shard")] == [
         f"step-00000002/shard-0000{r}-of-00003.pt" for r in range(3)]
+
+
+def test_the_capstone_explorer_counts_parameters_and_bytes_as_lesson_code_does():
+    from lesson_code import memory
+    from lesson_code.book_build import explorer_data
+    from lesson_code.bench import capstone as capstone_bench
+    from lesson_code.models import GPTConfig, MiniGPT, count_parameters, gpt_parameters
+
+    shapes = [{"vocab_size": 64, "context": 16, "n_layer": layers, "n_embd": width}
+              for layers in (1, 2, 5, 24) for width in (32, 64, 768, 2048)]
+    worlds = [1, 2, 3, 4, 7, 16]
+    got = evaluate(["explorer-common.js", "explorer-81.js"], """([shapes, worlds]) => {
+        const E = globalThis.Explorer81;
+        return shapes.map((shape) => { const p = E.parameters(shape);
+            return {p, zero: worlds.map((n) => E.capstoneBytes(p, n)), ddp: E.ddpBytes(p)}; });
+    }""", [shapes, worlds])
+    for shape, js in zip(shapes, got, strict=True):
+        config = GPTConfig(**shape)
+        assert js["p"] == gpt_parameters(config)
+        assert js["zero"] == [memory.capstone_bytes(js["p"], n) for n in worlds]
+        ddp = memory.bytes_per_rank("DDP", js["p"], 4, memory.FP32_ADAM)
+        assert js["ddp"] == {"parameters": ddp["params"], "gradients": ddp["grads"],
+                             "optimizer": ddp["optimizer"]}
+    for shape in shapes[:6]:  # small enough to build: the formula counts the real model
+        assert gpt_parameters(GPTConfig(**shape)) == count_parameters(MiniGPT(GPTConfig(**shape)))
+    data = explorer_data.capstone()
+    assert data["curve"] == capstone_bench.read_curve()[1]
+    rollbacks = [row for row in data["curve"] if row.get("event") == "rollback"]
+    assert [(r["to_step"], r["at_step"]) for r in rollbacks] == [(10, capstone_bench.SPIKE_STEP + 1)]

@@ -34,7 +34,7 @@ def git_status() -> str:
 
 def test_a_full_benchmark_run_stores_into_its_results_folder_and_leaves_the_checkout_clean(tmp_path):
     before_tables, before_status = package_tables(), git_status()
-    assert len(before_tables) == 7  # ddp, zero, pipeline, capstone; three collectives
+    assert len(before_tables) == 8  # ddp, zero, pipeline, capstone and its curve; three collectives
     done = subprocess.run([sys.executable, "-m", "lesson_code.bench", "capstone", "--world-size",
                            "2", "--repeats", "1", "--out-dir", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
@@ -43,6 +43,9 @@ def test_a_full_benchmark_run_stores_into_its_results_folder_and_leaves_the_chec
     note, table = capstone_bench.read_stored(tmp_path / capstone_bench.STORED.name)
     assert f"machine: {machine_line()}" in note and table["same_losses"].all()
     assert f"stored in {tmp_path / capstone_bench.STORED.name}" in done.stdout
+    note, curve = capstone_bench.read_curve(tmp_path / capstone_bench.CURVE.name)
+    assert f"machine: {machine_line()}" in note
+    assert [row["event"] for row in curve if "event" in row] == ["rollback"]
 
 
 def test_the_results_folder_is_beside_the_package_and_can_be_moved(monkeypatch, tmp_path):

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lesson_code import launch
+from lesson_code import launch, memory
 from lesson_code.ddp_lab import attention_key_bias_mask
 from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank
+from lesson_code.models import GPTConfig, gpt_parameters
 from lesson_code.capstone.train import COMPARED, compare_resumed, run_and_resume
 from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
 from lesson_code.experiment import flat_parameters
@@ -58,6 +59,9 @@ def test_c_optimizer_bytes_per_rank_are_12_p_over_n(clean_run):
     numel = results[0]["numel"]
     assert numel == 30080 and results[0]["padding"] == 0
     assert all(r["memory"]["optimizer"] == 12 * numel // 4 for r in results)
+    # Lesson 81's explorer draws memory.capstone_bytes: what the tensors' storage holds.
+    assert all(r["memory"] == memory.capstone_bytes(numel, len(results)) for r in results)
+    assert numel == gpt_parameters(GPTConfig())
 
 
 def test_d_the_step_10_checkpoint_restores_byte_for_byte(clean_run):
