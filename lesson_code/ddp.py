@@ -275,17 +275,26 @@ def make_buckets(params: list[torch.Tensor], cap_bytes: int) -> list[Bucket]:
     A parameter larger than the cap gets a bucket of its own; every parameter lands in exactly
     one bucket, in the order given (BucketedDDP passes them in reverse registration order).
     """
-    buckets, current, size = [], [], 0
-    for param in params:
-        nbytes = param.numel() * param.element_size()
-        if current and (size + nbytes > cap_bytes or param.dtype != current[0].dtype):
-            buckets.append(Bucket(current))
+    groups = bucket_groups([p.numel() * p.element_size() for p in params], cap_bytes,
+                           [p.dtype for p in params])
+    return [Bucket([params[index] for index in group]) for group in groups]
+
+
+def bucket_groups(sizes: list[int], cap_bytes: int, kinds: list | None = None) -> list[list[int]]:
+    """The indices of `sizes` (bytes, in order) each bucket takes: consecutive, at most
+    `cap_bytes` together unless one alone is larger, and of one kind (dtype) each.
+    Lesson 77's explorer cuts its buckets the same way (book/static/explorer-77.js)."""
+    kinds = kinds or [None] * len(sizes)
+    groups, current, size = [], [], 0
+    for index, nbytes in enumerate(sizes):
+        if current and (size + nbytes > cap_bytes or kinds[index] != kinds[current[0]]):
+            groups.append(current)
             current, size = [], 0
-        current.append(param)
+        current.append(index)
         size += nbytes
     if current:
-        buckets.append(Bucket(current))
-    return buckets
+        groups.append(current)
+    return groups
 
 
 def _no_gradient_message(names_by_rank: list[list[str]]) -> str:

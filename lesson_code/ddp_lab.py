@@ -22,7 +22,8 @@ from torch.nn.parallel import DistributedDataParallel
 from lesson_code import launch
 from lesson_code.harness import cli_args
 from lesson_code.collectives.ledger import CommLedger
-from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
+from lesson_code.collectives import cost_model
+from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters, bucket_groups
 from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import RunConfig, flat_parameters, train
 from lesson_code.harness.timing import PhaseClock
@@ -168,6 +169,35 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
                 for key, value in row.items()} for row in model.timeline]
     return {"forward": (0.0, forward), "backward": (forward, computed),
             "wait": (computed, forward + backward), "buckets": buckets}
+
+
+def overlap_model(sizes: list[int], bucket_cap_mb: float, backward_s: float, alpha: float,
+                  beta: float, world_size: int) -> dict:
+    """A model of one bucketed backward pass, which lesson 77's explorer draws.
+
+    `sizes` are the gradients' bytes in the order backward produces them (reverse registration
+    order, as BucketedDDP sees them). Gradient i is ready once the backward has spent a share of
+    `backward_s` proportional to the bytes so far (a matmul's backward costs in proportion to its
+    weights); buckets are cut as BucketedDDP cuts them (`bucket_groups`); each bucket's all-reduce
+    starts when its last gradient is ready and the previous all-reduce has finished, and lasts
+    the ring's alpha-beta time (`cost_model.predict`). Returns {"buckets": [{"bytes", "ready",
+    "start", "end"}], "backward_s", "exposed_s"}: exposed is the communication still running
+    after the backward ended, the wait the step pays. The model gives communication a link of its
+    own; on a CPU whose cores the backward also needs, the measured wait is longer.
+    """
+    total, done, ready_at = sum(sizes), 0, []
+    for nbytes in sizes:
+        done += nbytes
+        ready_at.append(backward_s * done / total)
+    buckets, previous_end = [], 0.0
+    for group in bucket_groups(sizes, int(bucket_cap_mb * 2 ** 20)):
+        nbytes = sum(sizes[index] for index in group)
+        start = max(ready_at[group[-1]], previous_end)
+        previous_end = start + cost_model.predict("all_reduce", nbytes, world_size, alpha, beta)
+        buckets.append({"bytes": nbytes, "ready": ready_at[group[-1]], "start": start,
+                        "end": previous_end})
+    return {"buckets": buckets, "backward_s": backward_s,
+            "exposed_s": max(0.0, previous_end - backward_s)}
 
 
 def attention_key_bias_mask(model: nn.Module) -> torch.Tensor:

@@ -13,8 +13,10 @@ import re
 from functools import lru_cache
 
 from lesson_code.bench import capstone as capstone_bench
+from lesson_code.bench import ddp as ddp_bench
+from lesson_code.bench import stored
 from lesson_code.collectives import choose
-from lesson_code.models import GPTConfig
+from lesson_code.models import GPTConfig, MiniGPT
 
 RING_WORLD_SIZES = range(2, 17)  # the ranks lesson 76's explorer offers
 
@@ -55,7 +57,25 @@ def capstone() -> dict:
                     "n_layer": config.n_layer, "n_embd": config.n_embd}}
 
 
-LESSONS = {"76-collectives": collectives, "81-capstone": capstone}
+@lru_cache(maxsize=None)
+def ddp() -> dict:
+    """Lesson 77: the gradients' bytes of the benchmark's MiniGPT in the order backward makes
+    them, the stored benchmark's backward time (torch's DDP) and its measured waits per bucket
+    size (our bucketed ring), and the ring's alpha and beta on the 4 ranks the book measured."""
+    table, note = stored.load("ddp")
+    model = MiniGPT(ddp_bench.BENCH_GPT)
+    sizes = [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
+    ring = choose.stored_costs(choose.STORED).fits["ring"]
+    torch_row = table[table["wrapper"] == "torch"].iloc[0]
+    ours = table[(table["wrapper"] == "bucketed") & (table["comm"] == "ring")]
+    return {"sizes": sizes, "world_size": int(choose.stored_times(choose.STORED)[0]["world_size"]),
+            "backward_s": float(torch_row["backward_ms"]) / 1e3, "alpha": ring.alpha, "beta": ring.beta,
+            "measured_wait_ms": {f"{row['bucket_mb']:g}": float(row["wait_ms"])
+                                 for _, row in ours.iterrows()},
+            "measured": {"date": note["measured"], "machine": note["machine"]}}
+
+
+LESSONS = {"76-collectives": collectives, "77-ddp": ddp, "81-capstone": capstone}
 
 
 def for_lesson(name: str) -> dict | None:

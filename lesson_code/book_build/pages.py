@@ -42,6 +42,7 @@ PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
 EXPLORERS = {
     "78-zero": ("memory-calculator.js",),
     "76-collectives": ("explorer-common.js", "explorer-76.js"),
+    "77-ddp": ("explorer-common.js", "explorer-77.js"),
     "79-pipeline": ("explorer-common.js", "explorer-79.js"),
     "80-checkpoint": ("explorer-common.js", "explorer-80.js"),
     "81-capstone": ("explorer-common.js", "explorer-81.js"),

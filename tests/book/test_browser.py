@@ -546,7 +546,28 @@ def check_explorer_81(explorer, edition: str) -> None:
     assert explorer.locator("line.explorer__rollback").count() == 1
 
 
-EXPLORER_CHECKS = {"76-collectives": check_explorer_76, "79-pipeline": check_explorer_79,
+def check_explorer_77(explorer, edition: str) -> None:
+    """Quarter-megabyte buckets: the model's buckets and exposed communication as ddp_lab's
+    overlap_model gives them, beside the stored benchmark's measured wait; at 8 MB, none stored."""
+    from lesson_code import ddp_lab
+    from lesson_code.book_build import explorer_data
+
+    data = explorer_data.ddp()
+    explorer.locator("select[name=bucket_mb]").select_option("0.25")
+    model = ddp_lab.overlap_model(data["sizes"], 0.25, data["backward_s"], data["alpha"],
+                                  data["beta"], data["world_size"])
+    assert explorer.locator("dd[data-value=buckets]").inner_text() == shown(len(model["buckets"]), edition, 0)
+    assert explorer.locator("dd[data-value=exposed]").inner_text() == \
+        f"{shown(model['exposed_s'] * 1e3, edition, 1)} ms"
+    assert explorer.locator("dd[data-value=measured]").inner_text() == \
+        f"{shown(data['measured_wait_ms']['0.25'], edition, 1)} ms"
+    assert explorer.locator("rect.explorer__box").count() == 2 * len(model["buckets"])
+    explorer.locator("select[name=bucket_mb]").select_option("8")
+    assert "ms" not in explorer.locator("dd[data-value=measured]").inner_text()
+
+
+EXPLORER_CHECKS = {"76-collectives": check_explorer_76, "77-ddp": check_explorer_77,
+                   "79-pipeline": check_explorer_79,
                    "80-checkpoint": check_explorer_80, "81-capstone": check_explorer_81}
 
 

@@ -143,3 +143,33 @@ def test_the_capstone_explorer_counts_parameters_and_bytes_as_lesson_code_does()
     assert data["curve"] == capstone_bench.read_curve()[1]
     rollbacks = [row for row in data["curve"] if row.get("event") == "rollback"]
     assert [(r["to_step"], r["at_step"]) for r in rollbacks] == [(10, capstone_bench.SPIKE_STEP + 1)]
+
+
+def test_the_overlap_explorer_buckets_and_times_as_ddp_lab_does():
+    from lesson_code import ddp_lab
+    from lesson_code.book_build import explorer_data
+    from lesson_code.ddp import bucket_groups
+
+    data = explorer_data.ddp()
+    cases = [(sizes, mb) for sizes in (data["sizes"], [4, 4, 4], [10 ** 6] * 9, [3 * 2 ** 20, 1])
+             for mb in (0.25, 1, 4, 32, 1e-6)]
+    got = evaluate(["explorer-common.js", "explorer-77.js"], """([cases, data]) => cases.map(([sizes, mb]) => ({
+        groups: globalThis.Explorer77.groups(sizes, Math.trunc(mb * 2 ** 20)),
+        model: globalThis.Explorer77.overlap(sizes, mb, data.backward_s, data.alpha, data.beta, data.world_size)}))
+    """, [cases, data])
+    for (sizes, mb), js in zip(cases, got, strict=True):
+        assert js["groups"] == bucket_groups(sizes, int(mb * 2 ** 20))
+        python = ddp_lab.overlap_model(sizes, mb, data["backward_s"], data["alpha"], data["beta"],
+                                       data["world_size"])
+        assert js["model"]["exposed_s"] == pytest.approx(python["exposed_s"], rel=1e-12, abs=1e-15)
+        for ours, theirs in zip(js["model"]["buckets"], python["buckets"], strict=True):
+            assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-15)
+    # The wrapper cuts the real model's buckets the same way.
+    from lesson_code.bench import ddp as ddp_bench
+    from lesson_code.ddp import make_buckets
+    from lesson_code.models import MiniGPT
+
+    params = list(reversed(list(MiniGPT(ddp_bench.BENCH_GPT).parameters())))
+    assert [len(b.params) for b in make_buckets(params, 4 * 2 ** 20)] == [
+        len(group) for group in bucket_groups(data["sizes"], 4 * 2 ** 20)]
+    assert set(data["measured_wait_ms"]) == {"0.25", "4", "32"}
