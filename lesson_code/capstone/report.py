@@ -1,8 +1,10 @@
 """What the capstone (lesson 81) prints and writes: loss table, memory profile, manifest, metrics.
 
-Plain text for a terminal (the notebook shows the same data as tables and figures). Rank 0's
-records are the run's: every rank holds the same global loss and the same parameters.
-`python -m lesson_code.capstone` prints all of it.
+Plain text for a terminal (the notebook shows the same data as tables and figures), in English or
+Persian (`lang="fa"`, for `python -m lesson_code.capstone --lang fa`): the words change, the
+numbers of the tables and the names of files and tensors do not. Rank 0's records are the run's:
+every rank holds the same global loss and the same parameters. `python -m lesson_code.capstone`
+prints all of it.
 
     print(loss_table(results[0]["records"]))
 """
@@ -10,41 +12,113 @@ records are the run's: every rank holds the same global loss and the same parame
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from lesson_code.checkpoint import read_manifest
 
+LANGUAGES = ("en", "fa")
+PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
 
-def loss_table(records: list[dict]) -> str:
+WORDS = {
+    "en": {
+        "loss_header": "step   loss     grad norm  param norm  step ms",
+        "memory_title": "memory per rank (P = {numel} parameters, N = {n}, padding {padding}; "
+                        "optimizer = 12 x {shard} = 12P/N{plus})",
+        "memory_header": "rank  parameters  gradients  optimizer  12P/N",
+        "plus_padding": " + padding",
+        "manifest": "checkpoint {folder}: step {step}, world size {world_size}, format {format}, "
+                    "manifest sha256 verified",
+        "file": "  {name:26s} {size:7d} B  sha256 {digest}…{where}",
+        "elements": " elements {first}..{last}",
+        "replicated": " (replicated)",
+        "not_finite": "loss is {loss}: not finite",
+        "spike": "loss {loss} is more than {factor} times the previous step's {previous}",
+    },
+    "fa": {
+        "loss_header": "گام   زیان     نرم گرادیان  نرم پارامترها  میلی‌ثانیه",
+        "memory_title": "حافظهٔ هر رتبه به بایت: {numel} پارامتر (P)، {n} رتبه (N)، پدینگ {padding}؛ "
+                        "وضعیت بهینه‌ساز = ۱۲ × {shard} = 12P/N{plus}",
+        "memory_header": "رتبه  پارامترها  گرادیان‌ها  بهینه‌ساز  12P/N",
+        "plus_padding": " + پدینگ",
+        "manifest": "چکپوینت گام {step} با {world_size} رتبه، قالب {format}؛ چکیدهٔ مانیفست وارسی شد: "
+                    "{folder}",
+        "file": "  {name:26s} {size:7d} بایت  sha256 {digest}…{where}",
+        "elements": "  عنصرهای {first} تا {last}",
+        "replicated": "  (تکرارشده)",
+        "not_finite": "زیان {loss} است و متناهی نیست",
+        "spike": "زیان {loss} بیش از {factor} برابر زیان گام قبل ({previous}) است",
+    },
+}
+
+
+def check_language(lang: str) -> str:
+    """`lang` if the report speaks it; ValueError naming the choices otherwise."""
+    if lang not in LANGUAGES:
+        raise ValueError(f"unknown language {lang!r}: use one of {', '.join(LANGUAGES)}")
+    return lang
+
+
+def words(lang: str) -> dict[str, str]:
+    """The report's phrases in `lang` ("en" or "fa")."""
+    return WORDS[check_language(lang)]
+
+
+def number(value, lang: str) -> str:
+    """`value` in `lang`'s digits, for numbers inside a sentence (tables keep Latin digits)."""
+    return str(value).translate(PERSIAN_DIGITS) if check_language(lang) == "fa" else str(value)
+
+
+def reason_text(reason: str, lang: str = "en") -> str:
+    """The divergence guard's reason (`DivergenceGuard.check`, always English) in `lang`."""
+    if check_language(lang) == "en":
+        return reason
+    spike = re.fullmatch(r"loss (\S+) is more than (\S+) times the previous step's (\S+)", reason)
+    if spike:
+        loss, factor, previous = (number(value, lang) for value in spike.groups())
+        return words(lang)["spike"].format(loss=loss, factor=factor, previous=previous)
+    not_finite = re.fullmatch(r"loss is (\S+): not finite", reason)
+    if not_finite:
+        return words(lang)["not_finite"].format(loss=not_finite.group(1))
+    return reason
+
+
+def loss_table(records: list[dict], lang: str = "en") -> str:
     """One row per step: loss, global gradient norm, parameter norm, step time."""
-    lines = ["step   loss     grad norm  param norm  step ms"]
+    lines = [words(lang)["loss_header"]]
     lines += [f"{r['step']:4d}  {r['loss']:.5f}  {r['grad_norm']:9.4f}  {r['param_norm']:10.5f}"
               f"  {1e3 * r['step_time_s']:7.1f}" for r in records]
     return "\n".join(lines)
 
 
-def memory_table(results: list[dict]) -> str:
+def memory_table(results: list[dict], lang: str = "en") -> str:
     """One row per rank: bytes of parameters, gradients and optimizer state, and 12 x shard."""
     numel, shard, padding = results[0]["numel"], results[0]["shard_numel"], results[0]["padding"]
-    n = len(results)
-    lines = [f"memory per rank (P = {numel} parameters, N = {n}, padding {padding}; "
-             f"optimizer = 12 x {shard} = 12P/N{' + padding' if padding else ''})",
-             "rank  parameters  gradients  optimizer  12P/N"]
+    n, said = len(results), words(lang)
+    lines = [said["memory_title"].format(numel=number(numel, lang), n=number(n, lang),
+                                         padding=number(padding, lang), shard=number(shard, lang),
+                                         plus=said["plus_padding"] if padding else ""),
+             said["memory_header"]]
     lines += [f"{r['rank']:4d}  {r['memory']['parameters']:10d}  {r['memory']['gradients']:9d}  "
               f"{r['memory']['optimizer']:9d}  {12 * (numel + padding) // n:5d}" for r in results]
     return "\n".join(lines)
 
 
-def manifest_summary(folder: Path | str) -> str:
-    """The checkpoint's manifest in a few lines: step, world size, every file with size and hash."""
-    manifest = read_manifest(folder)
-    lines = [f"checkpoint {folder}: step {manifest['step']}, world size {manifest['world_size']}, "
-             f"format {manifest['format_version']}, manifest sha256 verified"]
+def manifest_summary(folder: Path | str, lang: str = "en") -> str:
+    """The checkpoint's manifest in a few lines: step, world size, every file with size and hash.
+
+    Reads it with `read_manifest`, which raises a CheckpointError unless manifest.sha256 matches.
+    """
+    manifest, said = read_manifest(folder), words(lang)
+    lines = [said["manifest"].format(folder=folder, step=number(manifest["step"], lang),
+                                     world_size=number(manifest["world_size"], lang),
+                                     format=number(manifest["format_version"], lang))]
     for entry in manifest["files"]:
         layout = entry["layout"]
-        where = (f" elements {layout['start']}..{layout['start'] + layout['length'] - 1}"
-                 if "start" in layout else " (replicated)")
-        lines.append(f"  {entry['name']:26s} {entry['bytes']:7d} B  sha256 {entry['sha256'][:16]}…{where}")
+        where = (said["elements"].format(first=layout["start"], last=layout["start"] + layout["length"] - 1)
+                 if "start" in layout else said["replicated"])
+        lines.append(said["file"].format(name=entry["name"], size=entry["bytes"],
+                                         digest=entry["sha256"][:16], where=where))
     return "\n".join(lines)
 
 

@@ -35,7 +35,9 @@ TABLE_WORDS = {"fa": {
     "2 ranks, half the heads each": "۲ رتبه، هر کدام نیمی از سرها",
     "1 rank, all heads": "۱ رتبه، همهٔ سرها",
     "final loss, never stopped": "زیان پایانی، بی‌وقفه",
-    "final loss, resumed at 10": "زیان پایانی، ازسرگیری در گام ۱۰",
+    "final loss, resumed from step 10": "زیان پایانی، ادامه از چکپوینت گام ۱۰",
+    "rollback": "بازگشت به چکپوینت", "previous_loss": "زیان گام قبل",
+    "limit": "مرز محافظ",
 }}
 
 

@@ -29,9 +29,9 @@ COLOURS = {"write": "#c6dbef", "fsync": "#2171b5", "rename": "black", "publish":
 TABLE_WORDS = {"fa": {
     "file": "فایل", "rank": "رتبه", "all": "همه", "tensors": "تنسورها", "bytes": "بایت",
     "start": "آغاز", "length": "طول", "padding": "پدینگ", "step": "گام",
-    "never stopped": "بی‌وقفه", "resumed at 10": "ازسرگیری در گام ۱۰", "error": "خطا",
+    "never stopped": "بی‌وقفه", "resumed from step 10": "ادامه از چکپوینت گام ۱۰", "error": "خطا",
     "no manifest": "بدون مانیفست", "missing shard": "شارد گم‌شده", "truncated shard": "شارد بریده",
-    "manifest edited": "مانیفست ویرایش‌شده", "another world size": "اندازهٔ جهان دیگر",
+    "manifest edited": "مانیفست ویرایش‌شده", "another world size": "تعداد رتبهٔ دیگر",
     "max_diff_after_10_more_steps": "بیشینهٔ اختلاف پس از ۱۰ گام دیگر", "format": "قالب",
     "count": "شمار", "sum": "جمع", "seconds": "ثانیه", "raised": "خطای برخاسته",
     "max_abs_change": "بیشینهٔ تغییر مطلق", "ours": "قالب ما", "dcp": "DCP",

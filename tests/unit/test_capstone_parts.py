@@ -10,7 +10,8 @@ from lesson_code.capstone import CapstoneConfig, make_corpus
 from lesson_code.data import batch_for_step
 from lesson_code.experiment import RunConfig
 from lesson_code.capstone.guard import DivergenceGuard
-from lesson_code.capstone.report import loss_table, read_metrics, write_metrics
+from lesson_code.capstone.cli import parse_arguments, resume_report
+from lesson_code.capstone.report import loss_table, read_metrics, reason_text, write_metrics
 
 
 def test_corpus_is_deterministic_and_mostly_follows_its_chain():
@@ -85,3 +86,20 @@ def test_metrics_round_trip_and_table(tmp_path):
     assert read_metrics(path) == [{k: v for k, v in records[0].items() if k != "param_norm"},
                                   {"event": "rollback", "to_step": 1}]
     assert "4.00000" in loss_table(records)
+
+
+def test_the_report_speaks_persian_with_the_same_numbers():
+    records = [{"step": 1, "loss": 4.0, "grad_norm": 0.5, "step_time_s": 0.01, "param_norm": 50.0}]
+    english, persian = loss_table(records, "en").splitlines(), loss_table(records, "fa").splitlines()
+    assert english[1:] == persian[1:] and english[0] != persian[0]  # only the words change
+    guard = DivergenceGuard(spike_factor=2.0)
+    guard.check(2.5)
+    assert reason_text(guard.check(129.3), "fa") == "زیان ۱۲۹٫۳ بیش از ۲ برابر زیان گام قبل (۲٫۵) است"
+    assert reason_text(guard.check(math.nan), "fa") == "زیان nan است و متناهی نیست"
+    assert reason_text("another reason", "fa") == "another reason"  # never a wrong translation
+    resumed = {"steps and losses": True, "params": True, "rng_state": False}
+    report = resume_report(CapstoneConfig(), 4, True, resumed, "fa")
+    assert "گام‌ها و زیان‌ها: True" in report and "وضعیت مولد اعداد تصادفی: False" in report
+    assert report.count(": True") == 3 and "resume check" not in report
+    assert resume_report(CapstoneConfig(), 4, True, resumed).startswith("resume check 1: step-10 ")
+    assert parse_arguments(["--lang", "fa"])[1] == "fa" and parse_arguments([])[1] == "en"
