@@ -68,8 +68,7 @@
   const SIZES = [2 ** 10, 2 ** 14, 2 ** 18, 2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26];
   const size = (nbytes, lang) => {
     const [value, unit] = nbytes >= 2 ** 20 ? [nbytes / 2 ** 20, "MiB"] : [nbytes / 2 ** 10, "KiB"];
-    const text = `${format(value, lang)} ${unit}`;
-    return lang === "fa" ? `\u2066${text}\u2069` : text;  // isolated: "۶۴ MiB", never "MiB ۶۴"
+    return `${format(value, lang)} ${unit}`;  // in Persian read from the right: the number, then the unit
   };
   const TEXT = {
     en: { title: "The ring all-reduce, step by step", ranks: "Ranks N", size: "Message",
@@ -161,7 +160,7 @@
       } else caption.textContent = t.start;
       figure.replaceChildren(grid(frame, n, lang), element("p", { className: "explorer__legend" }, t.sent));
       const sentBytes = bytesPerRank("all_reduce", nbytes, n);
-      const shown = element("dd", {}, element("bdi", { dir: "ltr" }, `${format(sentBytes / 2 ** 20, lang, 3)} MiB`));
+      const shown = element("dd", {}, `${format(sentBytes / 2 ** 20, lang, 3)} MiB`);
       shown.dataset.value = "bytes";
       facts.replaceChildren(element("dt", {}, ...sentence(t.bytes, { f: "2(N − 1)/N" }, ["f"])), shown);
       const times = Object.entries(data.fits).map(([name, [alpha, beta]]) =>

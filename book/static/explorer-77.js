@@ -8,7 +8,7 @@
  */
 (() => {
   "use strict";
-  const { digits, format, element, svgElement, labelled, select, mount } = globalThis.CourseExplorers;
+  const { digits, format, element, svgElement, labelled, select, chartWidth, mount } = globalThis.CourseExplorers;
 
   const groups = (sizes, capBytes) => {
     const found = [];
@@ -53,18 +53,18 @@
           measured: "Measured wait at this bucket size (stored benchmark, 4 ranks on 2 cores)",
           none: "not measured at this size", chart: "Timeline: the backward pass, then each bucket's all-reduce",
           note: "Gradients are ready as the backward reaches them, in proportion to their bytes; each all-reduce takes the ring's alpha–beta time with the α and β fitted to the book's stored times. The model gives communication a link of its own: on a CPU the backward also needs those cores, so the measured wait is longer. Measured on {date} on: " },
-    fa: { title: "سطل‌ها و هم‌پوشانی در یک گذر برگشت", bucket: "اندازهٔ سطل (مگابایت)", speed: "سرعت پیوند",
+    fa: { title: "باکت‌ها و هم‌پوشانی در یک گذر برگشت", bucket: "اندازهٔ باکت (مگابایت)", speed: "سرعت پیوند",
           measuredLink: "همان اندازه‌گیری‌شده", times: "× سریع‌تر", backward: "گذر برگشت", comm: "کاهش‌های همگانی",
-          buckets: "تعداد سطل‌ها", exposed: "ارتباطی که پس از گذر برگشت می‌ماند (مدل)",
-          measured: "انتظار اندازه‌گیری‌شده با این اندازهٔ سطل (محک ذخیره‌شده، ۴ رتبه روی ۲ هسته)",
-          none: "با این اندازه اندازه‌گیری نشده است", chart: "خط زمانی: گذر برگشت، سپس کاهش همگانی هر سطل",
+          buckets: "تعداد باکت‌ها", exposed: "ارتباطی که پس از گذر برگشت می‌ماند (مدل)",
+          measured: "انتظار اندازه‌گیری‌شده با این اندازهٔ باکت (محک ذخیره‌شده، ۴ رتبه روی ۲ هسته)",
+          none: "با این اندازه اندازه‌گیری نشده است", chart: "خط زمانی: گذر برگشت، سپس کاهش همگانی هر باکت",
           note: "گرادیان‌ها به نسبت بایت‌هایشان، همان‌جا که گذر برگشت به آن‌ها می‌رسد، آماده می‌شوند؛ هر کاهش همگانی زمانِ مدل آلفا–بتای حلقه را با α و β برازش‌شده به زمان‌های ذخیره‌شدهٔ کتاب می‌گیرد. مدل برای ارتباط پیوندی جدا فرض می‌کند: روی CPU گذر برگشت هم همان هسته‌ها را می‌خواهد، پس انتظار اندازه‌گیری‌شده بیشتر است. اندازه‌گیری‌شده در {date} روی: " },
   };
 
-  const timeline = (model, lang) => {
+  const timeline = (model, lang, width) => {
     const t = TEXT[lang];
     const end = Math.max(model.backward_s, ...model.buckets.map((b) => b.end));
-    const [width, left] = [720, 110];
+    const left = 110;
     const x = (s) => left + (s / end) * (width - left - 10);
     const svg = svgElement("svg", { viewBox: `0 0 ${width} 96`, role: "img", "aria-label": t.chart,
                                     class: "explorer__chart" });
@@ -95,7 +95,7 @@
     const update = () => {
       const mb = Number(bucket.value);
       const model = overlap(data.sizes, mb, data.backward_s, data.alpha, data.beta / Number(speed.value), data.world_size);
-      figure.replaceChildren(timeline(model, lang));
+      figure.replaceChildren(timeline(model, lang, chartWidth(figure)));
       const measured = Number(speed.value) === 1 ? data.measured_wait_ms[String(mb)] : undefined;
       const row = (term, value, key) => {
         const shown = element("dd", {}, value);

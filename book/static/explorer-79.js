@@ -87,7 +87,7 @@
     const span = Math.max(...events.map((e) => e[4]));
     const unit = (WIDTH - LABEL - 4) / span;
     const svg = svgElement("svg", { viewBox: `0 0 ${WIDTH} ${stages * ROW + 4}`, role: "img",
-                                    "aria-label": t.chart, class: "explorer__chart" });
+                                    "aria-label": t.chart, class: "explorer__chart explorer__chart--wide" });
     for (let s = 0; s < stages; s += 1) {
       svg.append(svgElement("text", { x: LABEL - 6, y: s * ROW + ROW / 2 + 6, "text-anchor": "end",
                                       class: "explorer__label" }, `${t.stage} ${digits(s, lang)}`));

@@ -8,7 +8,7 @@
  */
 (() => {
   "use strict";
-  const { digits, format, element, svgElement, labelled, slider, select, mount } = globalThis.CourseExplorers;
+  const { digits, format, element, svgElement, labelled, slider, select, chartWidth, mount } = globalThis.CourseExplorers;
 
   const parameters = ({ vocab_size: V, context: T, n_layer: L, n_embd: C }) =>
     V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + V * C;
@@ -42,55 +42,61 @@
   };
   const megabytes = (bytes, lang) => `${format(bytes / 1e6, lang, bytes < 1e7 ? 2 : 0)} MB`;
 
-  const bars = (rows, lang) => {
+  /* One bar per row, its name above it, its parts stacked from the left, its total after it;
+     then the legend. Drawn at the column's width, so that its text stays legible on a phone. */
+  const bars = (rows, lang, width) => {
     const t = TEXT[lang];
     const most = Math.max(...rows.map(([, bytes]) => PARTS.reduce((s, p) => s + bytes[p], 0)));
-    const width = 720;
-    const label = 170;
-    const svg = svgElement("svg", { viewBox: `0 0 ${width} ${rows.length * 40 + 30}`, role: "img",
+    const [rowHeight, barTop, legendTop] = [46, 18, rows.length * 46 + 8];
+    const svg = svgElement("svg", { viewBox: `0 0 ${width} ${legendTop + 22}`, role: "img",
                                     "aria-label": t.memoryChart, class: "explorer__chart" });
     rows.forEach(([name, bytes], row) => {
-      let x = label;
-      svg.append(svgElement("text", { x: label - 8, y: row * 40 + 24, "text-anchor": "end",
-                                      class: "explorer__label" }, name));
+      let x = 4;
+      svg.append(svgElement("text", { x: 4, y: row * rowHeight + 12, class: "explorer__label" }, name));
       for (const part of PARTS) {
-        const w = (bytes[part] / most) * (width - label - 90);
-        svg.append(svgElement("rect", { x, y: row * 40 + 8, width: Math.max(w, 0.5), height: 24,
+        const w = (bytes[part] / most) * (width - 90);
+        svg.append(svgElement("rect", { x, y: row * rowHeight + barTop, width: Math.max(w, 0.5), height: 20,
                                         class: `explorer__part explorer__part--${part}` }));
         x += w;
       }
-      svg.append(svgElement("text", { x: x + 6, y: row * 40 + 24, class: "explorer__label" },
+      svg.append(svgElement("text", { x: x + 6, y: row * rowHeight + barTop + 15, class: "explorer__label" },
                             megabytes(PARTS.reduce((s, p) => s + bytes[p], 0), lang)));
     });
     PARTS.forEach((part, index) => {
-      const x = label + index * 170;
-      svg.append(svgElement("rect", { x, y: rows.length * 40 + 12, width: 12, height: 12,
+      const x = 4 + index * (width / 3);
+      svg.append(svgElement("rect", { x, y: legendTop, width: 12, height: 12,
                                       class: `explorer__part explorer__part--${part}` }));
-      svg.append(svgElement("text", { x: x + 18, y: rows.length * 40 + 23, class: "explorer__label" }, t[part]));
+      svg.append(svgElement("text", { x: x + 18, y: legendTop + 11, class: "explorer__label" }, t[part]));
     });
     return svg;
   };
 
-  const curve = (rows, lang) => {
+  const curve = (rows, lang, width) => {
     const t = TEXT[lang];
     const steps = rows.filter((r) => r.event === undefined);
     const events = rows.filter((r) => r.event === "rollback");
     const losses = rows.map((r) => r.loss);
     const [low, high] = [Math.log10(Math.min(...losses)), Math.log10(Math.max(...losses))];
     const last = Math.max(...rows.map((r) => r.step || r.at_step || 0));
-    const [width, height, left, bottom] = [720, 260, 60, 40];
+    const [height, left, bottom] = [260, 60, 40];
     const x = (step) => left + (step / last) * (width - left - 20);
-    const y = (loss) => 10 + (1 - (Math.log10(loss) - low) / (high - low || 1)) * (height - bottom - 10);
+    const top = 30;  // room above the plot for the loss axis's name
+    const y = (loss) => top + (1 - (Math.log10(loss) - low) / (high - low || 1)) * (height - bottom - top);
     const svg = svgElement("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": t.curve,
                                     class: "explorer__chart" });
     svg.append(svgElement("path", { d: steps.map((r, i) => `${i ? "L" : "M"}${x(r.step).toFixed(1)},${y(r.loss).toFixed(1)}`).join(""),
                                     class: "explorer__line" }));
     for (const r of steps) svg.append(svgElement("circle", { cx: x(r.step), cy: y(r.loss), r: 3, class: "explorer__point" }));
     for (const e of events) {
-      svg.append(svgElement("line", { x1: x(e.to_step), x2: x(e.to_step), y1: 10, y2: height - bottom,
+      svg.append(svgElement("line", { x1: x(e.to_step), x2: x(e.to_step), y1: top, y2: height - bottom,
                                       class: "explorer__rollback" }));
-      svg.append(svgElement("text", { x: x(e.to_step) + 4, y: 24, class: "explorer__label" },
+      svg.append(svgElement("text", { x: x(e.to_step) + 4, y: height - bottom - 6, class: "explorer__label" },
                             t.rollback.replace("{to}", digits(e.to_step, lang))));
+      const before = steps.filter((r) => r.step === e.at_step - 1).pop();  // joined to the spike, as in the figure
+      if (before) {
+        svg.append(svgElement("line", { x1: x(before.step), y1: y(before.loss), x2: x(e.at_step), y2: y(e.loss),
+                                        class: "explorer__rollback" }));
+      }
       svg.append(svgElement("text", { x: x(e.at_step), y: y(e.loss) + 5, "text-anchor": "middle",
                                       class: "explorer__rejected" }, "✕"));
       svg.append(svgElement("text", { x: x(e.at_step) + 10, y: y(e.loss) + 5, class: "explorer__label" },
@@ -106,7 +112,7 @@
     }
     svg.append(svgElement("text", { x: (left + width) / 2, y: height - 4, "text-anchor": "middle",
                                     class: "explorer__label" }, t.step));
-    svg.append(svgElement("text", { x: 4, y: height - bottom + 18, class: "explorer__label" }, t.loss));
+    svg.append(svgElement("text", { x: 4, y: 14, class: "explorer__label" }, t.loss));
     return svg;
   };
 
@@ -124,7 +130,7 @@
       const n = Number(ranks.input.value);
       const zero = capstoneBytes(p, n);
       const ddp = ddpBytes(p);
-      memory.replaceChildren(bars([[t.zero, zero], [t.ddp, ddp]], lang));
+      memory.replaceChildren(bars([[t.zero, zero], [t.ddp, ddp]], lang, chartWidth(memory)));
       const total = (bytes) => PARTS.reduce((s, part) => s + bytes[part], 0);
       const row = (term, value, key) => {
         const shown = element("dd", {}, element("bdi", {}, value));
@@ -133,10 +139,11 @@
       };
       const grouped = p.toLocaleString("en-US");
       facts.replaceChildren(...row(t.params, lang === "fa" ? digits(grouped, lang).replace(/,/g, "٬") : grouped, "params"),
-                            ...row(`${t.zero}, ${t.perRank}`, megabytes(total(zero), lang), "zero"),
+                            ...row(`${t.zero}${lang === "fa" ? "، " : ", "}${t.perRank}`, megabytes(total(zero), lang), "zero"),
                             ...row(t.saving, megabytes(total(ddp) - total(zero), lang), "saving"));
     };
     for (const control of [ranks.input, layers.input, width]) control.addEventListener("input", update);
+    const curveFigure = element("div", { className: "explorer__figure", dir: "ltr" });
     const measured = element("p", { className: "explorer__note" },
       t.measured.replace("{date}", digits(data.measured.date, lang)),
       element("bdi", { dir: "ltr" }, data.measured.machine));
@@ -145,8 +152,9 @@
                         layers.wrap(t.layers), labelled(t.width, width)),
                 memory, facts,
                 element("p", { className: "explorer__legend" }, t.curve),
-                element("div", { className: "explorer__figure", dir: "ltr" }, curve(data.curve, lang)), measured);
+                curveFigure, measured);
     update();
+    curveFigure.append(curve(data.curve, lang, chartWidth(curveFigure)));
   };
 
   globalThis.Explorer81 = { parameters, capstoneBytes, ddpBytes };

@@ -62,6 +62,10 @@
     return formulas.includes(key) ? element("bdi", { dir: "ltr" }, values[key]) : values[key];
   });
 
+  /* The width, in CSS pixels, to draw a chart in `figure` at (its text then keeps its size on a
+     phone instead of shrinking with a wide drawing): the column's width, 300 to 720. */
+  const chartWidth = (figure) => Math.max(300, Math.min(720, figure.clientWidth || 720));
+
   const mount = (name, build) => {
     if (typeof document === "undefined") return;
     const run = () => {
@@ -78,5 +82,5 @@
   };
 
   globalThis.CourseExplorers = { digits, format, parse, element, svgElement, labelled, slider,
-                                 select, sentence, mount };
+                                 select, sentence, chartWidth, mount };
 })();

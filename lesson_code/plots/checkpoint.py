@@ -35,6 +35,7 @@ TABLE_WORDS = {"fa": {
     "max_diff_after_10_more_steps": "بیشینهٔ اختلاف پس از ۱۰ گام دیگر", "format": "قالب",
     "count": "شمار", "sum": "جمع", "seconds": "ثانیه", "raised": "خطای برخاسته",
     "max_abs_change": "بیشینهٔ تغییر مطلق", "ours": "قالب ما", "dcp": "DCP",
+    "change": "تغییر", "loads": "بارگذاری می‌شود", "skipped": "کنار گذاشته",
 }}
 
 

@@ -85,6 +85,8 @@ TABLE_LABELS = {
     "key-bias gradient": "گرادیان بایاس کلید", "Adam eps": "eps در Adam",
     "first step / lr": "گام نخست / lr", "smallest max_param_diff": "کمینهٔ بیشینهٔ اختلاف پارامتر",
     "largest max_param_diff": "بیشینهٔ بیشینهٔ اختلاف پارامتر",
+    "buckets": "تعداد باکت‌ها", "exposed comm, model (ms)": "ارتباط پس از گذر برگشت، مدل (ms)",
+    "wait, measured (ms)": "انتظار، اندازه‌گیری‌شده (ms)",
 }
 
 

@@ -14,11 +14,11 @@ from lesson_code.plots import number, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
-    "en": {"stage": "stage", "time": "time (ms)", "F": "forward", "B": "backward",
+    "en": {"stage": "stage", "time": "time (ms)", "slots": "time (slots: a forward takes 1, a backward 2)", "F": "forward", "B": "backward",
            "micro": "micro-batches m", "bubble": "bubble (idle fraction)",
            "measured": "measured, P = {p}", "formula": "(P − 1)/(m + P − 1), P = {p}",
            "floor": "imbalance floor, P = {p}"},
-    "fa": {"stage": "مرحله", "time": "زمان (ms)", "F": "گذر رفت", "B": "گذر برگشت",
+    "fa": {"stage": "مرحله", "time": "زمان (ms)", "slots": "زمان (خانه‌ها: هر گذر رفت ۱ و هر گذر برگشت ۲)", "F": "گذر رفت", "B": "گذر برگشت",
            "micro": "تعداد میکرودسته‌ها m", "bubble": "حباب (کسر زمان بیکاری)",
            "measured": "اندازه‌گیری‌شده، P = {p}", "formula": "(P − 1)/(m + P − 1)، P = {p}",
            "floor": "کف ناترازی، P = {p}"},
@@ -46,21 +46,25 @@ def table(frame, lang: str = "en"):
 COLOURS = {"F": "#8fbbd9", "B": "#1f77b4"}
 
 
-def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en") -> Figure:
-    """One Gantt panel per schedule: a row per stage, a box per forward/backward, numbered."""
+def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = False) -> Figure:
+    """One Gantt panel per schedule: a row per stage, a box per forward/backward, numbered.
+
+    Times are seconds of a measured step, drawn in milliseconds; with `slots`, the time units
+    of `pipeline.ideal_timeline` (a forward takes 1), drawn as they are."""
+    scale = 1 if slots else 1e3
     labels, fig, axes = start_figure(LABELS, lang, len(runs), 1, figsize=(9, 1.2 + 1.6 * len(runs)),
                                      squeeze=False)
     for ax, (title, events) in zip(axes[:, 0], runs.items()):
         stages = sorted({e[0] for e in events})
         for stage, micro, kind, start, end in events:
-            ax.barh(stage, 1e3 * (end - start), left=1e3 * start, height=0.7,
+            ax.barh(stage, scale * (end - start), left=scale * start, height=0.7,
                     color=COLOURS[kind], edgecolor="white")
-            ax.text(1e3 * (start + end) / 2, stage, str(micro), ha="center", va="center",
+            ax.text(scale * (start + end) / 2, stage, number(micro, lang), ha="center", va="center",
                     fontsize=7, color="black" if kind == "F" else "white")
         ax.set_yticks(stages, [f"{labels['stage']} {number(s, lang)}" for s in stages])
         ax.invert_yaxis()
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel(labels["time"])
+        ax.set_xlabel(labels["slots" if slots else "time"])
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in "FB"]
     fig.legend(handles, [labels["F"], labels["B"]], loc="lower center", ncol=2, fontsize=8)
     fig.tight_layout(rect=(0, 0.05, 1, 1))

@@ -543,7 +543,7 @@ def check_explorer_81(explorer, edition: str) -> None:
         grouped.replace(",", "٬") if edition == "fa" else grouped)
     expected = shown(sum(memory.capstone_bytes(params, 8).values()) / 1e6, edition, 0)
     assert explorer.locator("dd[data-value=zero]").inner_text() == f"{expected} MB"
-    assert explorer.locator("line.explorer__rollback").count() == 1
+    assert explorer.locator("line.explorer__rollback").count() == 2  # the rollback, the rejected step
 
 
 def check_explorer_77(explorer, edition: str) -> None:
@@ -585,6 +585,16 @@ def test_each_explorer_computes_what_the_package_does(browser, site, lesson, edi
         explorer.screenshot(path=str(SCREENSHOTS / f"explorer-{lesson[:2]}-{edition}-"
                                                    f"{'phone' if phone else 'desktop'}.png"))
         assert v.page.evaluate("document.documentElement.scrollWidth") <= v.page.viewport_size["width"]
+        if not phone:  # the theme's dark mode: the explorer's words take the page's text colour
+            v.page.emulate_media(color_scheme="dark")
+            v.page.wait_for_function("document.documentElement.dataset.theme === 'dark'")
+            colours = v.page.evaluate("""(host) => [getComputedStyle(document.querySelector(host + ' .explorer__title')).color,
+                getComputedStyle(document.querySelector('article.bd-article p')).color,
+                [...document.querySelectorAll(host + ' .explorer__label')].map(t => getComputedStyle(t).fill)]""",
+                f"div.explorer[data-explorer='{lesson[:2]}']")
+            title, text, labels = colours
+            assert title == text and all(fill == text for fill in labels), colours
+            explorer.screenshot(path=str(SCREENSHOTS / f"explorer-{lesson[:2]}-{edition}-dark.png"))
         assert not v.blocked and not v.console, (v.blocked, v.console)
     finally:
         v.page.context.close()

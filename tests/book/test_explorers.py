@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from javascript import evaluate
+from javascript import STATIC, evaluate
 from lesson_code import pipeline
 
 PIPELINE_GRID = [(schedule, p, m) for schedule in pipeline.SCHEDULES for p in range(1, 9)
@@ -173,3 +173,16 @@ def test_the_overlap_explorer_buckets_and_times_as_ddp_lab_does():
     assert [len(b.params) for b in make_buckets(params, 4 * 2 ** 20)] == [
         len(group) for group in bucket_groups(data["sizes"], 4 * 2 ** 20)]
     assert set(data["measured_wait_ms"]) == {"0.25", "4", "32"}
+
+
+def test_every_lesson_page_loads_small_offline_explorers():
+    from lesson_code.book_build import pages
+
+    lessons = sorted(path.stem for path in (STATIC.parents[1] / "notebooks" / "en").glob("*.ipynb"))
+    assert sorted(pages.EXPLORERS) == lessons  # every lesson has one
+    for scripts in pages.EXPLORERS.values():
+        for name in scripts:
+            source = (STATIC / name).read_text(encoding="utf-8")
+            assert len(source.encode()) < 30_000, name
+            assert "http://" not in source.replace("http://www.w3.org/2000/svg", "")
+            assert "https://" not in source and "fetch(" not in source, name
