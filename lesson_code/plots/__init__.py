@@ -13,11 +13,14 @@ matplotlib 3.11 Persian text is shaped and ordered right to left without extra p
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
-from matplotlib import font_manager
+from matplotlib import font_manager, ticker, transforms
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 LANGUAGES = ("en", "fa")
 ASSETS = Path(__file__).with_name("assets")
@@ -41,25 +44,69 @@ def check_language(lang: str) -> str:
     return lang
 
 
+# Sizes in points for a figure at most FIGURE_WIDTH inches wide: the book shows a figure at the
+# column's width, on a phone about 360 CSS pixels, so 11 points in 6.5 inches are 8.5 pixels
+# there (tests/unit/test_plots.py checks every word of every figure against that).
+FIGURE_WIDTH = 6.5
+COURSE_STYLE = {
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "font.size": 12,
+    "axes.titlesize": 12,
+    "axes.labelsize": 12,
+    "xtick.labelsize": 11,
+    "ytick.labelsize": 11,
+    "legend.fontsize": 11,
+    "figure.titlesize": 12,
+    "figure.dpi": 100,
+    "savefig.dpi": 150,
+    # SVG with every letter drawn as a path: sharp at any zoom, and the Persian words need no
+    # web font; a fixed salt keeps the SVG's ids, hence a re-run's output, the same.
+    "svg.fonttype": "path",
+    "svg.hashsalt": "lesson_code",
+}
+
+
 def use_course_style() -> None:
-    """Register Vazirmatn (Latin and Persian glyphs) and make it matplotlib's font.
+    """Register Vazirmatn (Latin and Persian glyphs), make it matplotlib's font, set the course's
+    sizes, and, inside IPython, show figures as SVG (no date, so the same figure gives the same
+    output).
 
     Idempotent; called by every figure function before it draws.
     """
     if FONT_FAMILY not in {font.name for font in font_manager.fontManager.ttflist}:
         for path in sorted(ASSETS.glob("Vazirmatn-*.ttf")):
             font_manager.fontManager.addfont(str(path))
-    matplotlib.rcParams.update({
-        "font.family": [FONT_FAMILY, "DejaVu Sans"],
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "figure.dpi": 100,
-        "savefig.dpi": 120,
-    })
+    matplotlib.rcParams.update({"font.family": [FONT_FAMILY, "DejaVu Sans"], **COURSE_STYLE})
+    _show_figures_as_svg()
+
+
+def _show_figures_as_svg() -> None:
+    """Make the running IPython kernel (if any) display figures as SVG instead of PNG."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+    set_matplotlib_formats("svg", metadata={"Date": None})
 
 
 RIGHT_TO_LEFT_MARK = "\u200f"
 DIGITS = {"fa": str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")}
+PERSIAN_LETTER = re.compile(r"[\u0600-\u065f\u066e-\u06ef\u06fa-\u06ff]")  # not digits
+LATIN_LETTER = re.compile(r"[A-Za-z]")
+# A number in running text; not the digits of a name such as ZeRO-1, 1F1B or fp32.
+FREE_NUMBER = re.compile(r"(?<![A-Za-z_\-])\d+(?:\.\d+)?(?![A-Za-z_\d])")
+# A formula or a name in Latin letters, "(P − 1)/(m + P − 1)" or "12P/N": its digits stay Latin,
+# so that it stays one left-to-right run (a Persian digit inside would split it and reorder it).
+# In a Persian label it stands in a left-to-right isolate (U+2066 ... U+2069), which libraqm
+# honours: "(P − 1)/(m + P − 1)، P = ۲" would otherwise show as (m + P − 1)/(P − 1).
+LATIN_SPAN = re.compile(r"\(?(?:[A-Za-zα-ωµ]|\d+/)[A-Za-z0-9α-ωµ +\-−×/()=.,:^_*]*[A-Za-z0-9α-ωµ)]"
+                        r"|\d+[A-Za-z][\w/]*")
+ISOLATED = re.compile("(\u2066.*?\u2069)")
 
 
 def number(value, lang: str) -> str:
@@ -67,26 +114,136 @@ def number(value, lang: str) -> str:
     return str(value).translate(DIGITS.get(check_language(lang), {}))
 
 
+def persian_text(text: str) -> str:
+    """`text` as a Persian figure shows it: numbers in Persian digits (names such as ZeRO-1 kept),
+    and, when it holds Persian words, a right-to-left mark first, so that a label that starts
+    with a Latin word still reads right to left. Latin-only text and mathtext stay as they are."""
+    text = str(text)
+    if not text or "$" in text:
+        return text
+    if PERSIAN_LETTER.search(text):
+        text = "".join(piece if ISOLATED.fullmatch(piece) else _persian_piece(piece)
+                       for piece in ISOLATED.split(text))
+        return text if text.startswith(RIGHT_TO_LEFT_MARK) else RIGHT_TO_LEFT_MARK + text
+    if not LATIN_LETTER.search(text):  # a number, a tick label: 12, 0.5, −3, 0123
+        return number(text, "fa")
+    return text
+
+
+def _persian_piece(text: str) -> str:
+    """Persian digits in `text`, and each Latin formula or name in it isolated left to right."""
+    pieces = []
+    for index, piece in enumerate(_split_latin(text)):
+        if index % 2:
+            pieces.append(f"\u2066{piece}\u2069" if not piece.isalpha() or " " in piece else piece)
+        else:
+            pieces.append(FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), piece))
+    return "".join(pieces)
+
+
+def _split_latin(text: str) -> list[str]:
+    """`text` cut into [other, Latin span, other, Latin span, ..., other]."""
+    pieces, last = [], 0
+    for match in LATIN_SPAN.finditer(text):
+        pieces += [text[last:match.start()], match.group()]
+        last = match.end()
+    return pieces + [text[last:]]
+
+
+def _binary_size(value: float) -> str | None:
+    """1024 -> "۱ KiB", 65536 -> "۶۴ KiB": multiples of a binary unit of bytes, or None."""
+    for power, unit in ((40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if value >= 2 ** power and (value / 2 ** power).is_integer():
+            return f"{number(f'{value / 2 ** power:g}', 'fa')} {unit}"
+    return None
+
+
+class PersianTicks(ticker.Formatter):
+    """Wraps an axis's formatter: its labels in Persian digits. Mathtext powers (2^10, 10^-3),
+    whose font has no Persian digits, become plain numbers (64 KiB, 0.001)."""
+
+    def __init__(self, inner: ticker.Formatter):
+        self.inner = inner
+
+    def set_axis(self, axis):
+        super().set_axis(axis)
+        self.inner.set_axis(axis)
+
+    def set_locs(self, locs):
+        super().set_locs(locs)
+        self.inner.set_locs(locs)
+
+    def __call__(self, x, pos=None):
+        text = str(self.inner(x, pos))
+        if "$" in text:
+            scale = self.axis.get_scale() if self.axis is not None else ""
+            text = (scale == "log" and getattr(self.inner, "_base", 10) == 2 and _binary_size(x)) \
+                or f"{x:g}"
+        return persian_text(text)
+
+
+class CourseFigure(Figure):
+    """A figure in one edition's language: in Persian, every label, tick and legend entry is
+    made Persian (`persian_text`) just before it is drawn, whatever drew it."""
+
+    lang = "en"
+
+    def draw(self, renderer):
+        if self.lang == "fa":
+            _make_persian(self)
+        return super().draw(renderer)
+
+
+def _make_persian(fig: Figure) -> None:
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for get, set_ in ((axis.get_major_formatter, axis.set_major_formatter),
+                              (axis.get_minor_formatter, axis.set_minor_formatter)):
+                if not isinstance(get(), PersianTicks):
+                    set_(PersianTicks(get()))
+    for text in fig.findobj(Text):
+        shown = persian_text(text.get_text())
+        if shown != text.get_text():
+            text.set_text(shown)
+
+
 def start_figure(labels: dict[str, dict[str, str]], lang: str, *grid, **subplots_options):
     """(this language's labels, figure, axes): what every figure function begins with.
 
     Checks `lang`, applies the course style and calls `plt.subplots(*grid, **subplots_options)`.
-    Persian labels start with a right-to-left mark: matplotlib orders a label's words by the
-    direction of its first letter, so "Adam ..." in a Persian title would stand at its left end.
+    The figure is a `CourseFigure`: in Persian its words get Persian digits and a right-to-left
+    mark when drawn (matplotlib orders a label's words by the direction of its first letter, so
+    "Adam ..." in a Persian title would otherwise stand at its left end).
     """
     chosen = labels[check_language(lang)]
     if lang == "fa":
         chosen = {key: RIGHT_TO_LEFT_MARK + text if isinstance(text, str) else text
                   for key, text in chosen.items()}
     use_course_style()
-    fig, axes = plt.subplots(*grid, **subplots_options)
+    fig, axes = plt.subplots(*grid, FigureClass=CourseFigure, **subplots_options)
+    fig.lang = lang
     return chosen, fig, axes
+
+
+def legend(ax, **options):
+    """`ax.legend(**options)`, with each key's marker right of its words in a Persian figure."""
+    persian = getattr(ax.figure, "lang", "en") == "fa"
+    return ax.legend(**{"markerfirst": not persian, **options})
+
+
+def legend_below(ax, ncol: int = 2, below: float = 0.7, **options):
+    """The legend under the axes, `below` inches under their bottom edge (past the tick labels
+    and the x label, whatever size the layout gives the axes), so it never covers a bar or a
+    line."""
+    under = ax.transAxes + transforms.ScaledTranslation(0, -below, ax.figure.dpi_scale_trans)
+    return legend(ax, **{"loc": "upper center", "bbox_to_anchor": (0.5, 0),
+                         "bbox_transform": under, "ncol": ncol, **options})
 
 
 def label_ranks(fig, ax, ranks: list[int], labels: dict[str, str], ylabel: str, lang: str):
     """Finish a bar chart with a bar per rank: rank ticks, the y label, legend, layout."""
     ax.set_xticks(ranks, [f"{labels['rank']} {number(r, lang)}" for r in ranks])
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
+    legend_below(ax, below=0.45)  # no x label: the rank names are the ticks
     fig.tight_layout()
     return fig

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from lesson_code.plots import label_ranks, number, start_figure
+from lesson_code.plots import label_ranks, legend, number, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
@@ -69,7 +69,7 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
     ax.set_xlabel(labels["step"])
     ax.set_ylabel(labels["loss"])
     if any(r.get("event") for r in rows):
-        ax.legend(fontsize=8)
+        legend(ax)
     fig.tight_layout()
     return fig
 
@@ -87,8 +87,4 @@ def memory_profile_figure(results: list[dict], lang: str = "en") -> Figure:
     numel, padding = results[0]["numel"], results[0]["padding"]
     ax.axhline(12 * (numel + padding) / len(results), color="#d62728", linestyle="--",
                label=labels["formula"])
-    ax.set_ylim(0, 1.35 * max(bottoms))  # room above the bars for the legend
-    label_ranks(fig, ax, ranks, labels, labels["bytes"], lang)
-    ax.legend(fontsize=8, loc="upper center", ncol=4)
-    fig.tight_layout()
-    return fig
+    return label_ranks(fig, ax, ranks, labels, labels["bytes"], lang)  # the legend under the bars

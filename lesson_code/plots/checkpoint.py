@@ -10,7 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from lesson_code.plots import number, start_figure
+from lesson_code.plots import FIGURE_WIDTH, legend_below, number, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
@@ -51,7 +51,7 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
 
     `results` are every rank's `checkpoint_lab.timed_save` results.
     """
-    labels, fig, ax = start_figure(LABELS, lang, figsize=(8, 1.2 + 0.55 * len(results)))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.6 + 0.55 * len(results)))
     seen = set()
     for result in results:
         rank = result["rank"]
@@ -70,7 +70,7 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     ax.set_yticks(ranks, [f"{labels['rank']} {number(r, lang)}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel(labels["time"])
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4)
+    legend_below(ax, ncol=2)
     fig.tight_layout()
     return fig
 
@@ -81,7 +81,7 @@ def reshard_layout_figure(layouts: list[list[dict]], numel: int, lang: str = "en
 
     `layouts` holds, for each checkpoint, its `checkpoint_lab.shard_layout` rows.
     """
-    labels, fig, ax = start_figure(LABELS, lang, figsize=(8, 0.9 + 0.8 * len(layouts)))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.2 + 0.8 * len(layouts)))
     colours = plt.get_cmap("tab10").colors
     for row, shards in enumerate(layouts):
         for shard in shards:
@@ -89,18 +89,18 @@ def reshard_layout_figure(layouts: list[list[dict]], numel: int, lang: str = "en
             ax.barh(row, real, left=shard["start"], color=colours[shard["rank"] % 10],
                     edgecolor="white", height=0.6)
             ax.text(shard["start"] + real / 2, row, f"{labels['rank']} {number(shard['rank'], lang)}",
-                    ha="center", va="center", fontsize=8, color="white")
+                    ha="center", va="center", fontsize=11, color="white")
             if shard["padding"]:  # a few elements: hatched, and named beside the bar
                 ax.barh(row, shard["padding"], left=shard["start"] + real, color="white",
                         edgecolor="grey", hatch="///", height=0.6)
                 ax.annotate(labels["padding"].format(n=number(shard["padding"], lang)),
                             (shard["start"] + shard["length"], row), xytext=(4, 0),
-                            textcoords="offset points", va="center", fontsize=8)
+                            textcoords="offset points", va="center", fontsize=11)
     ax.set_yticks(range(len(layouts)),
                   [labels["ranks"].format(n=number(len(shards), lang)) for shards in layouts])
     ax.invert_yaxis()
     ax.axvline(numel, color="black", linewidth=0.8)
     ax.set_xlabel(labels["elements"])
-    ax.set_xlim(0, numel * 1.18)  # room for the padding's label
+    ax.set_xlim(0, numel * 1.3)  # room for the padding's label
     fig.tight_layout()
     return fig

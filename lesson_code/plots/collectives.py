@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 
 from lesson_code.collectives import cost_model
 from lesson_code.collectives import ring_chunk_indices
-from lesson_code.plots import start_figure
+from lesson_code.plots import FIGURE_WIDTH, legend_below, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
@@ -24,7 +24,7 @@ LABELS = {
         "rank": "rank", "chunk": "chunk", "size": "tensor size (bytes)",
         "busbw": "bus bandwidth (MB/s)", "time": "time (ms)", "ranks": "ranks N",
         "busiest": "bytes through the busiest rank (× tensor size)",
-        "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds; "
+        "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds;\n"
                       "outlined = sent this step",
         "fit": "{op}: α = {alpha:.0f} µs, 1/β = {bw:.0f} MB/s",
         "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct (one round)",
@@ -37,7 +37,7 @@ LABELS = {
         "rank": "رتبه", "chunk": "تکه", "size": "اندازهٔ تنسور (بایت)",
         "busbw": "پهنای باند گذرگاه (MB/s)", "time": "زمان (ms)", "ranks": "تعداد رتبه‌ها N",
         "busiest": "بایت‌های عبوری از پرکارترین رتبه (× اندازهٔ تنسور)",
-        "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه هست؛ "
+        "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه هست؛\n"
                       "قاب پررنگ = ارسال در همین گام",
         "fit": "{op}: α = {alpha:.0f} µs، 1/β = {bw:.0f} MB/s",
         "naive": "ساده (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "مستقیم (یک دور)",
@@ -57,7 +57,7 @@ def _finish(fig: Figure, ax, xlabel: str, ylabel: str, legend_size: float | None
     """Label the axes, add the legend and tighten the layout; return `fig`."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=legend_size)
+    legend_below(ax, ncol=1, fontsize=legend_size)
     fig.tight_layout()
     return fig
 
@@ -89,7 +89,7 @@ def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
     """Grid per ring step (rows: ranks, columns: chunks), coloured by contributions held."""
     frames = ring_states(world_size)
     steps = world_size - 1
-    labels, fig, axes = start_figure(LABELS, lang, 2, steps, figsize=(3.0 * steps, 6.2),
+    labels, fig, axes = start_figure(LABELS, lang, 2, steps, figsize=(FIGURE_WIDTH, 0.6 + 2 * FIGURE_WIDTH / steps),
                                      squeeze=False)
     colours = plt.get_cmap("Blues")
     for index, (phase, step, state, sent) in enumerate(frames):
@@ -100,7 +100,7 @@ def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
                 ax.add_patch(Rectangle((chunk, rank), 1, 1, facecolor=colours(
                     0.15 + 0.7 * len(held) / world_size), edgecolor="white"))
                 ax.text(chunk + 0.5, rank + 0.5, "".join(str(r) for r in sorted(held)),
-                        ha="center", va="center", fontsize=9)
+                        ha="center", va="center", fontsize=11)
         for rank, chunk in sent:
             ax.add_patch(Rectangle((chunk + 0.05, rank + 0.05), 0.9, 0.9, fill=False,
                                    edgecolor="darkred", linewidth=2))
@@ -110,9 +110,9 @@ def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
         ax.set_yticks([r + 0.5 for r in range(world_size)], range(world_size))
         ax.set_xlabel(labels["chunk"])
         ax.set_ylabel(labels["rank"])
-        ax.set_title(labels[phase].format(step=step + 1), fontsize=10)
+        ax.set_title(labels[phase].format(step=step + 1), fontsize=11)
         ax.set_aspect("equal")
-    fig.suptitle(labels["ring_title"].format(n=world_size), fontsize=10)
+    fig.suptitle(labels["ring_title"].format(n=world_size))
     fig.tight_layout()
     return fig
 
@@ -147,7 +147,7 @@ def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
                 label=labels["fit"].format(op=op, alpha=fit.alpha * 1e6, bw=fit.bandwidth / 1e6))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    return _finish(fig, ax, labels["size"], labels["time"], legend_size=8)
+    return _finish(fig, ax, labels["size"], labels["time"])
 
 
 def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") -> Figure:
@@ -178,8 +178,8 @@ def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en"
                 color=line.get_color())
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_title(labels["model"], fontsize=9)
-    return _finish(fig, ax, labels["size"], labels["time"], legend_size=8)
+    ax.set_title(labels["model"], fontsize=11)
+    return _finish(fig, ax, labels["size"], labels["time"])
 
 
 # The tables of lesson 76 in Persian: English label -> Persian term (book/fa/glossary.md).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from lesson_code.plots import number, start_figure
+from lesson_code.plots import FIGURE_WIDTH, legend_below, number, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
@@ -27,7 +27,7 @@ COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "comm
 
 def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
     """One lane pair per rank: compute (forward, backward, wait) above, bucket reductions below."""
-    labels, fig, ax = start_figure(LABELS, lang, figsize=(8, 1.0 + 0.9 * len(timelines)))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.6 + 0.9 * len(timelines)))
     for rank, timeline in enumerate(timelines):
         y = rank * 2.5
         for phase in ("forward", "backward", "wait"):
@@ -44,7 +44,7 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
                   [f"{labels['rank']} {number(rank, lang)}" for rank in range(len(timelines))])
     ax.invert_yaxis()
     ax.set_xlabel(labels["time"])
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=8)
+    legend_below(ax, ncol=2)
     fig.tight_layout()
     return fig
 
@@ -65,7 +65,7 @@ def phase_breakdown_figure(phases: dict[str, dict[str, float]], lang: str = "en"
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     ax.set_ylabel(labels["ms"])
     ax.set_xlabel(labels["wrapper"])
-    ax.legend(fontsize=8)
+    legend_below(ax, ncol=2)
     fig.tight_layout()
     return fig
 

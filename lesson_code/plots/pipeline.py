@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from lesson_code.pipeline import theoretical_bubble
-from lesson_code.plots import number, start_figure
+from lesson_code.plots import FIGURE_WIDTH, legend_below, number, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
@@ -52,7 +52,7 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
     Times are seconds of a measured step, drawn in milliseconds; with `slots`, the time units
     of `pipeline.ideal_timeline` (a forward takes 1), drawn as they are."""
     scale = 1 if slots else 1e3
-    labels, fig, axes = start_figure(LABELS, lang, len(runs), 1, figsize=(9, 1.2 + 1.6 * len(runs)),
+    labels, fig, axes = start_figure(LABELS, lang, len(runs), 1, figsize=(FIGURE_WIDTH, 1.4 + 1.8 * len(runs)),
                                      squeeze=False)
     for ax, (title, events) in zip(axes[:, 0], runs.items()):
         stages = sorted({e[0] for e in events})
@@ -60,14 +60,15 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
             ax.barh(stage, scale * (end - start), left=scale * start, height=0.7,
                     color=COLOURS[kind], edgecolor="white")
             ax.text(scale * (start + end) / 2, stage, number(micro, lang), ha="center", va="center",
-                    fontsize=7, color="black" if kind == "F" else "white")
+                    fontsize=10, color="black" if kind == "F" else "white")
         ax.set_yticks(stages, [f"{labels['stage']} {number(s, lang)}" for s in stages])
         ax.invert_yaxis()
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title)
         ax.set_xlabel(labels["slots" if slots else "time"])
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in "FB"]
-    fig.legend(handles, [labels["F"], labels["B"]], loc="lower center", ncol=2, fontsize=8)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.legend(handles, [labels["F"], labels["B"]], loc="lower center", ncol=2,
+               markerfirst=lang != "fa")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
@@ -94,6 +95,6 @@ def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en",
     ax.set_xlabel(labels["micro"])
     ax.set_ylabel(labels["bubble"])
     ax.set_ylim(0, 1)
-    ax.legend(fontsize=8)
+    legend_below(ax, ncol=2)
     fig.tight_layout()
     return fig

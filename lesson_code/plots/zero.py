@@ -9,7 +9,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from lesson_code import memory
-from lesson_code.plots import label_ranks, number, start_figure
+from lesson_code.plots import FIGURE_WIDTH, label_ranks, legend_below, number, start_figure
 from lesson_code.plots.ddp import localized as localized_with
 
 LABELS = {
@@ -54,7 +54,7 @@ def localized(table, lang: str):
 def stages_figure(params: float, world_sizes: list[int], lang: str = "en") -> Figure:
     """Two panels against N: GB per rank of each stage, and its saving over DDP in percent."""
     table = memory.memory_table(params, world_sizes)
-    labels, fig, (left, right) = start_figure(LABELS, lang, 1, 2, figsize=(10, 3.8))
+    labels, fig, (left, right) = start_figure(LABELS, lang, 2, 1, figsize=(FIGURE_WIDTH, 7))
     for stage in memory.STAGES:
         rows = table[table.stage == stage]
         left.plot(rows.N, rows.total / 1e9, marker="o", label=stage)
@@ -65,8 +65,8 @@ def stages_figure(params: float, world_sizes: list[int], lang: str = "en") -> Fi
         ax.set_xlabel(labels["ranks"])
         ax.set_ylabel(ylabel)
     left.set_yscale("log")
-    right.legend(fontsize=8)
-    fig.suptitle(labels["title"].format(p=number(f"{params / 1e9:g}", lang)), fontsize=10)
+    legend_below(right, ncol=2)
+    fig.suptitle(labels["title"].format(p=number(f"{params / 1e9:g}", lang)))
     fig.tight_layout()
     return fig
 

@@ -5,6 +5,7 @@ shape, so a change to the plotting code that breaks a figure fails here, in seco
 """
 
 import matplotlib
+import matplotlib.text
 
 matplotlib.use("Agg")
 
@@ -13,6 +14,7 @@ import pytest  # noqa: E402
 
 from lesson_code.collectives import choose  # noqa: E402
 from lesson_code.collectives.cost_model import AlphaBeta  # noqa: E402
+from lesson_code import plots  # noqa: E402
 from lesson_code.plots import capstone, checkpoint, collectives, ddp, pipeline, zero  # noqa: E402
 
 ROWS76 = [{"op": op, "nbytes": n, "seconds": 1e-4 + n * 1e-9, "repeats": 1}
@@ -84,3 +86,69 @@ def test_each_figure_draws_with_its_labels(name, lang):
 def test_an_unknown_language_is_named():
     with pytest.raises(ValueError, match="unknown language 'de'"):
         collectives.busiest_rank_figure({2: {"ring": 1.0, "naive": 1.0}}, lang="de")
+
+
+PHONE_WIDTH_PX = 360  # the book's column on a phone, in CSS pixels: a figure is scaled to it
+SMALLEST_PX = 8  # the smallest word a reader can make out there without zooming
+
+
+def shown_texts(figure):
+    """Every piece of text the drawn figure shows."""
+    return [t for t in figure.findobj(matplotlib.text.Text)
+            if t.get_visible() and str(t.get_text()).strip() and t.figure is not None]
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_every_word_is_legible_on_a_phone(name, lang):
+    """Scaled to a phone's column, no label, tick or legend entry is smaller than 8 pixels."""
+    figure = FIGURES[name](lang)
+    try:
+        renderer = figure.canvas.get_renderer()
+        figure.canvas.draw()
+        width_pt = figure.get_tightbbox(renderer).width * 72  # what bbox_inches="tight" keeps
+        smallest = min(shown_texts(figure), key=lambda t: t.get_fontsize())
+        shown_px = smallest.get_fontsize() * PHONE_WIDTH_PX / width_pt
+        assert shown_px >= SMALLEST_PX, (name, lang, smallest.get_text(), round(shown_px, 1))
+    finally:
+        plt.close(figure)
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_persian_figures_have_persian_digits_and_read_right_to_left(name):
+    """Drawn in Persian, a number stands in Persian digits (names such as ZeRO-1 keep theirs),
+    and every label with Persian words starts right to left, also one that begins with a Latin
+    word, so its words read in order."""
+    figure = FIGURES[name]("fa")
+    try:
+        figure.canvas.draw()
+        for text in shown_texts(figure):
+            words = str(text.get_text())
+            assert plots.persian_text(words) == words, (name, words)
+            if plots.PERSIAN_LETTER.search(words):
+                assert words.startswith(plots.RIGHT_TO_LEFT_MARK), (name, words)
+        ticks = " ".join(str(t.get_text()) for ax in figure.axes
+                         for t in ax.get_xticklabels() + ax.get_yticklabels())
+        assert not any(ch.isascii() and ch.isdigit() for ch in ticks.replace("ZeRO-1", "")), \
+            (name, ticks)
+    finally:
+        plt.close(figure)
+
+
+def test_notebooks_show_figures_as_svg_with_words_as_paths():
+    """Inside IPython the course style makes the inline backend show SVG, without a date and with
+    fixed ids (so a re-run stores the same output), its words drawn as paths (no web font)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        figure = FIGURES["busiest rank"]("fa")
+        formats = shell.display_formatter.format(figure)[0]
+        assert "image/svg+xml" in formats and "image/png" not in formats
+        svg = formats["image/svg+xml"]
+        assert "<text" not in svg and "<dc:date>" not in svg
+        again = shell.display_formatter.format(FIGURES["busiest rank"]("fa"))[0]["image/svg+xml"]
+        assert again == svg
+    finally:
+        plt.close("all")
+        InteractiveShell.clear_instance()
