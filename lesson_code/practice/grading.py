@@ -3,42 +3,63 @@
 A check is one property the course's own implementation has (a sum equal to PyTorch's, bytes on the
 wire of a ring, a checkpoint that survives a flipped byte...). It runs the learner's code on real
 gloo ranks through `launch.spawn`, so a learner's function that raises, crashes or hangs ends the
-run within `timeout_s` with its traceback, and no rank process survives it.
+run within `timeout_s` with its traceback (or, for a hang, where each rank waited), and no rank
+process survives it.
 
 Inside a rank, `load_learner(path)` imports the learner's file by path (a fresh process per run, so
 an edited file is always re-read). A rank function reports a wrong result by returning a `Failure`
 (the other ranks go on, so nobody waits on a rank that stopped); `first_failure` picks the first
 case that failed on any rank. The parent turns errors of the run into the same `Failure` shape, so
 that the report treats a wrong sum, an exception and a hang alike.
+
+`run_checks` runs a lesson's checks in order, with two exceptions that keep the report short and
+quick: when the gate (the first check: the file imports and defines the template's names) fails,
+no later check runs, since each would fail the same way; and once the ranks hang in a learner's
+function, a later check that calls it (`Check.needs`, followed through the learner's own helpers
+by `callgraph`) is skipped with the reason, instead of waiting the whole timeout again.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from lesson_code import launch
+from lesson_code.practice import hangs
+from lesson_code.practice.callgraph import first_reached
+from lesson_code.practice.messages import HANG_HINTS, SKIPPED, Phrase, listing
+
+if TYPE_CHECKING:
+    from lesson_code.practice.timing import Timing
 
 DEFAULT_TIMEOUT_S = 60.0
 TRACEBACK_LINES = 12
+CASE_NOTE = "practice case: "  # how `rank_checks.during` tags an exception with its case
 
 
 @dataclass(frozen=True)
 class Failure:
     """Why a check failed: a message kind (see `messages.FAILURES`), its fields, and details.
 
-    `kind` and `fields` make the sentence in the reader's language; `details` is text shown as is
-    under the table (a traceback, the ranks' last output).
+    `kind` and `fields` make the sentence in the reader's language; `diagnosis` (what the
+    failure most likely means) is appended to it; `hint`, when set, replaces the check's own
+    hint (a hang's cause has its own); `hang` says where the ranks of a run that hung were
+    waiting. `details` is text shown as is under the table (a traceback, the ranks' output).
     """
 
     kind: str
     fields: dict[str, Any] = field(default_factory=dict)
     details: str = ""
+    diagnosis: Phrase | None = None
+    hint: Phrase | None = None
+    hang: hangs.Hang | None = None
 
 
 class CheckFailed(Exception):
@@ -54,37 +75,32 @@ class Check:
     """One graded property: a key, its title and hint per language, and the function that tests it.
 
     `run(path, timeout_s)` returns None when every case passes and raises CheckFailed at the first
-    case that does not.
+    case that does not. `needs` names the template's functions or classes it calls; `gate` marks
+    the check whose failure ends the grading (the file does not import, or is not this lesson's).
     """
 
     key: str
     title: dict[str, str]
     hint: dict[str, str]
     run: Callable[[str, float], None]
+    needs: tuple[str, ...] = ()
+    gate: bool = False
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """What one check found: passed, or the failure of its first failing case; and its seconds."""
+    """What one check found: passed, the failure of its first failing case, or not run (`skipped`
+    says why); its number in the lesson, and its seconds."""
 
     check: Check
+    number: int
     failure: Failure | None
     seconds: float
+    skipped: Phrase | None = None
 
     @property
     def passed(self) -> bool:
-        return self.failure is None
-
-
-@dataclass(frozen=True)
-class Timing:
-    """The learner's code against the course's on the same task: median seconds of each."""
-
-    what: str
-    world_size: int
-    trials: int
-    yours_s: float
-    course_s: float
+        return self.failure is None and self.skipped is None
 
 
 @dataclass(frozen=True)
@@ -118,46 +134,47 @@ def load_learner(path: str | Path) -> ModuleType:
     return module
 
 
-def learner_function(module: ModuleType, name: str) -> Callable[..., Any]:
-    """`module.name`, or AttributeError naming the function the learner's file must define."""
-    found = getattr(module, name, None)
-    if not callable(found):
-        raise AttributeError(f"the learner's file defines no function or class {name!r}: "
-                             "keep the names of the template")
-    return found
-
-
 def first_failure(results: list[list[Failure]]) -> Failure | None:
     """The first failure any rank reported, in case order then rank order (None when all passed).
 
     `results[rank]` is the list of failures that rank found, one per failing case, in case order;
-    each failure's fields carry `case` (its index).
+    each failure's fields carry `case_index`.
     """
     found = [failure for by_rank in results for failure in by_rank]
     return min(found, key=lambda failure: failure.fields.get("case_index", 0), default=None)
 
 
 def run_ranks(rank_fn: Callable[..., Any], path: str, *args: Any, world_size: int,
-              timeout_s: float, case: str) -> list[Any]:
+              timeout_s: float, case: str | Phrase) -> list[Any]:
     """`launch.spawn(rank_fn, path, *args)` on gloo, with a raising, crashing or hanging run as CheckFailed.
 
     `path` is the learner's file, which every rank function takes first. `case` describes the run
-    for the report (world size, inputs). The failure carries the failing rank's traceback from
-    the first frame in the learner's file on (the grader's own frames are not the learner's
-    concern), or the last lines of the ranks' output.
+    for the report; a rank that raised inside `rank_checks.during` names its own case instead.
+    A raise carries the rank's traceback from the first frame in the learner's file on (the
+    grader's own frames are not the learner's concern); a hang, where each rank waited.
     """
     try:
         return launch.spawn(rank_fn, path, *args, world_size=world_size, timeout_s=timeout_s,
                             backend="gloo")
     except launch.RankTimeoutError as error:
-        raise CheckFailed(Failure("timeout", {"case": case, "ranks": error.ranks,
-                                              "seconds": timeout_s}, _last_lines(str(error))))
+        hang = hangs.from_timeout(error.ranks, world_size, error.where, path)
+        raise CheckFailed(Failure(
+            "timeout", {"case": case, "ranks": listing(error.ranks), "seconds": timeout_s},
+            _output(error.outputs), hint=hang_hint(hang), hang=hang))
     except launch.RankFailedError as error:
-        last = error.rank_traceback.strip().splitlines()[-1] if error.rank_traceback else ""
-        raise CheckFailed(Failure("raised", {"case": case, "rank": error.rank, "error": last},
-                                  _from_learner(error.rank_traceback, path)))
+        noted, text = _case_note(error.rank_traceback)
+        last = text.strip().splitlines()[-1] if text.strip() else ""
+        hang = hangs.from_raised(error.rank, text, path)
+        raise CheckFailed(Failure(  # the exception's message is in the traceback, under the table
+            "raised", {"case": noted or case, "rank": error.rank, "error": last.split(":")[0]},
+            _from_learner(text, path), hint=hang and hang_hint(hang), hang=hang))
     except launch.SpawnError as error:
         raise CheckFailed(Failure("crashed", {"case": case}, _last_lines(str(error))))
+
+
+def hang_hint(hang: hangs.Hang) -> Phrase:
+    """The hint of a hang's cause, in both languages."""
+    return HANG_HINTS[hang.cause].with_fields(returned=listing(list(hang.returned)))
 
 
 def fail_on_first(results: list[list[Failure]]) -> None:
@@ -168,14 +185,21 @@ def fail_on_first(results: list[list[Failure]]) -> None:
 
 
 def run_checks(checks: list[Check], path: str, timeout_s: float,
-               starting: Callable[[Check], None] | None = None) -> list[CheckResult]:
-    """Run every check on the learner's file; return one result per check, in order.
+               starting: Callable[[Check], None] | None = None,
+               first_number: int = 1) -> list[CheckResult]:
+    """Run the checks on the learner's file; return one result per check, in order.
 
-    Each check stops at its first failing case; the next check runs anyway, so the report shows
-    every check's verdict. `starting` is told of each check before it runs (a progress line).
+    Each check stops at its first failing case, and the next check runs anyway, except after a
+    failed gate (the rest are not run) and for a check that calls a learner's function the ranks
+    hung in (not run, with the reason). `starting` is told of each check before it runs.
     """
-    results = []
-    for check in checks:
+    results: list[CheckResult] = []
+    hung_in: dict[str, int] = {}  # learner's function -> number of the check that hung in it
+    for number, check in enumerate(checks, start=first_number):
+        skipped = _reason_to_skip(check, results, hung_in, path)
+        if skipped is not None:
+            results.append(CheckResult(check, number, None, 0.0, skipped))
+            continue
         if starting is not None:
             starting(check)
         started = time.perf_counter()
@@ -184,9 +208,43 @@ def run_checks(checks: list[Check], path: str, timeout_s: float,
             failure = None
         except CheckFailed as failed:
             failure = failed.failure
-        result = CheckResult(check, failure, time.perf_counter() - started)
-        results.append(result)
+        if failure is not None and failure.hang is not None:
+            for function in failure.hang.functions:
+                hung_in.setdefault(function, number)
+        results.append(CheckResult(check, number, failure, time.perf_counter() - started))
     return results
+
+
+def _reason_to_skip(check: Check, results: list[CheckResult], hung_in: dict[str, int],
+                    path: str) -> Phrase | None:
+    """Why `check` is not run after `results`, or None to run it."""
+    if any(result.check.gate and not result.passed for result in results):
+        return SKIPPED["gate"]
+    reached = first_reached(path, check.needs, set(hung_in)) if hung_in else None
+    if reached is None:
+        return None
+    name, function = reached
+    reason = SKIPPED["hang"] if name == function else SKIPPED["hang_via"]
+    return reason.with_fields(name=name, function=function, number=hung_in[function])
+
+
+def _case_note(traceback_text: str) -> tuple[Phrase | None, str]:
+    """(the case a rank's `during` noted on its exception, the traceback without the note)."""
+    noted, kept = None, []
+    for line in traceback_text.splitlines():
+        if line.startswith(CASE_NOTE):
+            if noted is None:  # the innermost case was noted first
+                texts = json.loads(line[len(CASE_NOTE):])
+                noted = Phrase(*(re.sub(r"([{}])", r"\1\1", texts[lang]) for lang in ("en", "fa")))
+        else:
+            kept.append(line)
+    return noted, "\n".join(kept)
+
+
+def _output(outputs: dict[int, str]) -> str:
+    """The last lines each stuck rank printed, under its number (code: shown as is)."""
+    return "\n".join(f"--- rank {rank} ---\n{_last_lines(text)}"
+                     for rank, text in sorted(outputs.items()) if text.strip())
 
 
 def _from_learner(traceback_text: str, path: str) -> str:

@@ -1,28 +1,110 @@
-"""The words of practice mode in both languages: report headings and the sentence of each failure.
+"""The words of practice mode in both languages: report headings, failure sentences, hang hints.
 
 A failure is a kind plus fields (`grading.Failure`); its sentence here is a format string per
-language. In Persian, numbers get Persian digits (`persian_digits`); code-like fields (names,
-dtypes, cases, tracebacks) stay as Python writes them.
+language. A field is code (a name, a dtype, a traceback: shown as Python writes it), a number
+(Persian digits in Persian), or prose: prose is a `Phrase`, which carries its words in both
+languages, so that no English fragment lands inside a Persian sentence. The Persian words are
+the glossary's (book/fa/glossary.md); tests/practice/test_practice_words.py holds them to it.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 LANGUAGES = ("en", "fa")
 PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
+LIST_SEPARATOR = {"en": ", ", "fa": "، "}
+LAST_SEPARATOR = {"en": " and ", "fa": " و "}
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """Prose for the report in both languages: a format string per language and its fields.
+
+    Fields are localized like a failure's (numbers in the reader's digits, nested phrases in
+    the reader's language). Built inside ranks too, so it stays plain data (picklable).
+    """
+
+    en: str
+    fa: str
+    fields: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def with_fields(self, **fields: Any) -> Phrase:
+        """This phrase with `fields` added (a shared sentence filled in for one case)."""
+        return Phrase(self.en, self.fa, {**self.fields, **fields})
+
+    def text(self, lang: str) -> str:
+        """The phrase in `lang`."""
+        return _filled(getattr(self, check_language(lang)), self.fields, lang)
+
+
+def phrase(en: str, fa: str, **fields: Any) -> Phrase:
+    """`Phrase(en, fa, fields)`, written as a call."""
+    return Phrase(en, fa, fields)
+
+
+@dataclass(frozen=True)
+class Number:
+    """A float shown with `digits` significant digits (enough to tell it from its neighbour)."""
+
+    value: float
+    digits: int
+
+
+def distinct_numbers(got: float, expected: float) -> tuple[Number, Number]:
+    """`got` and `expected` with the fewest significant digits (3 or more) that tell them apart."""
+    for digits in range(3, 18):
+        if f"{got:.{digits}g}" != f"{expected:.{digits}g}":
+            break
+    return Number(got, digits), Number(expected, digits)
+
+
+def listing(items: list[Any] | tuple[Any, ...]) -> Phrase:
+    """"0, 1 and 2" in the reader's language (its digits and separators)."""
+    fields = {f"item{index}": item for index, item in enumerate(items)}
+    slots = ["{%s}" % name for name in fields]
+    texts = {lang: LIST_SEPARATOR[lang].join(slots[:-1]) + LAST_SEPARATOR[lang] + slots[-1]
+             if len(slots) > 1 else "".join(slots) for lang in LANGUAGES}
+    return Phrase(texts["en"], texts["fa"], fields)
+
+
+def every_rank(world_size: int) -> Phrase:
+    """"all 4 ranks" (or "rank 0 alone"): the group of a case run on every rank of its world."""
+    if world_size == 1:
+        return phrase("rank {zero} alone", "رتبهٔ {zero} به‌تنهایی", zero=0)
+    return phrase("all {n} ranks", "همهٔ {n} رتبه", n=world_size)
+
 
 HEADINGS = {
     "en": {
         "title": "Lesson {lesson}: checking {path}",
         "first_failure": "first failing case",
-        "hint": "hint", "passed": "passed", "failed": "FAILED",
+        "hint": "hint", "why": "why",
+        "passed": "passed", "failed": "FAILED", "skipped": "not run",
+        "gate_skipped": "checks {first} to {last} were not run: {reason}",
         "summary_pass": "All {total} checks passed.",
         "summary_fail": "{failed} of {total} checks failed.",
+        "summary_fail_skipped": "{failed} of {total} checks failed; {skipped} were not run.",
+        "summary_one_pass": "Check {number} passed.",
+        "summary_one_fail": "Check {number} failed.",
         "details": "Details of {title}:",
-        "timing": "Time on {world_size} ranks ({what}; yours and the course's timed in "
-                  "alternation, a median of {trials} runs or more): yours {yours}, the course's "
-                  "{course} ({ratio}x).",
+        "waiting": "Where each rank was waiting (innermost call first):",
+        "waiting_ranks": "rank {ranks}", "waiting_ranks_many": "ranks {ranks}",
+        "waiting_at": "line {line} of {file}, in {function}: {source}",
+        "waiting_at_no_source": "line {line} of {file}, in {function}",
+        "called_from": "called from {calls}",
+        "call_at": "{function} (line {line})",
+        "outside_file": "not in your file: {calls}",
+        "no_stack": "(it did not answer the request for its stack)",
+        "timing": "Time on {world_size} ranks ({what}), {rounds} rounds timed in alternation: "
+                  "yours {yours} ({yours_low} to {yours_high}), the course's {course} "
+                  "({course_low} to {course_high}). Round by round, yours took {low} to {high} "
+                  "times the course's time (median {ratio}): that spread is this measurement's "
+                  "noise on this machine, so only a ratio further from {one} than the spread says "
+                  "that one is faster.",
+        "milliseconds": "{value} ms",
         "started": "Wrote {path}: fill in each function marked NotImplementedError, then run\n"
                    "  python -m lesson_code.practice check {lesson} {path}{lang_flag}",
         "running": "running {title} ...",
@@ -30,13 +112,30 @@ HEADINGS = {
     "fa": {
         "title": "درس {lesson}: بررسی {path}",
         "first_failure": "نخستین حالت ناموفق",
-        "hint": "راهنمایی", "passed": "قبول", "failed": "رد",
+        "hint": "راهنمایی", "why": "چرا",
+        "passed": "قبول", "failed": "رد", "skipped": "اجرا نشد",
+        "gate_skipped": "بررسی‌های {first} تا {last} اجرا نشدند: {reason}",
         "summary_pass": "هر {total} بررسی قبول شد.",
         "summary_fail": "{failed} بررسی از {total} رد شد.",
+        "summary_fail_skipped": "{failed} بررسی از {total} رد شد و {skipped} بررسی اجرا نشد.",
+        "summary_one_pass": "بررسی {number} قبول شد.",
+        "summary_one_fail": "بررسی {number} رد شد.",
         "details": "جزئیات «{title}»:",
-        "timing": "زمان روی {world_size} رتبه ({what}؛ کد شما و کد درس یک‌درمیان زمان‌گیری "
-                  "شده‌اند، میانهٔ دست‌کم {trials} اجرا): کد شما {yours}، کد درس {course} "
-                  "({ratio} برابر).",
+        "waiting": "جای انتظار هر رتبه (درونی‌ترین فراخوانی نخست):",
+        "waiting_ranks": "رتبهٔ {ranks}", "waiting_ranks_many": "رتبه‌های {ranks}",
+        "waiting_at": "خط {line} از {file}، در {function}: {source}",
+        "waiting_at_no_source": "خط {line} از {file}، در {function}",
+        "called_from": "فراخوانده از {calls}",
+        "call_at": "{function} (خط {line})",
+        "outside_file": "بیرون از فایل شما: {calls}",
+        "no_stack": "(به درخواست پشتهٔ فراخوانی‌اش پاسخ نداد)",
+        "timing": "زمان روی {world_size} رتبه ({what})، {rounds} دور به‌نوبت زمان‌گیری‌شده: "
+                  "کد شما {yours} ({yours_low} تا {yours_high})، کد درس {course} "
+                  "({course_low} تا {course_high}). دور به دور، زمان کد شما {low} تا {high} برابر "
+                  "زمان کد درس بود (میانه {ratio}): این پراکندگی نوفهٔ این اندازه‌گیری روی این "
+                  "دستگاه است، پس فقط نسبتی که بیش از این پراکندگی از {one} دور باشد نشان می‌دهد "
+                  "که یکی سریع‌تر است.",
+        "milliseconds": "{value} میلی‌ثانیه",
         "started": "{path} نوشته شد: هر تابعی را که NotImplementedError دارد کامل کنید و سپس اجرا کنید\n"
                    "  python -m lesson_code.practice check {lesson} {path}{lang_flag}",
         "running": "در حال اجرای «{title}» ...",
@@ -45,12 +144,13 @@ HEADINGS = {
 
 FAILURES = {
     "en": {
-        "missing": "your file has no {name}",
-        "raised": "{case}: rank {rank} raised {error}",
-        "timeout": "{case}: ranks {ranks} were still running after {seconds} s",
+        "missing": "your file defines no function or class {name}",
+        "other_lesson": "your file defines {names} of lesson {lesson}, and no {name}",
+        "raised": "{case}: rank {rank} raised {error} (traceback below)",
+        "timeout": "{case}: ranks {ranks} had not finished after {seconds} s",
         "crashed": "{case}: a rank process died",
-        "mismatch": "{case}: rank {rank} differs from {reference} at element {index}: "
-                    "got {got}, expected {expected}",
+        "mismatch": "{case}: rank {rank} differs from {reference} at element {index} of "
+                    "{element_of}: got {got}, expected {expected}",
         "shape": "{case}: rank {rank} returned shape {got}, expected {expected}",
         "not_in_place": "{case}: rank {rank} did not change the tensor it was given",
         "bytes": "{case}: rank {rank} sent {got} bytes; {expected_what} sends {expected}",
@@ -80,15 +180,17 @@ FAILURES = {
                          "result[\"checkpoints\"]",
     },
     "fa": {
-        "missing": "فایل شما {name} را ندارد",
-        "raised": "{case}: رتبهٔ {rank} خطای {error} داد",
-        "timeout": "{case}: رتبه‌های {ranks} پس از {seconds} ثانیه هنوز در حال اجرا بودند",
+        "missing": "فایل شما تابع یا کلاسی به نام {name} تعریف نمی‌کند",
+        "other_lesson": "فایل شما {names} از درس {lesson} را تعریف می‌کند و {name} را نه",
+        "raised": "{case}: رتبهٔ {rank} خطای {error} داد (ردِ پشته در پایین)",
+        "timeout": "{case}: رتبه‌های {ranks} پس از {seconds} ثانیه هنوز تمام نکرده بودند",
         "crashed": "{case}: فرایند یکی از رتبه‌ها از کار افتاد",
-        "mismatch": "{case}: نتیجهٔ رتبهٔ {rank} در عنصر {index} با {reference} فرق دارد: "
+        "mismatch": "{case}: در رتبهٔ {rank}، عنصر {index} از {element_of} با {reference} فرق دارد: "
                     "{got} به‌جای {expected}",
         "shape": "{case}: رتبهٔ {rank} شکل {got} را برگرداند، نه {expected}",
-        "not_in_place": "{case}: رتبهٔ {rank} تانسوری را که گرفته بود تغییر نداد",
-        "bytes": "{case}: رتبهٔ {rank} {got} بایت فرستاد؛ {expected_what} {expected} بایت می‌فرستد",
+        "not_in_place": "{case}: رتبهٔ {rank} تنسوری را که گرفته بود تغییر نداد",
+        "bytes": "{case}: رتبهٔ {rank} در مجموع {got} بایت فرستاد؛ {expected_what} {expected} بایت "
+                 "می‌فرستد",
         "order": "{case}: مرحلهٔ {stage} ترتیب {got} را اجرا کرد، نه {expected}",
         "value": "{case}: {what} برابر {got} است، نه {expected}",
         "not_raised": "{case}: به‌جای خطای {expected}، مقدار {got} را برگرداند",
@@ -98,8 +200,8 @@ FAILURES = {
         "unlisted": "{case}: {file} در پوشهٔ چکپوینت هست ولی در فهرست فایل‌های manifest.json نیست",
         "checksum": "{case}: manifest.json برای {file} مقدار {field} را {got} ثبت کرده، ولی "
                     "مقدار خود فایل {expected} است",
-        "accepted_flipped": "{case}: رتبهٔ {rank} فایل {file} را با یک بایت وارونه بارگذاری کرد، "
-                            "به‌جای آنکه خطا بدهد",
+        "accepted_flipped": "{case}: رتبهٔ {rank} فایل {file} را با یک بایت وارونه‌شده بارگذاری "
+                            "کرد، به‌جای آنکه خطا بدهد",
         "accepted_truncated": "{case}: رتبهٔ {rank} فایل {file} را که به نیمه کوتاه شده بود "
                               "بارگذاری کرد، به‌جای آنکه خطا بدهد",
         "accepted_world_size": "{case}: رتبهٔ {rank} چکپوینتِ {saved} رتبه را در گروهی از "
@@ -117,6 +219,69 @@ FAILURES = {
     },
 }
 
+# What a failure of each kind most likely means, appended to its sentence (`Failure.diagnosis`).
+DIAGNOSES = {
+    "times_n": Phrase(
+        "it is exactly {n} times the expected value everywhere: did you forget to divide by "
+        "the group's size?",
+        "همه‌جا دقیقاً {n} برابر مقدار درست است: آیا تقسیم بر اندازهٔ گروه فراموش شده است؟"),
+    "own_input": Phrase(
+        "it is this rank's own input, unchanged: nothing arrived from the neighbour (is the "
+        "buffer you received into the one you use?)",
+        "این همان ورودی خود این رتبه است، دست‌نخورده: چیزی از همسایه نرسید (آیا همان بافری را "
+        "به کار می‌برید که در آن دریافت کردید؟)"),
+}
+
+# Why a check was not run (`grading.CheckResult.skipped`).
+SKIPPED = {
+    "gate": Phrase(
+        "your file must first import without an error and define the template's names",
+        "فایل شما باید نخست بدون خطا بارگذاری شود و نام‌های قالب را تعریف کند"),
+    "hang": Phrase(
+        "it calls {function}, where the ranks were stuck in check {number}: fix that first",
+        "این بررسی {function} را فرا می‌خواند، همان‌جا که رتبه‌ها در بررسی {number} گیر کردند: "
+        "نخست همان را درست کنید"),
+    "hang_via": Phrase(
+        "it calls {name}, which calls {function}, where the ranks were stuck in check "
+        "{number}: fix that first",
+        "این بررسی {name} را فرا می‌خواند که {function} را فرا می‌خواند، همان‌جا که رتبه‌ها در "
+        "بررسی {number} گیر کردند: نخست همان را درست کنید"),
+}
+
+# The hint of a run that hung, by its cause (`hangs.Hang.cause`); it replaces the check's own hint.
+HANG_HINTS = {
+    "deadlock": Phrase(
+        "every rank waits for a message that no rank has sent yet, a deadlock: a blocking "
+        "dist.recv before the dist.send waits forever. Post the send and the receive together "
+        "(dist.isend and dist.irecv), then wait on both (work.wait())",
+        "هر رتبه منتظر پیامی است که هنوز هیچ رتبه‌ای نفرستاده، یعنی بن‌بست: dist.recv مسدودکننده "
+        "پیش از dist.send برای همیشه منتظر می‌ماند. ارسال و دریافت را با هم آغاز کنید (dist.isend "
+        "و dist.irecv) و سپس منتظر هر دو بمانید (work.wait())"),
+    "apart": Phrase(
+        "the ranks wait in different places, each for a message the others never send: every "
+        "rank of the group must make the same sends and receives, in the same order, with "
+        "matching peers",
+        "رتبه‌ها در جاهای متفاوتی منتظرند و هر کدام پیامی را می‌خواهد که دیگران هرگز "
+        "نمی‌فرستند: همهٔ رتبه‌های گروه باید ارسال‌ها و دریافت‌های یکسانی را، به یک ترتیب و با "
+        "همتاهای جفت‌شده، انجام دهند"),
+    "left": Phrase(
+        "ranks {returned} had already returned, so they never sent what the others wait for: "
+        "check that every rank runs every step of the loop, for every group size",
+        "رتبه‌های {returned} پیش‌تر برگشته بودند، پس آنچه دیگران منتظرش هستند هرگز فرستاده نشد: "
+        "مطمئن شوید که هر رتبه همهٔ گام‌های حلقه را، برای هر اندازهٔ گروه، اجرا می‌کند"),
+    "busy": Phrase(
+        "the ranks were still computing in your code, not waiting for a message: look for a "
+        "loop that never ends; if your code is only slow, run the check again with a larger "
+        "--timeout",
+        "رتبه‌ها هنوز در کد شما محاسبه می‌کردند، نه منتظر پیامی: دنبال حلقه‌ای بگردید که هرگز "
+        "تمام نمی‌شود؛ اگر کدتان فقط کند است، بررسی را با --timeout بزرگ‌تری دوباره اجرا کنید"),
+    "unknown": Phrase(
+        "the ranks did not finish in time: look where each one waits; if your code is only "
+        "slow, run the check again with a larger --timeout",
+        "رتبه‌ها به‌موقع تمام نکردند: ببینید هر کدام کجا منتظر است؛ اگر کدتان فقط کند است، "
+        "بررسی را با --timeout بزرگ‌تری دوباره اجرا کنید"),
+}
+
 
 def check_language(lang: str) -> str:
     """`lang` if practice mode speaks it; ValueError naming the choices otherwise."""
@@ -131,21 +296,29 @@ def persian_digits(text: str) -> str:
 
 
 def localized(value: Any, lang: str) -> Any:
-    """A number as the `lang` report prints it (Persian digits in Persian); other values unchanged.
-
-    Only numbers are localized: names, dtypes, cases and tracebacks are code and stay as written.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A field as the `lang` report prints it: a phrase in `lang`, numbers in its digits (alone
+    or in a list); any other value (names, dtypes, cases, tracebacks: code) unchanged."""
+    if isinstance(value, Phrase):
+        return value.text(lang)
+    if isinstance(value, (list, tuple)) and value and all(_is_number(item) for item in value):
+        return "[" + LIST_SEPARATOR[lang].join(localized(item, lang) for item in value) + "]"
+    if not _is_number(value):
         return value
-    if isinstance(value, float):
+    if isinstance(value, Number):
+        text = f"{value.value:.{value.digits}g}"
+    elif isinstance(value, float) and math.isfinite(value):
         text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"  # 1234 ms, not 1.23e+03
     else:
         text = str(value)
     return persian_digits(text) if lang == "fa" else text
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, Number)) and not isinstance(value, bool)
+
+
 def _filled(template: str, fields: dict[str, Any], lang: str) -> str:
-    """`template` formatted with `fields`, numbers localized."""
+    """`template` formatted with `fields`, each localized."""
     return template.format(**{name: localized(value, lang) for name, value in fields.items()})
 
 
@@ -154,10 +327,13 @@ def heading(key: str, lang: str, **fields: Any) -> str:
     return _filled(HEADINGS[check_language(lang)][key], fields, lang)
 
 
-def failure_sentence(kind: str, fields: dict[str, Any], lang: str) -> str:
-    """The sentence of a failure of `kind` in `lang`; an unknown kind prints its fields as is."""
+def failure_sentence(kind: str, fields: dict[str, Any], lang: str,
+                     diagnosis: Phrase | None = None) -> str:
+    """The sentence of a failure of `kind` in `lang`, then its diagnosis; an unknown kind prints
+    its fields as they are."""
     template = FAILURES[check_language(lang)].get(kind)
     try:
-        return _filled(template, fields, lang) if template else f"{kind}: {fields}"
+        sentence = _filled(template, fields, lang) if template else f"{kind}: {fields}"
     except (KeyError, IndexError):
-        return f"{kind}: {fields}"
+        sentence = f"{kind}: {fields}"
+    return sentence + (f" ({diagnosis.text(lang)})" if diagnosis is not None else "")

@@ -2,8 +2,10 @@
 
 from pathlib import Path
 
+from persian_words import foreign_words
 from lesson_code.practice.grading import CheckResult, run_checks
 from lesson_code.practice.lessons import lesson
+from lesson_code.practice.messages import failure_sentence
 
 SOLUTIONS = Path(__file__).resolve().parent / "solutions"
 TIMEOUT_S = 60.0
@@ -63,7 +65,11 @@ def assert_template_fails(number: int, folder: Path, keys: tuple[str, ...] | Non
 
 def assert_mistake_fails(number: int, learner: Path, replacements: list[tuple[str, str]],
                          key: str, kind: str, folder: Path) -> None:
-    """`learner` with `replacements` fails the check `key`, with a failure of `kind`."""
+    """`learner` with `replacements` fails the check `key`, with a failure of `kind`, whose
+    Persian sentence has no English word nor Latin number outside code."""
     failure = grade(number, variant(learner, replacements, folder), keys=(key,))[key].failure
     assert failure is not None, f"the check {key!r} passed a file with its mistake"
     assert failure.kind == kind, failure
+    assert "{" not in failure_sentence(failure.kind, failure.fields, "en", failure.diagnosis)
+    persian = failure_sentence(failure.kind, failure.fields, "fa", failure.diagnosis)
+    assert foreign_words(persian) == [], persian

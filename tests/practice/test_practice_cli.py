@@ -1,17 +1,15 @@
-"""Practice mode's command line, templates, words and its handling of a learner's hang."""
+"""Practice mode's command line and templates: arguments, the report's shape, a file that is
+not one (it does not import, or is another lesson's), one check alone."""
 
 import ast
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from practice_helpers import grade
 from lesson_code.practice.cli import main
 from lesson_code.practice.lessons import LESSONS
-from lesson_code.practice.messages import FAILURES, HEADINGS
 from lesson_code.practice.templates import template_path, write_template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,30 +51,40 @@ def test_start_writes_the_template_and_refuses_to_replace_a_file(tmp_path: Path,
     assert "def ring_all_reduce" in out.read_text()
 
 
+def run_cli(*arguments: str) -> subprocess.CompletedProcess:
+    """`python -m lesson_code.practice ARGUMENTS` in a real process (its exit status is real)."""
+    return subprocess.run([sys.executable, "-m", "lesson_code.practice", *arguments],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
 @pytest.mark.parametrize("arguments, named", [
-    (["check", "75", "x.py"], "lesson 75 has no practice"),
+    (["check", "75", "x.py"], "'75' is not a lesson with a practice: choose one of 76, 77, 78, "
+                              "79, 80, 81"),
+    (["start", "abc"], "'abc' is not a lesson with a practice: choose one of 76, 77, 78, 79, 80, "
+                       "81"),
     (["check", "76", "no/such/file.py"], "no file at"),
-    (["check", "76", __file__, "--timeout", "0"], "'0' is not a positive number"),
+    (["check", "76", __file__, "--timeout", "0"], "'0' is not a number of seconds from 1 to 3600"),
+    (["check", "76", __file__, "--timeout", "inf"], "'inf' is not a number of seconds from 1"),
+    (["check", "76", __file__, "--timeout", "nan"], "'nan' is not a number of seconds from 1"),
+    (["check", "76", __file__, "--timeout", "0.001"], "'0.001' is not a number of seconds"),
+    (["check", "76", __file__, "--timeout", "3601"], "'3601' is not a number of seconds"),
+    (["check", "76", __file__, "--only", "7"], "lesson 76 has checks 1 to 6, not 7"),
+    (["check", "76", __file__, "--only", "x"], "'x' is not a check number"),
     (["start", "76", "--lang", "de"], "invalid choice: 'de'"),
 ])
-def test_bad_arguments_exit_2_with_one_line_and_no_traceback(arguments: list[str], named: str) -> None:
-    finished = subprocess.run([sys.executable, "-m", "lesson_code.practice", *arguments],
-                              capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert finished.returncode == 2
-    assert named in finished.stderr and "Traceback" not in finished.stderr
+def test_bad_arguments_exit_2_with_one_error_line_and_no_traceback(arguments: list[str],
+                                                                   named: str) -> None:
+    finished = run_cli(*arguments)
+    assert finished.returncode == 2 and finished.stdout == ""
+    errors = [line for line in finished.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and named in errors[0], finished.stderr
+    assert "Traceback" not in finished.stderr
 
 
-def test_every_failure_reads_in_both_languages_with_the_same_fields() -> None:
-    import string
-
-    def fields(text: str) -> set[str]:
-        return {name for _, name, _, _ in string.Formatter().parse(text) if name}
-
-    assert FAILURES["en"].keys() == FAILURES["fa"].keys()
-    assert HEADINGS["en"].keys() == HEADINGS["fa"].keys()
-    for table in (FAILURES, HEADINGS):
-        for key in table["en"]:
-            assert fields(table["en"][key]) == fields(table["fa"][key]), key
+def test_an_error_of_a_subcommand_shows_that_subcommand_s_usage() -> None:
+    finished = run_cli("check", "76", "no/such/file.py")
+    assert finished.stderr.startswith("usage: python -m lesson_code.practice check ")
+    assert "python -m lesson_code.practice check: error: no file at" in finished.stderr
 
 
 def test_a_failing_file_gets_a_report_in_persian_and_exit_1(tmp_path: Path, capsys) -> None:
@@ -87,15 +95,36 @@ def test_a_failing_file_gets_a_report_in_persian_and_exit_1(tmp_path: Path, caps
     assert "NotImplementedError" in report and "mine.py" in report
 
 
-def test_a_learner_function_that_hangs_is_reported_within_the_timeout(tmp_path: Path) -> None:
-    path = tmp_path / "hangs.py"
-    path.write_text("import torch.distributed as dist\n\n\n"
-                    "def ring_all_reduce(tensor, op='sum', *, group=None, timeout_s=30.0):\n"
-                    "    rank, size = dist.get_rank(), dist.get_world_size()\n"
-                    "    if size > 1:\n"
-                    "        dist.recv(tensor, (rank - 1) % size)  # every rank waits: a deadlock\n"
-                    "    return tensor\n")
-    started = time.monotonic()
-    failure = grade(76, path, keys=("all_reduce_sum",), timeout_s=5.0)["all_reduce_sum"].failure
-    assert failure.kind == "timeout" and failure.fields["case"] == "world_size=2"
-    assert time.monotonic() - started < 30
+def test_a_file_that_does_not_import_ends_the_report_after_check_1(tmp_path: Path) -> None:
+    path = tmp_path / "mine.py"
+    path.write_text("def ring_all_reduce(tensor, op='sum', *, group=None):\n"
+                    "    return tensor +\n")
+    finished = run_cli("check", "76", str(path), "--lang", "fa")
+    assert finished.returncode == 1
+    report = finished.stdout
+    assert "۱. [رد]" in report and "خطای SyntaxError داد" in report
+    assert "بررسی‌های ۲ تا ۶ اجرا نشدند" in report and "۲. [" not in report
+    assert report.count("SyntaxError") == 2  # the sentence, and the traceback's last line once
+    assert finished.stderr.count("در حال اجرای") == 1
+
+
+def test_another_lesson_s_file_is_named_as_such_without_the_grader_s_tracebacks() -> None:
+    learner = Path(__file__).resolve().parent / "solutions" / "collectives_learner.py"
+    finished = run_cli("check", "78", str(learner))
+    assert finished.returncode == 1
+    report = finished.stdout
+    words = " ".join(report.split())  # the report wraps its lines
+    assert ("your file defines ring_all_reduce, ring_reduce_scatter and ring_all_gather of "
+            "lesson 76, and no flatten_params") in words
+    assert "`python -m lesson_code.practice check 76 ...`" in words
+    assert "checks 2 to 6 were not run" in words
+    assert "Traceback" not in report and len(report.splitlines()) < 15
+
+
+def test_only_runs_the_check_it_names(tmp_path: Path) -> None:
+    learner = Path(__file__).resolve().parent / "solutions" / "collectives_learner.py"
+    finished = run_cli("check", "76", str(learner), "--only", "4", "--lang", "fa")
+    assert finished.returncode == 0
+    report = finished.stdout
+    assert "۴. [قبول] ring_reduce_scatter" in report and "۱. [" not in report
+    assert report.rstrip().endswith("بررسی ۴ قبول شد.") and "زمان روی" not in report

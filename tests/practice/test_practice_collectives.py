@@ -1,13 +1,18 @@
-"""Lesson 76's grader: the course's ring passes, the template fails, each mistake fails its check."""
+"""Lesson 76's grader: the course's ring passes, the template fails, each mistake fails its check;
+sub-groups, integers and the diagnoses of two common mistakes."""
 
 from pathlib import Path
 
 import pytest
 
+from persian_words import foreign_words
 from practice_helpers import (
     SOLUTIONS, assert_course_passes, assert_mistake_fails, assert_passes, assert_template_fails,
+    grade, variant,
 )
 from lesson_code.practice.lessons import lesson
+from lesson_code.practice.messages import DIAGNOSES, failure_sentence
+from lesson_code.practice.templates import template_path
 
 LEARNER = SOLUTIONS / "collectives_learner.py"
 CHECK_KEYS = [check.key for check in lesson(76).checks]
@@ -55,3 +60,45 @@ def test_the_unfilled_template_fails_with_not_implemented(tmp_path: Path) -> Non
 @pytest.mark.parametrize("key", CHECK_KEYS)
 def test_a_mistake_fails_its_check(key: str, tmp_path: Path) -> None:
     assert_mistake_fails(76, LEARNER, MISTAKES[key], key, EXPECTED_KIND[key], tmp_path)
+
+
+def test_group_ranks_taken_for_global_ranks_fail_in_a_case_that_names_the_group(
+        tmp_path: Path) -> None:
+    # Right on every rank of the world, where a rank's number in the group is its global rank.
+    path = variant(LEARNER, [(
+        "    right = dist.get_global_rank(group, (rank + 1) % size) if group else (rank + 1) % size\n"
+        "    left = dist.get_global_rank(group, (rank - 1) % size) if group else (rank - 1) % size\n",
+        "    right = (rank + 1) % size\n    left = (rank - 1) % size\n")], tmp_path)
+    failure = grade(76, path, keys=("all_reduce_sum",), timeout_s=30)["all_reduce_sum"].failure
+    assert failure is not None
+    case = failure.fields["case"].text("en")
+    assert case.startswith("the group of ranks ") and " of 5 (rank " in case, case
+    assert "is its rank" in case and "dist.get_global_rank" in lesson(76).checks[1].hint["en"]
+
+
+def test_an_average_of_integers_must_raise_value_error_as_the_template_says(tmp_path: Path) -> None:
+    path = variant(LEARNER, [('    if op == "avg" and not tensor.is_floating_point():\n'
+                              '        raise ValueError(f"op=\'avg\' on {tensor.dtype} would '
+                              'truncate")\n', "")], tmp_path)
+    failure = grade(76, path, keys=("all_reduce_avg",))["all_reduce_avg"].failure
+    assert failure.kind == "not_raised" and failure.fields["expected"] == "ValueError"
+    assert "int64, op='avg'" in failure.fields["case"].text("en")
+    assert "ValueError" in template_path(76, "en").read_text().split("op=\"avg\" on an integer")[1]
+
+
+def test_a_sum_not_divided_is_diagnosed_as_n_times_too_big(tmp_path: Path) -> None:
+    failure = grade(76, variant(LEARNER, MISTAKES["all_reduce_avg"], tmp_path),
+                    keys=("all_reduce_avg",))["all_reduce_avg"].failure
+    sentence = failure_sentence(failure.kind, failure.fields, "en", failure.diagnosis)
+    assert "at element 0 of the result, flattened" in sentence
+    assert "it is exactly 2 times the expected value everywhere" in sentence
+    persian = failure_sentence(failure.kind, failure.fields, "fa", failure.diagnosis)
+    assert "دقیقاً ۲ برابر" in persian and foreign_words(persian) == []
+
+
+def test_the_rank_s_own_input_coming_back_is_diagnosed_as_nothing_received(tmp_path: Path) -> None:
+    path = variant(LEARNER, [("    flat = tensor.view(-1)\n", "    flat = tensor.clone().view(-1)\n")],
+                   tmp_path)
+    failure = grade(76, path, keys=("all_reduce_sum",))["all_reduce_sum"].failure
+    assert failure.kind == "mismatch" and failure.diagnosis == DIAGNOSES["own_input"]
+    assert "nothing arrived from the neighbour" in failure.diagnosis.text("en")

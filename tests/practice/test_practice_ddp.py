@@ -6,6 +6,7 @@ import pytest
 
 from practice_helpers import (
     SOLUTIONS, assert_course_passes, assert_mistake_fails, assert_passes, assert_template_fails,
+    grade, variant,
 )
 from lesson_code.practice.lessons import lesson
 
@@ -91,3 +92,11 @@ def test_the_unfilled_template_fails_with_not_implemented(tmp_path: Path) -> Non
 @pytest.mark.parametrize("key", CHECK_KEYS)
 def test_a_mistake_fails_its_check(key: str, tmp_path: Path) -> None:
     assert_mistake_fails(77, LEARNER, MISTAKES[key], key, EXPECTED_KIND[key], tmp_path)
+
+
+def test_gradients_summed_and_not_averaged_are_diagnosed(tmp_path: Path) -> None:
+    failure = grade(77, variant(LEARNER, MISTAKES["average"], tmp_path),
+                    keys=("average",))["average"].failure
+    assert failure.diagnosis is not None and "exactly 3 times" in failure.diagnosis.text("en")
+    assert failure.fields["element_of"].text("en").startswith(
+        "the gradients, concatenated in parameter order, at ")

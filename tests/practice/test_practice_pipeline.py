@@ -75,4 +75,4 @@ def test_gradients_zeroed_inside_the_step_fail_the_gradient_check(tmp_path: Path
                    tmp_path)
     failure = grade(79, path, keys=("gradients",))["gradients"].failure
     assert failure is not None and failure.kind == "mismatch", failure
-    assert "2 steps without zero_grad" in failure.fields["case"]
+    assert "2 steps without zero_grad" in failure.fields["case"].text("en")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -35,10 +34,12 @@ from lesson_code.capstone import CapstoneConfig, MiniGPT
 from lesson_code.capstone import run_rank as course_run_rank
 from lesson_code.capstone.train import COMPARED, compare_resumed
 from lesson_code.experiment import flat_parameters
-from lesson_code.practice.grading import (Check, CheckFailed, Failure, Lesson, Timing,
-                                          fail_on_first, load_learner, run_ranks)
-from lesson_code.practice.rank_checks import compare, names_check
 from lesson_code.harness.timing import slowest_rank
+from lesson_code.practice.grading import (Check, CheckFailed, Failure, Lesson, fail_on_first,
+                                          load_learner, run_ranks)
+from lesson_code.practice.messages import Phrase, every_rank, phrase
+from lesson_code.practice.rank_checks import compare, during
+from lesson_code.practice.timing import Timing
 
 NAMES = ("run_rank",)
 STEPS, CHECKPOINT_STEP = 6, 3
@@ -63,23 +64,31 @@ def grading_config(world_size: int, out_dir: str) -> CapstoneConfig:
                           out_dir=out_dir, corpus_tokens=tokens)
 
 
-def result_failures(result, *, case: str, rank: int) -> list[Failure]:
+def result_failures(result, *, case: Phrase, rank: int) -> list[Failure]:
     """A Failure when `result` lacks what the graders read (the keys of RESULT_KEYS, records with
     "step" and "loss", a final_state with every key of COMPARED); [] when it has it all."""
     expected = None
     if not isinstance(result, dict) or not set(RESULT_KEYS) <= set(result):
         got, expected = (sorted(result) if isinstance(result, dict) else type(result).__name__,
-                         f"a dict with {', '.join(RESULT_KEYS)}")
+                         phrase("a dict with the keys {keys}", "دیکشنری‌ای با کلیدهای {keys}",
+                                keys=", ".join(map(repr, RESULT_KEYS))))
     elif not all(isinstance(row, dict) and {"step", "loss"} <= set(row)
                  for row in result["records"]):
-        got, expected = "records without step or loss", '[{"step": 1, "loss": 4.4}, ...]'
+        got, expected = (phrase("rows of result['records'] without 'step' or 'loss'",
+                                "سطرهایی از result['records'] بی 'step' یا 'loss'"),
+                         '[{"step": 1, "loss": 4.4}, ...]')
     elif not (isinstance(result["final_state"], dict)
               and set(COMPARED) <= set(result["final_state"])):
-        got, expected = "a final_state without some of them", ", ".join(COMPARED)
+        got, expected = (sorted(result["final_state"]) if isinstance(result["final_state"], dict)
+                         else type(result["final_state"]).__name__,
+                         phrase("a final_state with the keys {keys}",
+                                "یک final_state با کلیدهای {keys}",
+                                keys=", ".join(map(repr, COMPARED))))
     elif not isinstance(result["params"], torch.Tensor):
         got, expected = type(result["params"]).__name__, "flat_parameters(model)"
     elif not isinstance(result["checkpoints"], dict):
-        got, expected = type(result["checkpoints"]).__name__, "{3: folder}"
+        got, expected = (type(result["checkpoints"]).__name__,
+                         phrase("a dict from step to folder", "دیکشنری‌ای از گام به پوشه"))
     if expected is None:
         return []
     return [Failure("value", {"case": case, "case_index": 0, "rank": rank,
@@ -97,11 +106,13 @@ def grade_losses(rank: int, world_size: int, path: str, out_dir: str) -> list[Fa
     """Rank function: the learner's run against the course's run_rank, in this same rank."""
     learner = load_learner(path)
     config = grading_config(world_size, f"{out_dir}/course")
-    case = f"world_size={world_size} steps={STEPS}"
+    case = phrase("all {n} ranks, {steps} steps", "همهٔ {n} رتبه، {steps} گام", n=world_size,
+                  steps=STEPS)
     torch.manual_seed(config.seed)  # rank 0's initial model, which the broadcast gives every rank
     start = flat_parameters(MiniGPT(config.gpt))
-    yours = learner.run_rank(rank, world_size,
-                             dataclasses.replace(config, out_dir=f"{out_dir}/yours"))
+    with during(case):
+        yours = learner.run_rank(rank, world_size,
+                                 dataclasses.replace(config, out_dir=f"{out_dir}/yours"))
     course = course_run_rank(rank, world_size, config)  # seeds itself, as the learner's must
     failures = result_failures(yours, case=case, rank=rank)
     if failures:
@@ -114,7 +125,10 @@ def grade_losses(rank: int, world_size: int, path: str, out_dir: str) -> list[Fa
     expected = torch.tensor([row["loss"] for row in course["records"]], dtype=torch.float64)
     got = torch.tensor([float(row["loss"]) for row in yours["records"]], dtype=torch.float64)
     found = compare(got, expected, torch.full_like(expected, LOSS_TOLERANCE), case=case,
-                    case_index=1, rank=rank, reference="the course's run_rank (loss per step)")
+                    case_index=1, rank=rank, reference=phrase("the course's run_rank",
+                                                              "run_rank درس"),
+                    element_of=phrase("the losses, one per step from step 1",
+                                      "زیان‌ها، یکی برای هر گام از گام ۱"))
     if found:
         return [found]
     reference = course["params"].cpu()
@@ -123,7 +137,9 @@ def grade_losses(rank: int, world_size: int, path: str, out_dir: str) -> list[Fa
     if not distance <= PARAMS_RELATIVE:
         return [Failure("value", {"case": case, "case_index": 2, "rank": rank,
                                   "what": "|params - course| / |course - start|",
-                                  "got": distance, "expected": f"<= {PARAMS_RELATIVE}"})]
+                                  "got": distance,
+                                  "expected": phrase("at most {bound}", "حداکثر {bound}",
+                                                     bound=PARAMS_RELATIVE)})]
     return []
 
 
@@ -143,8 +159,10 @@ def run_and_resume(rank: int, world_size: int, path: str, out_dir: str) -> dict:
     """
     learner = load_learner(path)
     config = grading_config(world_size, f"{out_dir}/straight")
-    case = f"world_size={world_size} run_rank(config)"
-    straight = learner.run_rank(rank, world_size, config)
+    case = phrase("{call} on all {n} ranks", "{call} روی همهٔ {n} رتبه", call="run_rank(config)",
+                  n=world_size)
+    with during(case):
+        straight = learner.run_rank(rank, world_size, config)
     failures = result_failures(straight, case=case, rank=rank)
     folder = None if failures else straight["checkpoints"].get(CHECKPOINT_STEP)
     if not failures and folder is None:
@@ -153,8 +171,10 @@ def run_and_resume(rank: int, world_size: int, path: str, out_dir: str) -> dict:
         return {"failures": failures}
     dist.barrier()  # every rank has finished the first run before any resumes
     again = dataclasses.replace(config, out_dir=f"{out_dir}/resumed")
-    resumed = learner.run_rank(rank, world_size, again, str(folder))
-    case = f"world_size={world_size} run_rank(config, start_from={Path(folder).name})"
+    case = phrase("{call} on all {n} ranks", "{call} روی همهٔ {n} رتبه", n=world_size,
+                  call=f"run_rank(config, start_from='{Path(folder).name}')")
+    with during(case):
+        resumed = learner.run_rank(rank, world_size, again, str(folder))
     failures = result_failures(resumed, case=case, rank=rank)
     if failures:
         return {"failures": failures}
@@ -165,12 +185,13 @@ def _scratch() -> str:
     return tempfile.mkdtemp(prefix="practice_capstone_")
 
 
+
 def _losses_check(path: str, timeout_s: float) -> None:
     for world_size in LOSS_WORLD_SIZES:
         out_dir = _scratch()
         try:
             fail_on_first(run_ranks(grade_losses, path, out_dir, world_size=world_size,
-                                    timeout_s=timeout_s, case=f"world_size={world_size}"))
+                                    timeout_s=timeout_s, case=every_rank(world_size)))
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
 
@@ -179,7 +200,7 @@ def _resume_check(path: str, timeout_s: float) -> None:
     out_dir = _scratch()
     try:
         results = run_ranks(run_and_resume, path, out_dir, world_size=RESUME_WORLD_SIZE,
-                            timeout_s=timeout_s, case=f"world_size={RESUME_WORLD_SIZE}")
+                            timeout_s=timeout_s, case=every_rank(RESUME_WORLD_SIZE))
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     fail_on_first([result["failures"] for result in results])
@@ -187,12 +208,14 @@ def _resume_check(path: str, timeout_s: float) -> None:
     differing = [name for name, same in verdicts.items() if not same]
     if differing:
         raise CheckFailed(Failure("resumed", {
-            "case": f"world_size={RESUME_WORLD_SIZE} steps={STEPS}", "step": CHECKPOINT_STEP,
-            "what": ", ".join(differing)}))
+            "case": phrase("all {n} ranks, {steps} steps", "همهٔ {n} رتبه، {steps} گام",
+                           n=RESUME_WORLD_SIZE, steps=STEPS),
+            "step": CHECKPOINT_STEP, "what": ", ".join(map(repr, differing))}))
 
 
-def time_runs(rank: int, world_size: int, path: str, out_dir: str) -> tuple[float, float]:
-    """Rank function: (learner's, course's) slowest-rank median seconds of one graded run.
+def time_runs(rank: int, world_size: int, path: str,
+              out_dir: str) -> tuple[list[float], list[float]]:
+    """Rank function: (learner's, course's) slowest-rank seconds of one graded run, per trial.
 
     Each trial times the learner's run and then the course's, after one of each to warm up, so
     that a machine busy with something else slows both alike. A whole run is long enough to
@@ -209,8 +232,8 @@ def time_runs(rank: int, world_size: int, path: str, out_dir: str) -> tuple[floa
             run_rank(rank, world_size, config)
             if trial:  # trial 0 warms up
                 samples[name].append(time.perf_counter() - started)
-    return (slowest_rank(statistics.median(samples["yours"])),
-            slowest_rank(statistics.median(samples["course"])))
+    return ([slowest_rank(seconds) for seconds in samples["yours"]],
+            [slowest_rank(seconds) for seconds in samples["course"]])
 
 
 def timing(path: str, timeout_s: float) -> Timing:
@@ -221,21 +244,21 @@ def timing(path: str, timeout_s: float) -> Timing:
                                   case="timing")[0]
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    return Timing(f"run_rank, MiniGPT steps={STEPS}", 2, TIMED_TRIALS, yours, course)
+    return Timing(phrase("run_rank, MiniGPT, {steps} steps", "run_rank، MiniGPT، {steps} گام",
+                         steps=STEPS), 2, tuple(yours), tuple(course))
 
 
 CHECKS = (
-    names_check(NAMES),
     Check("losses",
           {"en": "each step's loss and the final parameters match the course's run_rank",
            "fa": "زیان هر گام و پارامترهای پایانی با run_rank درس یکی است"},
           {"en": "seed with torch.manual_seed(config.seed + rank) before MiniGPT, broadcast rank "
                  "0's parameters, zero_grad every step, and record global_mean(loss): the mean "
                  "over ranks, not this rank's loss",
-           "fa": "پیش از ساختن MiniGPT با torch.manual_seed(config.seed + rank) بذر بدهید، "
-                 "پارامترهای رتبهٔ ۰ را پخش کنید، در هر گام zero_grad کنید و global_mean(loss) "
-                 "یعنی میانگین روی رتبه‌ها را ثبت کنید، نه زیان همین رتبه را"},
-          _losses_check),
+           "fa": "پیش از ساختن MiniGPT بذر تصادفی را با torch.manual_seed(config.seed + rank) "
+                 "تعیین کنید، پارامترهای رتبهٔ ۰ را بازپخش کنید، در هر گام zero_grad کنید و "
+                 "global_mean(loss) یعنی میانگین روی رتبه‌ها را ثبت کنید، نه زیان همین رتبه را"},
+          _losses_check, needs=NAMES),
     Check("resume",
           {"en": "resumed from step 3's checkpoint, the run ends bit for bit as if it never "
                  "stopped",
@@ -244,8 +267,8 @@ CHECKS = (
           {"en": "load_zero into the model and the optimizer you train with (not a fresh one), "
                  "and resume both the step and the data position that the checkpoint's extra holds",
            "fa": "با load_zero در همان مدل و بهینه‌سازی بارگذاری کنید که با آن آموزش می‌دهید (نه "
-                 "بهینه‌سازی تازه)، و هم گام و هم جایگاه داده را از extra چکپوینت از سر بگیرید"},
-          _resume_check),
+                 "بهینه‌سازی تازه)، و هم گام و هم جایگاه داده را از `extra` چکپوینت از سر بگیرید"},
+          _resume_check, needs=NAMES),
 )
 
 LESSON = Lesson(81, "my_capstone.py", NAMES, CHECKS, timing)

@@ -29,7 +29,8 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from lesson_code.practice.grading import Failure, fail_on_first, run_ranks
-from lesson_code.practice.rank_checks import compare
+from lesson_code.practice.messages import Phrase, every_rank, phrase
+from lesson_code.practice.rank_checks import FLATTENED, compare
 
 LOSS_BOUND = 1e-5
 SGD_BOUND = 1e-6
@@ -117,28 +118,60 @@ def relative_distance(params: torch.Tensor, reference: torch.Tensor, start: torc
     return ((params.double() - reference.double()).norm() / moved).item()
 
 
-def within(got: torch.Tensor, expected: torch.Tensor, bound: float | None, *, case: str,
-           case_index: int, rank: int, reference: str) -> Failure | None:
+def within(got: torch.Tensor, expected: torch.Tensor, bound: float | None, *, case: str | Phrase,
+           case_index: int, rank: int, reference: str | Phrase,
+           element_of: Phrase | Callable[[int], Phrase] = FLATTENED,
+           group_size: int = 1) -> Failure | None:
     """`rank_checks.compare` with one bound for every element (None: exactly equal)."""
     allowed = None if bound is None else torch.full(expected.shape, bound, dtype=torch.float64)
     return compare(got, expected, allowed, case=case, case_index=case_index, rank=rank,
-                   reference=reference)
+                   reference=reference, element_of=element_of, group_size=group_size)
 
 
-def value_failure(what: str, got, expected, *, case: str, case_index: int, rank: int) -> Failure:
+def value_failure(what: str | Phrase, got, expected, *, case: str | Phrase, case_index: int,
+                  rank: int) -> Failure:
     """A Failure of kind "value": `what` was `got` where `expected` was due."""
     return Failure("value", {"case": case, "case_index": case_index, "rank": rank, "what": what,
                              "got": got, "expected": expected})
 
 
+def parameter_at(module: torch.nn.Module, what: Phrase) -> Callable[[int], Phrase]:
+    """For an index into `module`'s flat parameters (parameters_to_vector's order): `what`, at
+    the parameter and element it is, "fc1.weight[2, 3]"."""
+    def locate(index: int) -> Phrase:
+        for name, param in module.named_parameters():
+            if index < param.numel():
+                place = ", ".join(map(str, torch.unravel_index(torch.tensor(index), param.shape)))
+                return phrase("{what}, at {name}", "{what}، در {name}", what=what,
+                              name=f"{name}[{place}]" if param.dim() else name)
+            index -= param.numel()
+        return what  # past the parameters: the padding
+    return locate
+
+
+def prefix_group_phrase(size: int, world_size: int) -> Phrase:
+    """The group of ranks 0..size-1 among `world_size` (`prefix_groups`), in words."""
+    if size == world_size:
+        return every_rank(world_size)
+    if size == 1:
+        return phrase("rank 0 alone, of {n}", "رتبهٔ {zero} به‌تنهایی، از {n} رتبه", zero=0,
+                      n=world_size)
+    return phrase("the group of ranks 0 to {last} of {n}", "گروه رتبه‌های {zero} تا {last} از {n} رتبه",
+                  zero=0, last=size - 1, n=world_size)
+
+
 def over_world_sizes(rank_fn, *args, world_sizes: tuple[int, ...], groups: bool = False):
     """A check's run: `rank_fn` on each of `world_sizes`, stopping at the first failure.
 
-    `groups`: the rank function grades every smaller world size too (`prefix_groups`), and a
-    run that raises or hangs is reported as "world_size=1..N"."""
+    `groups`: the rank function grades every smaller world size too (`prefix_groups`), which
+    the case of a run that hangs names (a rank that raises names its own group, `during`)."""
     def run(path: str, timeout_s: float) -> None:
         for world_size in world_sizes:
-            case = f"world_size={'1..' if groups else ''}{world_size}"
+            case = every_rank(world_size)
+            if groups:
+                case = phrase("one run of {n} ranks, in the groups of ranks 0 to k-1 for k = 1 "
+                              "to {n}", "یک اجرا با {n} رتبه، در گروه‌های رتبه‌های {zero} تا k-1 "
+                              "برای k از {one} تا {n}", n=world_size, zero=0, one=1)
             fail_on_first(run_ranks(rank_fn, path, *args, world_size=world_size,
                                     timeout_s=timeout_s, case=case))
     return run

@@ -24,6 +24,7 @@ from lesson_code.models import as_layers, build_model, loss_function
 from lesson_code.pipeline import HEADER_LENGTH, split_micro_batches
 from lesson_code.pipeline_lab import PipeRun
 from lesson_code.practice.grading import Failure
+from lesson_code.practice.messages import Phrase, distinct_numbers, phrase
 from lesson_code.practice.rank_checks import compare
 
 GRADIENT_BOUND = 1e-6
@@ -105,27 +106,33 @@ def schedule_problem(got, schedule: str, stage: int, stages: int, m: int) -> tup
     each forward before its backward; under 1F1B at most P - stage activations in flight.
     """
     if not isinstance(got, (list, tuple)):
-        return "the returned value", type(got).__name__, "a list of ('F', i) and ('B', i)"
+        return (phrase("the returned value", "مقدار برگشتی"), type(got).__name__,
+                phrase("a list of ('F', i) and ('B', i)", "فهرستی از ('F', i) و ('B', i)"))
     steps = []
     for step in got:
         if not (isinstance(step, (list, tuple)) and len(step) == 2 and step[0] in ("F", "B")
                 and isinstance(step[1], int)):
-            return "a step", repr(step), "('F', i) or ('B', i) with i an int"
+            return (phrase("a step", "یک گام"), repr(step),
+                    phrase("('F', i) or ('B', i), i an `int`", "('F', i) یا ('B', i) با i از نوع `int`"))
         steps.append(tuple(step))
     wanted = sorted((kind, i) for kind in "FB" for i in range(m))
     if sorted(steps) != wanted:
-        return ("the steps", order_text(sorted(steps)),
-                f"one F and one B of each micro-batch 0..{m - 1}")
+        return (phrase("the steps", "گام‌ها"), order_text(sorted(steps)),
+                phrase("one F and one B of each micro-batch from {first} to {last}",
+                       "یک F و یک B برای هر میکرودسته از {first} تا {last}", first=0, last=m - 1))
     for i in range(m):
         if steps.index(("B", i)) < steps.index(("F", i)):
-            return f"the place of B{i}", f"before F{i}", f"after F{i}"
+            return (phrase("the place of {b}", "جای {b}", b=f"B{i}"),
+                    phrase("before {f}", "پیش از {f}", f=f"F{i}"),
+                    phrase("after {f}", "پس از {f}", f=f"F{i}"))
     in_flight = peak = 0
     for kind, _ in steps:
         in_flight += 1 if kind == "F" else -1
         peak = max(peak, in_flight)
     if schedule == "1f1b" and peak > stages - stage:
-        return ("the most activations in flight", peak,
-                f"at most {stages - stage} (num_stages - stage)")
+        return (phrase("the most activations in flight", "بیشترین شمار فعال‌سازی‌های نگه‌داشته"),
+                peak, phrase("at most {most} (num_stages - stage)",
+                             "حداکثر {most} (`num_stages - stage`)", most=stages - stage))
     return None
 
 
@@ -143,30 +150,37 @@ def unsplit_reference(run: PipeRun, steps: int) -> tuple[float, dict[str, torch.
 
 
 def gradient_failures(module: nn.Module, start: int, loss, run: PipeRun, steps: int,
-                      is_last: bool, *, case: str, case_index: int, rank: int) -> list[Failure]:
+                      is_last: bool, *, case: Phrase, case_index: int, rank: int) -> list[Failure]:
     """Failures of this stage's gradients (and, on the last stage, its loss) against the reference."""
     expected_loss, reference = unsplit_reference(run, steps)
     where = {"case": case, "case_index": case_index, "rank": rank}
     failures = []
+    returned = phrase("the loss returned by the last stage", "زیانی که مرحلهٔ آخر برگرداند")
     if is_last:
         if isinstance(loss, torch.Tensor) and loss.numel() == 1:
             loss = loss.item()
         if isinstance(loss, bool) or not isinstance(loss, (int, float)):
-            failures.append(Failure("value", {**where, "what": "the loss returned by the last stage",
-                                              "got": repr(loss)[:60], "expected": expected_loss}))
+            failures.append(Failure("value", {**where, "what": returned, "got": repr(loss)[:60],
+                                              "expected": expected_loss}))
         elif abs(loss - expected_loss) > LOSS_BOUND:
-            failures.append(Failure("value", {**where, "what": "the loss returned by the last stage",
-                                              "got": loss, "expected": expected_loss}))
+            got, expected = distinct_numbers(float(loss), expected_loss)
+            failures.append(Failure("value", {**where, "what": returned, "got": got,
+                                              "expected": expected}))
     for name, param in module.named_parameters():
         layer, rest = name.split(".", 1)
         full_name = f"{start + int(layer)}.{rest}"
         expected = reference[full_name]
         if param.grad is None:
-            failures.append(Failure("value", {**where, "what": f"the gradient of {full_name}",
-                                              "got": None, "expected": "a tensor"}))
+            failures.append(Failure("value", {**where, "got": None,
+                                              "what": phrase("the gradient of {name}", "گرادیان {name}",
+                                                             name=full_name),
+                                              "expected": phrase("a tensor", "یک تنسور")}))
             continue
         found = compare(param.grad, expected, torch.full_like(expected, GRADIENT_BOUND * steps),
-                        case=f"{case}, gradient of {full_name}", case_index=case_index, rank=rank,
-                        reference="the unsplit model on the whole batch")
+                        case=case, case_index=case_index, rank=rank,
+                        reference=phrase("the unsplit model on the whole batch",
+                                         "مدل تقسیم‌نشده روی کل دسته"),
+                        element_of=phrase("the gradient of {name}, flattened",
+                                          "گرادیان تخت‌شدهٔ {name}", name=full_name))
         failures += [found] if found else []
     return failures

@@ -39,12 +39,12 @@ from lesson_code.checkpoint import load_sharded as course_load
 from lesson_code.checkpoint import save_sharded as course_save
 from lesson_code.checkpoint import step_folder
 from lesson_code.checkpoint.faults import flip_one_byte
-from lesson_code.practice.grading import (Check, CheckFailed, Failure, Lesson, Timing,
-                                          fail_on_first, load_learner, run_ranks)
+from lesson_code.practice.grading import (Check, CheckFailed, Failure, Lesson, fail_on_first,
+                                          load_learner, run_ranks)
 from lesson_code.practice.lessons.sharded_checkpoint_ranks import (
     attempt_loads, grade_round_trip, layout, load_after_crash, save_and_die, save_only)
-from lesson_code.practice.rank_checks import names_check
-from lesson_code.harness.timing import alternating_seconds
+from lesson_code.practice.messages import every_rank, phrase
+from lesson_code.practice.timing import Timing, paired_rounds
 
 NAMES = ("save_sharded", "load_sharded")
 WORLD_SIZES = (1, 2, 3, 4)
@@ -70,14 +70,21 @@ def _round_trip(path: str, timeout_s: float) -> None:
         for step, world_size in enumerate(WORLD_SIZES, start=1):
             fail_on_first(run_ranks(grade_round_trip, path, str(root), step,
                                     world_size=world_size, timeout_s=timeout_s,
-                                    case=f"world_size={world_size}"))
+                                    case=every_rank(world_size)))
+
+
+
+def _saved_by(folder: Path, world_size: int):
+    return phrase("{folder}, saved by {n} ranks", "{folder}، ذخیره‌شده به دست {n} رتبه",
+                  folder=folder.name, n=world_size)
 
 
 def _saved(path: str, root: Path, timeout_s: float, world_size: int = FAULT_WORLD_SIZE,
            steps: tuple[int, ...] = (1,)) -> Path:
     """Save `steps` with the learner's code on `world_size` ranks; the last step's folder."""
     run_ranks(save_only, path, str(root), list(steps), world_size=world_size,
-              timeout_s=timeout_s, case=f"save_sharded, world_size={world_size}")
+              timeout_s=timeout_s, case=phrase("save_sharded on all {n} ranks",
+                                               "save_sharded روی همهٔ {n} رتبه", n=world_size))
     return step_folder(root, steps[-1])  # where the template says it is published
 
 
@@ -106,7 +113,7 @@ def _manifest_check(path: str, timeout_s: float) -> None:
     world_size, step = 3, 1
     with _scratch() as root:
         folder = _saved(path, root, timeout_s, world_size, (step,))
-        case = f"world_size={world_size} {folder.name}"
+        case = _saved_by(folder, world_size)
         manifest = _manifest(folder, case)
         for key, expected in (("world_size", world_size), ("step", step)):
             if manifest.get(key) != expected:
@@ -153,13 +160,15 @@ def _damaged_copies(folder: Path, root: Path, name: str) -> dict[str, Path]:
 def _damage_check(path: str, timeout_s: float) -> None:
     with _scratch() as root:
         folder = _saved(path, root / "saved", timeout_s)
-        case = f"world_size={FAULT_WORLD_SIZE} {folder.name}"
+        case = _saved_by(folder, FAULT_WORLD_SIZE)
         _, entry = _entry_of_rank(_manifest(folder, case), DAMAGED_RANK, case)
         name = str(entry.get("name"))
         copies = _damaged_copies(folder, root, name)
         outcomes = run_ranks(attempt_loads, path, [str(copy) for copy in copies.values()],
                              world_size=FAULT_WORLD_SIZE, timeout_s=timeout_s,
-                             case=f"load_sharded, world_size={FAULT_WORLD_SIZE}")
+                             case=phrase("load_sharded of the damaged copies on all {n} ranks",
+                                         "load_sharded روی رونوشت‌های آسیب‌دیده، همهٔ {n} رتبه",
+                                         n=FAULT_WORLD_SIZE))
         for index, damage in enumerate(copies):
             if outcomes[DAMAGED_RANK][index] is None:
                 raise CheckFailed(Failure(f"accepted_{damage}", {
@@ -170,19 +179,21 @@ def _world_size_check(path: str, timeout_s: float) -> None:
     with _scratch() as root:
         folder = _saved(path, root, timeout_s)
         for world_size in (1, 3):
+            case = phrase("{saved}, loaded on {n} ranks", "{saved}، بارگذاری‌شده روی {n} رتبه",
+                          saved=_saved_by(folder, FAULT_WORLD_SIZE), n=world_size)
             outcomes = run_ranks(attempt_loads, path, [str(folder)], world_size=world_size,
-                                 timeout_s=timeout_s, case=f"load_sharded, world_size={world_size}")
+                                 timeout_s=timeout_s, case=case)
             for rank, (outcome,) in enumerate(outcomes):
                 if outcome is None:
                     raise CheckFailed(Failure("accepted_world_size", {
-                        "case": f"{folder.name}, world_size={world_size}", "rank": rank,
-                        "saved": FAULT_WORLD_SIZE, "world_size": world_size}))
+                        "case": case, "rank": rank, "saved": FAULT_WORLD_SIZE,
+                        "world_size": world_size}))
 
 
 def _crash(path: str, root: Path, step: int, timeout_s: float) -> None:
     """The learner's save of `step` with every rank killed inside torch.save; CheckFailed when
     it finishes (no torch.save) or fails otherwise (it raised, or hung)."""
-    case = f"world_size={FAULT_WORLD_SIZE} save_sharded(step={step}) + SIGKILL in torch.save"
+    case = _killed(step)
     try:
         run_ranks(save_and_die, path, str(root), step, world_size=FAULT_WORLD_SIZE,
                   timeout_s=timeout_s, case=case)
@@ -193,22 +204,30 @@ def _crash(path: str, root: Path, step: int, timeout_s: float) -> None:
     raise CheckFailed(Failure("no_crash", {"case": case}))
 
 
+def _killed(step: int):
+    return phrase("{call} on all {n} ranks, each killed (SIGKILL) inside torch.save",
+                  "{call} روی همهٔ {n} رتبه، که هر کدام درون torch.save کشته می‌شود (SIGKILL)",
+                  call=f"save_sharded(step={step})", n=FAULT_WORLD_SIZE)
+
+
 def _crash_check(path: str, timeout_s: float) -> None:
     with _scratch() as root:
         _saved(path, root, timeout_s, steps=(2, 4))
         _crash(path, root, 6, timeout_s)               # a new step
         if step_folder(root, 6).exists():
             raise CheckFailed(Failure("published_half", {
-                "case": f"world_size={FAULT_WORLD_SIZE} save_sharded(step=6) + SIGKILL",
-                "folder": step_folder(root, 6).name}))
+                "case": _killed(6), "folder": step_folder(root, 6).name}))
         _crash(path, root, 4, timeout_s)               # a step that is already published
         fail_on_first(run_ranks(load_after_crash, path, str(root), [2, 4],
                                 world_size=FAULT_WORLD_SIZE, timeout_s=timeout_s,
-                                case=f"load_sharded after SIGKILL, world_size={FAULT_WORLD_SIZE}"))
+                                case=phrase("load_sharded on all {n} ranks after the killed saves",
+                                            "load_sharded روی همهٔ {n} رتبه پس از ذخیره‌های "
+                                            "کشته‌شده", n=FAULT_WORLD_SIZE)))
 
 
-def time_save_and_load(rank: int, world_size: int, path: str, root: str) -> tuple[float, float]:
-    """Rank function: (learner's, course's) slowest-rank median seconds of a save plus a load."""
+def time_save_and_load(rank: int, world_size: int, path: str,
+                       root: str) -> tuple[list[float], list[float]]:
+    """Rank function: (learner's, course's) slowest-rank seconds of a save plus a load, per round."""
     learner = load_learner(path)
     shard = {"weights": torch.randn(TIMED_ELEMENTS)}
     steps = itertools.count(1)
@@ -218,10 +237,8 @@ def time_save_and_load(rank: int, world_size: int, path: str, root: str) -> tupl
                       world_size=world_size, extra={})
         load(folder, rank=rank, world_size=world_size)
 
-    yours, course = alternating_seconds(
-        [lambda: round_trip(learner.save_sharded, learner.load_sharded, "yours"),
-         lambda: round_trip(course_save, course_load, "course")], trials=3)
-    return yours, course
+    return paired_rounds(lambda: round_trip(learner.save_sharded, learner.load_sharded, "yours"),
+                         lambda: round_trip(course_save, course_load, "course"))
 
 
 def timing(path: str, timeout_s: float) -> Timing:
@@ -229,11 +246,12 @@ def timing(path: str, timeout_s: float) -> Timing:
     with _scratch() as root:
         yours, course = run_ranks(time_save_and_load, path, str(root), world_size=2,
                                   timeout_s=timeout_s, case="timing")[0]
-    return Timing("save_sharded + load_sharded, shard=4 MiB", 2, 3, yours, course)
+    return Timing(phrase("save_sharded then load_sharded, a shard of {size} MiB",
+                         "save_sharded و سپس load_sharded، شاردی {size} MiB", size=4),
+                  2, tuple(yours), tuple(course))
 
 
 CHECKS = (
-    names_check(NAMES),
     Check("round_trip",
           {"en": "save then load gives back every tensor bit for bit, on 1 to 4 ranks",
            "fa": "ذخیره و سپس بارگذاری، هر تنسور را بیت‌به‌بیت پس می‌دهد، روی ۱ تا ۴ رتبه"},
@@ -242,28 +260,28 @@ CHECKS = (
            "fa": "root/step-XXXXXXXX را برگردانید؛ دیکشنری را همان‌طور که هست با torch.save "
                  "بنویسید (نوع داده، شکل، تنسورهای خالی)؛ همهٔ رتبه‌ها replicated.pt را بخوانند؛ "
                  "فقط پس از انتشار به دست رتبهٔ ۰ برگردید"},
-          _round_trip),
+          _round_trip, needs=NAMES),
     Check("manifest",
           {"en": "manifest.json lists every file with its size and sha256, every shard's layout",
-           "fa": "manifest.json هر فایل را با اندازه و sha256 آن، و چیدمان هر شارد را فهرست "
+           "fa": "manifest.json هر فایل را با اندازه و sha256 آن، و چینش هر شارد را فهرست "
                  "می‌کند"},
           {"en": "rank 0 writes the manifest last, from the entries every rank sends it "
                  "(all_gather_object), and adds replicated.pt",
            "fa": "رتبهٔ ۰ مانیفست را در پایان می‌نویسد، از مدخل‌هایی که هر رتبه برایش می‌فرستد "
                  "(all_gather_object)، و replicated.pt را هم می‌افزاید"},
-          _manifest_check),
+          _manifest_check, needs=("save_sharded",)),
     Check("damaged_shard",
           {"en": "a shard with one flipped byte, or cut short, makes the load raise",
-           "fa": "شاردی که یک بایتش وارونه یا کوتاه شده، بارگذاری را به خطا می‌اندازد"},
+           "fa": "شاردی با یک بایت وارونه‌شده، یا کوتاه‌شده، بارگذاری را به خطا می‌اندازد"},
           {"en": "compare each file's size and sha256 with the manifest before torch.load",
            "fa": "پیش از torch.load اندازه و sha256 هر فایل را با مانیفست مقایسه کنید"},
-          _damage_check),
+          _damage_check, needs=NAMES),
     Check("world_size",
           {"en": "loading on another number of ranks raises on every rank",
            "fa": "بارگذاری با تعداد رتبهٔ دیگر در همهٔ رتبه‌ها خطا می‌دهد"},
           {"en": "compare the manifest's world_size with the one you are given, first",
            "fa": "پیش از هر چیز world_size مانیفست را با world_size داده‌شده مقایسه کنید"},
-          _world_size_check),
+          _world_size_check, needs=NAMES),
     Check("crash",
           {"en": "a save killed half-way publishes nothing and leaves earlier checkpoints whole",
            "fa": "ذخیره‌ای که نیمه‌کاره کشته شود چیزی منتشر نمی‌کند و چکپوینت‌های قبلی را سالم "
@@ -272,7 +290,7 @@ CHECKS = (
                  "at the end; move an older copy of the step aside only then",
            "fa": "در پوشهٔ پنهان .step-XXXXXXXX.tmp بنویسید و در پایان با یک تغییر نام منتشرش "
                  "کنید؛ نسخهٔ قدیمی همان گام را فقط در آن لحظه کنار بگذارید"},
-          _crash_check),
+          _crash_check, needs=NAMES),
 )
 
 LESSON = Lesson(80, "my_checkpoint.py", NAMES, CHECKS, timing)

@@ -21,7 +21,8 @@ from lesson_code.checkpoint import step_folder
 from lesson_code.collectives_lab import make_input
 from lesson_code.experiment import DTYPES
 from lesson_code.practice.grading import Failure, load_learner
-from lesson_code.practice.rank_checks import compare
+from lesson_code.practice.messages import Phrase, every_rank, phrase
+from lesson_code.practice.rank_checks import compare, during
 
 EXTRA = {"next_step": 7, "data": {"epoch": 1, "cursor": 4242}, "note": "resume here"}
 
@@ -56,28 +57,32 @@ def save(learner, root: str, step: int, rank: int, world_size: int, salt: int = 
                                 extra={**EXTRA, "salt": salt})
 
 
-def compare_loaded(loaded, rank: int, world_size: int, step: int, salt: int, *, case: str,
+def compare_loaded(loaded, rank: int, world_size: int, step: int, salt: int, *, case: Phrase,
                    first_index: int = 0) -> list[Failure]:
     """Failures of a load's (shard, replicated, manifest) against what was saved: exact."""
     where = {"case": case, "rank": rank}
     if not (isinstance(loaded, tuple) and len(loaded) == 3):
         return [Failure("value", {**where, "case_index": first_index, "what": "load_sharded(...)",
                                   "got": type(loaded).__name__,
-                                  "expected": "(shard, replicated, manifest)"})]
+                                  "expected": phrase("a tuple (shard, replicated, manifest)",
+                                                     "تاپل (shard, replicated, manifest)")})]
     failures = []
-    for offset, (what, got, expected) in enumerate((
-            ("shard", loaded[0], shard_tensors(rank, salt)),
-            ("replicated", loaded[1], replicated_tensors(salt)))):
+    for offset, (got, expected) in enumerate(((loaded[0], shard_tensors(rank, salt)),
+                                              (loaded[1], replicated_tensors(salt)))):
         index = first_index + offset
+        what = f"load_sharded(...)[{offset}]"
         if not isinstance(got, dict) or sorted(got) != sorted(expected):
             failures.append(Failure("value", {**where, "case_index": index,
-                                              "what": f"load_sharded(...) {what} keys",
+                                              "what": phrase("the keys of {what}", "کلیدهای {what}",
+                                                             what=what),
                                               "got": sorted(got) if isinstance(got, dict) else got,
                                               "expected": sorted(expected)}))
             continue
         for name, tensor in expected.items():
-            found = compare(got[name], tensor, None, case=f"{case} {what}[{name!r}]",
-                            case_index=index, rank=rank, reference="the saved tensor")
+            found = compare(got[name], tensor, None, case=case, case_index=index, rank=rank,
+                            reference=phrase("the saved tensor", "تنسور ذخیره‌شده"),
+                            element_of=phrase("{what}[{name}], flattened", "{what}[{name}]، تخت‌شده",
+                                              what=what, name=repr(name)))
             if found:
                 failures.append(found)
                 break
@@ -94,14 +99,17 @@ def compare_loaded(loaded, rank: int, world_size: int, step: int, salt: int, *, 
 def grade_round_trip(rank: int, world_size: int, path: str, root: str, step: int) -> list[Failure]:
     """Rank function: save, then load, every rank; the folder's name and every tensor exact."""
     learner = load_learner(path)
-    case = f"world_size={world_size} step={step}"
-    folder = save(learner, root, step, rank, world_size)
+    case = phrase("{ranks}, step {step}", "{ranks}، گام {step}", ranks=every_rank(world_size),
+                  step=step)
+    with during(case):
+        folder = save(learner, root, step, rank, world_size)
     expected = step_folder(root, step)
     if not isinstance(folder, (str, os.PathLike)) or Path(folder) != expected:
         return [Failure("value", {"case": case, "case_index": 0, "rank": rank,
                                   "what": "save_sharded(...)", "got": str(folder),
                                   "expected": str(expected)})]
-    loaded = learner.load_sharded(folder, rank=rank, world_size=world_size)
+    with during(case):
+        loaded = learner.load_sharded(folder, rank=rank, world_size=world_size)
     return compare_loaded(loaded, rank, world_size, step, 0, case=case, first_index=1)
 
 
@@ -131,7 +139,8 @@ def load_after_crash(rank: int, world_size: int, path: str, root: str,
     failures = []
     for index, step in enumerate(steps):
         folder = step_folder(root, step)
-        case = f"world_size={world_size} {folder.name}"
+        case = phrase("{folder}, loaded on all {n} ranks", "{folder}، بارگذاری‌شده روی همهٔ {n} رتبه",
+                      folder=folder.name, n=world_size)
         try:
             loaded = learner.load_sharded(folder, rank=rank, world_size=world_size)
         except Exception as error:  # noqa: BLE001 - the learner's load refused its own checkpoint

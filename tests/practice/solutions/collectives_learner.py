@@ -41,6 +41,8 @@ def _all_gather(chunks, rank: int, size: int, group, timeout_s: float) -> None:
 
 
 def ring_all_reduce(tensor, op="sum", *, group=None, timeout_s=DEFAULT_WAIT_S):
+    if op == "avg" and not tensor.is_floating_point():
+        raise ValueError(f"op='avg' on {tensor.dtype} would truncate")
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     flat = tensor.view(-1)
     chunks = torch.tensor_split(flat, size)
