@@ -1,10 +1,12 @@
 """Table labels in the reader's language (plots.tables): labels change, values never do."""
 
+import re
+
 import pandas as pd
 import pytest
 
 from lesson_code.plots import capstone, checkpoint, pipeline
-from lesson_code.plots.tables import translate
+from lesson_code.plots.tables import PersianSeries, PersianTable, translate
 
 WORDS = {"fa": {"stage": "مرحله", "schedule": "زمان‌بندی", "value": "مقدار"}}
 
@@ -31,3 +33,33 @@ def test_every_lesson_word_has_a_persian_label(module):
     assert words and all(any("\u0600" <= ch <= "\u06ff" for ch in label) or label.isascii()
                          for label in words.values())
     assert set(module.table(pd.DataFrame(columns=list(words)), "fa").columns) == set(words.values())
+
+
+def test_a_persian_table_computes_in_english_values_and_shows_right_to_left():
+    """The Persian table is still the DataFrame the notebook asserts on (numbers, booleans), its
+    text/plain is pandas' own (what nbval compares stays as it was), and its HTML runs right to
+    left with Persian digits and درست/نادرست: no Latin digit, no True, in any cell."""
+    frame = pd.DataFrame({"value": [12.5, -0.25], "stage 3": [True, False],
+                          "schedule": ["1F1B", "value"]}, index=["stage 0", "stage 12"])
+    persian = translate(frame, WORDS, "fa")
+    assert isinstance(persian, PersianTable) and isinstance(persian, pd.DataFrame)
+    assert persian.to_numpy().tolist() == frame.to_numpy().tolist()
+    assert bool(persian["مقدار"].sum() == 12.25) and persian["مرحله ۳"].dtype == bool
+    assert repr(persian) == repr(pd.DataFrame(persian))
+    shown = persian._repr_html_()
+    assert shown.startswith('<div dir="rtl" lang="fa"')
+    cells = re.findall(r"<t[hd](?:\s[^>]*)?>(.*?)</t[hd]>", shown, flags=re.S)
+    assert "۱۲٫۵۰" in cells and "درست" in cells and "نادرست" in cells and "مرحله ۱۲" in cells
+    assert "1F1B" in cells and "مقدار" in cells  # a name keeps its digits; a known word is Persian
+    latin_digits = [c for c in cells if re.search(r"[0-9]", c) and c != "1F1B"]
+    assert not latin_digits, latin_digits
+    assert '<bdi dir="ltr">-۰٫۲۵</bdi>' in cells  # the sign stays left of the number
+
+
+def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
+    series = translate(pd.Series({"stage 1": True}, name="value"), WORDS, "fa")
+    assert isinstance(series, PersianSeries) and isinstance(series.to_frame(), PersianTable)
+    assert "درست" in series.to_frame()._repr_html_()
+    english = pd.DataFrame({"value": [1.5]})
+    assert type(translate(english, WORDS, "en")) is pd.DataFrame
+    assert "dir=\"rtl\"" not in english._repr_html_()
