@@ -88,12 +88,13 @@ notebooks: $(READY)
 	$(BIN)/python -m lesson_code.book_build.run_times notebooks/*/*.ipynb
 
 # JupyterLab on the notebooks, with this environment's python3 kernel (lesson_code and
-# ipywidgets installed), on localhost only, without the extension manager's calls to a package
-# index. Stop it with Ctrl+C.
+# ipywidgets installed) and jupyterlab-myst (the lessons' MyST rendered, not shown as typed), on
+# localhost only, without the extension manager's calls to a package index. Stop it with Ctrl+C.
+# As root (a container), Jupyter refuses to start without --allow-root, so it is passed then.
 lab: $(LAB_READY)
 	JUPYTER_CONFIG_DIR=$(CURDIR)/$(LAB_CONFIG) $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 \
 		--ServerApp.root_dir=$(CURDIR)/notebooks --LabApp.custom_css=True \
-		--LabApp.extension_manager=readonly
+		--LabApp.extension_manager=readonly $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf _build bench-results .pytest_cache

@@ -1,9 +1,11 @@
-"""The Persian lessons in JupyterLab, in headless Chromium: prose right-to-left, the widget live.
+"""The lessons in JupyterLab, in headless Chromium: prose right-to-left, MyST rendered, the widget live.
 
 JupyterLab has no right-to-left setting: Persian notebooks wrap each markdown cell's prose in
 <div dir="rtl"> ... </div> (a blank line after the opening tag and before the closing one), and
 `make lab` loads book/static/jupyterlab-rtl.css as JupyterLab's custom.css, which aligns that
-prose to the right. The server runs here exactly as `make lab` runs it, on a copy of the lesson
+prose to the right. jupyterlab-myst (the lab extra) renders the lessons' MyST as the book does:
+no label line, directive option, role or fence is shown as typed. The server runs here as `make
+lab` runs it, on a copy of the lesson
 (running a cell must not rewrite the repository's notebook), with every request to another host
 blocked. Screenshots go to _build/screenshots/.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -38,6 +41,11 @@ START_TIMEOUT_S = 120
 KERNEL_TIMEOUT_MS = 240_000  # the lesson's imports (torch, pandas) on a busy 2-core machine
 WRAPPER = '<div dir="rtl">'
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook on screen
+# a rendered markdown cell: JupyterLab's renderer, or jupyterlab-myst's (class "myst")
+MARKDOWN = f"{PANEL} :is(.jp-MarkdownOutput, .jp-MarkdownCell .myst)"
+# MyST as typed, in the text a reader sees: a label line "(lesson-78-fa)=", a directive's option
+# ":class: tip", a fence "```{admonition}" or ":::{note}", a role "{doc}`...`"
+RAW_MYST = re.compile(r"^\([\w-]+\)=\s*$|^:[a-z-]+:(\s|$)|^(`{3,}|:{3,})\{|\{[a-z-]+\}`", re.MULTILINE)
 
 
 def _unavailable(reason: str) -> None:
@@ -67,8 +75,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     jupyter = Path(sys.executable).with_name("jupyter")
     try:
         import jupyterlab  # noqa: F401
+        import jupyterlab_myst  # noqa: F401
     except ImportError:
-        _unavailable('JupyterLab is not installed (make lab, or pip install -e ".[lab]")')
+        _unavailable('JupyterLab or jupyterlab-myst is not installed (make lab, or pip install -e ".[lab]")')
     root = tmp_path_factory.mktemp("lab")
     config = root / "config"
     (config / "custom").mkdir(parents=True)
@@ -134,11 +143,11 @@ def open_notebook(browser, base: str, path: str, blocked: list[str]):
     page.route("**/*", route)
     # reset: a fresh workspace, so that no notebook of an earlier test is restored beside it
     page.goto(f"{base}/lab/tree/{path}?reset&token={TOKEN}")
-    page.wait_for_selector(f"{PANEL} .jp-MarkdownOutput p", timeout=START_TIMEOUT_S * 1000)
+    page.wait_for_selector(f"{MARKDOWN} p", timeout=START_TIMEOUT_S * 1000)
     return page
 
 
-PROSE = f"""() => [...document.querySelectorAll("{PANEL} .jp-MarkdownOutput p")]
+PROSE = f"""() => [...document.querySelectorAll("{MARKDOWN} p")]
     .filter(p => (p.textContent.match(/[\\u0600-\\u06FF]/g) || []).length > 20)
     .map(p => [getComputedStyle(p).direction, getComputedStyle(p).textAlign])"""
 
@@ -216,3 +225,67 @@ def run_calculator(page) -> None:
     text = widget.inner_text()
     assert "P (billions)" in text and "ZeRO-1" in text, text
     cell.scroll_into_view_if_needed()
+
+
+# Every markdown cell's shown text, scrolling the notebook from top to bottom (JupyterLab renders
+# only the cells near the view): [[cell index, text], ...].
+SHOWN_MARKDOWN = f"""async () => {{
+  const panel = document.querySelector("{PANEL}");
+  const scroller = panel.querySelector(".jp-WindowedPanel-outer");
+  const seen = new Map();
+  for (let top = 0; ; top += scroller.clientHeight / 2) {{
+    scroller.scrollTop = top;
+    await new Promise(done => setTimeout(done, 300));
+    panel.querySelectorAll(".jp-MarkdownCell").forEach(cell => {{
+      const shown = cell.querySelector(".myst, .jp-MarkdownOutput");
+      if (shown && shown.innerText.trim())
+        seen.set(cell.getAttribute("data-windowed-list-index"), shown.innerText);
+    }});
+    if (top + scroller.clientHeight >= scroller.scrollHeight) break;
+  }}
+  return [...seen.entries()];
+}}"""
+
+
+@pytest.mark.parametrize("edition", ["fa", "en"])
+def test_no_raw_myst_is_shown(lab, browser, edition: str) -> None:
+    """Lesson 78 (a label, an admonition, literalinclude, {doc} links) in each edition: every
+    markdown cell rendered by jupyterlab-myst, none showing MyST as typed."""
+    base, root = lab
+    lesson = ROOT / "notebooks" / edition / LESSON.name
+    (root / edition).mkdir(exist_ok=True)
+    shutil.copy(lesson, root / edition / LESSON.name)
+    markdown_cells = sum(c["cell_type"] == "markdown"
+                         for c in json.loads(lesson.read_text(encoding="utf-8"))["cells"])
+    blocked: list[str] = []
+    page = open_notebook(browser, base, f"{edition}/{LESSON.name}", blocked)
+    try:
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        for what, selector in (("markdown rendered by jupyterlab-myst", ".jp-MarkdownCell .myst"),
+                               ("the learning goals' admonition",  # React, or inside <div dir>
+                                ".jp-MarkdownCell aside:is(.myst-admonition, .admonition)")):
+            try:
+                page.locator(f"{PANEL} {selector}").first.wait_for(timeout=START_TIMEOUT_S * 1000)
+            except PlaywrightTimeout:
+                pytest.fail(f"{edition}/{LESSON.name}: no {what} ({selector})")
+        shown = page.evaluate(SHOWN_MARKDOWN)
+        assert len(shown) == markdown_cells, f"saw {len(shown)} of {markdown_cells} markdown cells"
+        raw = [(index, match.group()) for index, text in shown
+               for match in RAW_MYST.finditer(text)]
+        assert not raw, f"raw MyST shown in {edition}/{LESSON.name}: {raw[:5]}"
+        page.evaluate(f"""() => document.querySelector("{PANEL} .jp-WindowedPanel-outer").scrollTop = 0""")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"jupyterlab-{edition}-78-myst.png"))
+        assert not blocked, f"JupyterLab tried to reach other hosts: {blocked}"
+    finally:
+        page.close()
+
+
+def test_the_raw_myst_check_finds_what_jupyterlab_showed_before() -> None:
+    """What JupyterLab without jupyterlab-myst showed (issue: a label line, an option, a fence,
+    a role) is found; rendered prose with braces or colons is not."""
+    for raw in ["(lesson-78-fa)=", ":class: tip", "```{admonition} goals", "see {doc}`/fa/glossary`"]:
+        assert RAW_MYST.search(raw), raw
+    for fine in ["نسبت: ۱۲ بایت", "a set {0, 1}", "ratio: 12 bytes", r"\\lceil \\Psi/N \\rceil"]:
+        assert not RAW_MYST.search(fine), fine
