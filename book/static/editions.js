@@ -191,11 +191,12 @@
     const search = Search;  // eslint-disable-line no-undef
     const parse = search._parseQuery;
     search._parseQuery = (query) => parse(foldArabic(query));
-    // The preview: the article's own text (no run box, language switch, page contents or
-    // previous/next), its white space collapsed.
+    // The preview: the article's own prose (no run box, language switch, page contents,
+    // previous/next, code cells, their outputs or the explorers), its white space collapsed.
     search.htmlToText = (html, anchor) => {
       const page = new DOMParser().parseFromString(html, "text/html");
-      page.querySelectorAll(".headerlink, script, style, .run-lesson, .edition-switch")
+      page.querySelectorAll(".headerlink, script, style, .run-lesson, .edition-switch, "
+        + ".cell_input, .cell_output, .explorer, .memory-calculator")
         .forEach((element) => element.remove());
       const article = page.querySelector("article.bd-article") || page.querySelector("[role=main]");
       if (!article) return "";
