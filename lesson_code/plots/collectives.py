@@ -108,12 +108,15 @@ def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
         ax.set_ylim(world_size, 0)
         ax.set_xticks([c + 0.5 for c in range(world_size)], range(world_size))
         ax.set_yticks([r + 0.5 for r in range(world_size)], range(world_size))
-        ax.set_xlabel(labels["chunk"])
-        ax.set_ylabel(labels["rank"])
+        # the axis names once per row and column: the room goes to the cells and their digits
+        if index >= steps:
+            ax.set_xlabel(labels["chunk"])
+        if index % steps == 0:
+            ax.set_ylabel(labels["rank"])
         ax.set_title(labels[phase].format(step=step + 1), fontsize=11)
         ax.set_aspect("equal")
     fig.suptitle(labels["ring_title"].format(n=world_size))
-    fig.tight_layout()
+    fig.tight_layout(w_pad=0.4)
     return fig
 
 
