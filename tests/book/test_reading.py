@@ -75,6 +75,10 @@ def test_on_a_phone_the_menu_opens_the_navigation_and_contents_the_page_contents
             "#pst-primary-sidebar-modal nav a")].some(a => a.pathname.endsWith(path)
             && a.checkVisibility() && a.getBoundingClientRect().right > 0)""",
             arg=f"/{edition}/76-collectives.html", timeout=5000)  # the dialog slides in
+        # ... from the edge of the ☰ button: the right one on a Persian page, the left on an English.
+        edge = "Math.round(r.right) === innerWidth" if edition == "fa" else "Math.round(r.left) === 0"
+        v.page.wait_for_function(f"""() => {{ const r = document.getElementById(
+            "pst-primary-sidebar-modal").getBoundingClientRect(); return {edge}; }}""", timeout=5000)
         # The bilingual title in the open menu still reads in order.
         xy = v.page.evaluate(WORD_XY, ["#pst-primary-sidebar-modal .logo__title", TITLE_WORDS])
         assert reading_order({k: xy[k] for k in ("amoozesh", "dar", "pytorch_fa")}, "rtl") == \
@@ -306,6 +310,11 @@ def test_previous_and_next_and_the_contents_bar_follow_the_direction(browser, si
         link.evaluate("a => a.classList.add('active')")
         shadow = link.evaluate("a => getComputedStyle(a).boxShadow")
         offset = float(re.search(r"\)\s+(-?[\d.]+)px", shadow).group(1))  # rgb(...) x y ... inset
+        assert (offset < 0) == (edition == "fa"), shadow
+        # The same for the current page in the site navigation.
+        shadow = v.page.eval_on_selector("nav.bd-links li.current > a",
+                                         "a => getComputedStyle(a).boxShadow")
+        offset = float(re.search(r"\)\s+(-?[\d.]+)px", shadow).group(1))
         assert (offset < 0) == (edition == "fa"), shadow
         v.page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
         shoot(v, f"prev-next-{edition}")
