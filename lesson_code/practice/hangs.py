@@ -10,7 +10,11 @@ frames, reads the source line each waits on, and names the likely cause:
 - "apart": the ranks wait on different lines of the learner's file;
 - "deadlock": every rank waits on the same send, receive or wait (a blocking receive first);
 - "busy": the ranks were in the learner's code but not communicating (a loop, or slow code);
-- "unknown": no rank answered with a frame of the learner's file.
+- "unknown": no rank answered with a frame of the learner's file;
+- "peer_gone": the rank reported was waiting in the learner's code when its peer stopped (gloo's
+  "Connection closed by peer"). The launcher reports the first error to arrive, and when a
+  rank's bounded wait gives up and exits, its peer's error often arrives first: this is then
+  most likely a deadlock too, though the peer may also have raised.
 
 `Hang.functions` are the learner's functions the ranks were stuck in, so that later checks
 which call them can be skipped instead of waiting the whole timeout again.
@@ -27,6 +31,7 @@ from pathlib import Path
 WHERE_CALL = re.compile(r"^(?P<function>.+) \((?P<file>.+):(?P<line>\d+)\)$")
 TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 GAVE_UP = re.compile(r"Timed out waiting|timed out", re.IGNORECASE)
+PEER_GONE = re.compile(r"Connection closed by peer", re.IGNORECASE)
 COMMUNICATING = re.compile(r"\b(i?send|i?recv|wait|barrier|batch_isend_irecv|all_reduce|"
                            r"reduce_scatter\w*|all_gather\w*|broadcast\w*|all_to_all\w*|"
                            r"reduce|gather|scatter)\b")
@@ -84,10 +89,12 @@ def from_timeout(ranks: list[int], world_size: int, where: dict[int, list[str]],
 
 
 def from_raised(rank: int, traceback_text: str, path: str) -> Hang | None:
-    """The hang of a rank that gave up waiting (gloo's "Timed out waiting ..." in its last line),
-    from the learner's frames of its traceback; None for any other error."""
+    """The hang of a rank that gave up waiting (gloo's "Timed out waiting ..." in its last line)
+    or whose peer stopped while it waited ("Connection closed by peer"), from the learner's
+    frames of its traceback; None for any other error."""
     lines = traceback_text.strip().splitlines()
-    if not lines or not GAVE_UP.search(lines[-1]):
+    gave_up = bool(lines) and GAVE_UP.search(lines[-1])
+    if not lines or not (gave_up or PEER_GONE.search(lines[-1])):
         return None
     frames = []
     for match in filter(None, map(TRACEBACK_FRAME.match, lines)):
@@ -96,7 +103,9 @@ def from_raised(rank: int, traceback_text: str, path: str) -> Hang | None:
         frames.append(Frame(match["function"], Path(match["file"]).name, line, learner,
                             _source(path, line) if learner else ""))
     stuck = {rank: tuple(reversed(frames))}  # a traceback lists the outermost call first
-    return Hang(stuck, (), "deadlock" if learner_frames(stuck[rank]) else "unknown")
+    if not learner_frames(stuck[rank]):
+        return Hang(stuck, (), "unknown")
+    return Hang(stuck, (), "deadlock" if gave_up else "peer_gone")
 
 
 def _cause(stuck: dict[int, tuple[Frame, ...]], returned: tuple[int, ...]) -> str:

@@ -275,6 +275,14 @@ HANG_HINTS = {
         "--timeout",
         "رتبه‌ها هنوز در کد شما محاسبه می‌کردند، نه منتظر پیامی: دنبال حلقه‌ای بگردید که هرگز "
         "تمام نمی‌شود؛ اگر کدتان فقط کند است، بررسی را با --timeout بزرگ‌تری دوباره اجرا کنید"),
+    "peer_gone": Phrase(
+        "this rank was waiting for a message when its neighbour stopped: most likely the "
+        "neighbour gave up waiting too, a deadlock (post the send and the receive together, "
+        "dist.isend and dist.irecv, then wait on both (work.wait())), unless it raised an error "
+        "of its own",
+        "این رتبه منتظر پیامی بود که همسایه‌اش متوقف شد: به احتمال زیاد همسایه هم از انتظار دست "
+        "کشید، یعنی بن‌بست (ارسال و دریافت را با هم آغاز کنید، dist.isend و dist.irecv، و سپس "
+        "منتظر هر دو بمانید (work.wait()))، مگر آنکه خودش خطایی داده باشد"),
     "unknown": Phrase(
         "the ranks did not finish in time: look where each one waits; if your code is only "
         "slow, run the check again with a larger --timeout",
