@@ -133,7 +133,7 @@ def persian_text(text: str) -> str:
 def _persian_piece(text: str) -> str:
     """Persian digits in `text`, and each Latin formula or name in it isolated left to right."""
     pieces = []
-    for index, piece in enumerate(_split_latin(text)):
+    for index, piece in enumerate(split_latin(text)):
         if index % 2:
             pieces.append(f"\u2066{piece}\u2069" if not piece.isalpha() or " " in piece else piece)
         else:
@@ -141,8 +141,9 @@ def _persian_piece(text: str) -> str:
     return "".join(pieces)
 
 
-def _split_latin(text: str) -> list[str]:
-    """`text` cut into [other, Latin span, other, Latin span, ..., other]."""
+def split_latin(text: str) -> list[str]:
+    """`text` cut into [other, Latin span, other, Latin span, ..., other]: the Latin names and
+    formulas of a Persian label or table cell, which keep their own direction and digits."""
     pieces, last = [], 0
     for match in LATIN_SPAN.finditer(text):
         pieces += [text[last:match.start()], match.group()]

@@ -20,7 +20,7 @@ import re
 
 import pandas as pd
 
-from lesson_code.plots import FREE_NUMBER, _split_latin, check_language, number
+from lesson_code.plots import FREE_NUMBER, split_latin, check_language, number
 
 PERSIAN_DIGITS = str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹")
 
@@ -85,7 +85,7 @@ def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
             else f'<bdi dir="ltr">{html.escape(persian, quote=False)}</bdi>'
     if words and stripped in words:
         return html.escape(words[stripped], quote=False)
-    pieces = _split_latin(stripped)
+    pieces = split_latin(stripped)
     return html.escape("".join(
         FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), piece) if index % 2 == 0 else piece
         for index, piece in enumerate(pieces)), quote=False)
