@@ -8,7 +8,8 @@
  */
 (() => {
   "use strict";
-  const { digits, format, element, svgElement, labelled, slider, select, sentence, mount } = globalThis.CourseExplorers;
+  const { digits, format, element, svgElement, labelled, slider, select, sentence, fact, stepButtons,
+          measuredNote, mount } = globalThis.CourseExplorers;
   const mod = (a, n) => ((a % n) + n) % n;
 
   const chunks = (phase, rank, step, n) => (phase === "reduce_scatter"
@@ -138,13 +139,10 @@
     const ranks = slider("world_size", 2, 16, 4, lang);
     const message = select("nbytes", SIZES.map((n) => [String(n), size(n, lang)]), String(2 ** 20));
     const step = slider("step", 0, 6, 0, lang);
-    const previous = element("button", { type: "button", className: "explorer__button" }, t.previous);
-    const next = element("button", { type: "button", className: "explorer__button" }, t.next);
     const caption = element("p", { className: "explorer__caption" });
     const figure = element("div", { className: "explorer__figure", dir: "ltr" });
     const facts = element("dl", { className: "explorer__facts" });
     const table = element("table", { className: "explorer__table" });
-    const note = element("p", { className: "explorer__note" });
     const update = () => {
       const n = Number(ranks.input.value);
       const nbytes = Number(message.value);
@@ -160,9 +158,8 @@
       } else caption.textContent = t.start;
       figure.replaceChildren(grid(frame, n, lang), element("p", { className: "explorer__legend" }, t.sent));
       const sentBytes = bytesPerRank("all_reduce", nbytes, n);
-      const shown = element("dd", {}, `${format(sentBytes / 2 ** 20, lang, 3)} MiB`);
-      shown.dataset.value = "bytes";
-      facts.replaceChildren(element("dt", {}, ...sentence(t.bytes, { f: "2(N − 1)/N" }, ["f"])), shown);
+      facts.replaceChildren(...fact(sentence(t.bytes, { f: "2(N − 1)/N" }, ["f"]),
+                                    `${format(sentBytes / 2 ** 20, lang, 3)} MiB`, "bytes"));
       const times = Object.entries(data.fits).map(([name, [alpha, beta]]) =>
         [name, predict(data.models[name], nbytes, n, alpha, beta)]);
       const fastest = times.reduce((best, row) => (row[1] < best[1] ? row : best))[0];
@@ -179,16 +176,13 @@
         row.dataset.auto = String(name === auto);
         return row;
       }));
-      note.replaceChildren(t.fitted.replace("{date}", digits(data.measured.date, lang)),
-                           element("bdi", { dir: "ltr" }, data.measured.machine));
     };
-    previous.addEventListener("click", () => { step.input.value = Math.max(0, Number(step.input.value) - 1); update(); });
-    next.addEventListener("click", () => { step.input.value = Math.min(Number(step.input.max), Number(step.input.value) + 1); update(); });
     for (const control of [ranks.input, message, step.input]) control.addEventListener("input", update);
     host.append(element("p", { className: "explorer__title" }, t.title),
                 element("div", { className: "explorer__controls" }, ranks.wrap(t.ranks),
-                        labelled(t.size, message), step.wrap(t.step), previous, next),
-                caption, figure, facts, element("div", { className: "explorer__scroll" }, table), note);
+                        labelled(t.size, message), step.wrap(t.step), ...stepButtons(step, t, update)),
+                caption, figure, facts, element("div", { className: "explorer__scroll" }, table),
+                measuredNote(t.fitted, data.measured, lang));
     update();
   };
 

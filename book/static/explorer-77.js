@@ -8,7 +8,8 @@
  */
 (() => {
   "use strict";
-  const { digits, format, element, svgElement, labelled, select, chartWidth, mount } = globalThis.CourseExplorers;
+  const { digits, format, element, svgElement, labelled, select, fact, measuredNote, chartWidth,
+          mount } = globalThis.CourseExplorers;
 
   const groups = (sizes, capBytes) => {
     const found = [];
@@ -97,22 +98,14 @@
       const model = overlap(data.sizes, mb, data.backward_s, data.alpha, data.beta / Number(speed.value), data.world_size);
       figure.replaceChildren(timeline(model, lang, chartWidth(figure)));
       const measured = Number(speed.value) === 1 ? data.measured_wait_ms[String(mb)] : undefined;
-      const row = (term, value, key) => {
-        const shown = element("dd", {}, value);
-        shown.dataset.value = key;
-        return [element("dt", {}, term), shown];
-      };
-      facts.replaceChildren(...row(t.buckets, digits(model.buckets.length, lang), "buckets"),
-        ...row(t.exposed, `${format(model.exposed_s * 1e3, lang, 1)} ms`, "exposed"),
-        ...row(t.measured, measured === undefined ? t.none : `${format(measured, lang, 1)} ms`, "measured"));
+      facts.replaceChildren(...fact(t.buckets, digits(model.buckets.length, lang), "buckets"),
+        ...fact(t.exposed, `${format(model.exposed_s * 1e3, lang, 1)} ms`, "exposed"),
+        ...fact(t.measured, measured === undefined ? t.none : `${format(measured, lang, 1)} ms`, "measured"));
     };
     for (const control of [bucket, speed]) control.addEventListener("input", update);
-    const note = element("p", { className: "explorer__note" },
-      t.note.replace("{date}", digits(data.measured.date, lang)),
-      element("bdi", { dir: "ltr" }, data.measured.machine));
     host.append(element("p", { className: "explorer__title" }, t.title),
                 element("div", { className: "explorer__controls" }, labelled(t.bucket, bucket), labelled(t.speed, speed)),
-                figure, facts, note);
+                figure, facts, measuredNote(t.note, data.measured, lang));
     update();
   };
 

@@ -6,7 +6,7 @@
  */
 (() => {
   "use strict";
-  const { digits, format, element, svgElement, labelled, slider, select, sentence, mount } = globalThis.CourseExplorers;
+  const { digits, format, element, svgElement, labelled, slider, select, sentence, fact, mount } = globalThis.CourseExplorers;
 
   const order = (schedule, stage, stages, micro) => {
     if (schedule === "gpipe") {
@@ -122,15 +122,10 @@
       const events = timeline(schedule.value, p, m);
       figure.replaceChildren(draw(events, p, lang));
       const peaks = [...Array(p).keys()].map((s) => peak(order(schedule.value, s, p, m)));
-      const row = (term, value, key) => {
-        const shown = element("dd", {}, value);
-        shown.dataset.value = key;
-        return [element("dt", {}, ...(Array.isArray(term) ? term : [term])), shown];
-      };
       facts.replaceChildren(
-        ...row(sentence(t.formula, { f: "(P − 1)/(m + P − 1)" }, ["f"]), format(theoretical(p, m), lang, 3), "formula"),
-        ...row(t.idle, format(bubble(events, p), lang, 3), "idle"),
-        ...row(t.held, peaks.map((n, s) => `${t.stage} ${digits(s, lang)}: ${digits(n, lang)}`)
+        ...fact(sentence(t.formula, { f: "(P − 1)/(m + P − 1)" }, ["f"]), format(theoretical(p, m), lang, 3), "formula"),
+        ...fact(t.idle, format(bubble(events, p), lang, 3), "idle"),
+        ...fact(t.held, peaks.map((n, s) => `${t.stage} ${digits(s, lang)}: ${digits(n, lang)}`)
           .join(lang === "fa" ? "، " : ", "), "peaks"));
     };
     for (const control of [schedule, stages.input, micro.input]) control.addEventListener("input", update);

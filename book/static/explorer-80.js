@@ -8,7 +8,7 @@
  */
 (() => {
   "use strict";
-  const { digits, element, labelled, slider, sentence, mount } = globalThis.CourseExplorers;
+  const { digits, element, slider, sentence, fact, stepButtons, mount } = globalThis.CourseExplorers;
   const pad = (n, width) => String(n).padStart(width, "0");
   const shard = (rank, n) => `shard-${pad(rank, 5)}-of-${pad(n, 5)}.pt`;
   const OLD = "step-00000001";
@@ -83,8 +83,6 @@
     const t = TEXT[lang];
     const ranks = slider("world_size", 1, 8, 2, lang);
     const crash = slider("crash_after", 0, 9, 4, lang);
-    const previous = element("button", { type: "button", className: "explorer__button" }, t.previous);
-    const next = element("button", { type: "button", className: "explorer__button" }, t.next);
     const list = element("ol", { className: "explorer__events" });
     const disk = element("pre", { className: "explorer__tree", dir: "ltr" });
     const facts = element("dl", { className: "explorer__facts" });
@@ -106,18 +104,13 @@
       const latest = latestAfter(n, k);
       const reason = k === 0 ? "none" : latest.skipped || (latest.publishes ? "publishes"
         : latest.folder === NEW ? "published" : "none");
-      const loads = element("dd", {}, element("bdi", { dir: "ltr" }, latest.folder));
-      loads.dataset.value = "latest";
-      const why = element("dd", {}, ...sentence(t.why[reason], { tmp: TMP }, ["tmp"]));
-      why.dataset.value = "why";
-      facts.replaceChildren(element("dt", {}, t.loads), loads, element("dt", {}, "↳"), why);
+      facts.replaceChildren(...fact(t.loads, [element("bdi", { dir: "ltr" }, latest.folder)], "latest"),
+                            ...fact("↳", sentence(t.why[reason], { tmp: TMP }, ["tmp"]), "why"));
     };
-    previous.addEventListener("click", () => { crash.input.value = Math.max(0, Number(crash.input.value) - 1); update(); });
-    next.addEventListener("click", () => { crash.input.value = Math.min(Number(crash.input.max), Number(crash.input.value) + 1); update(); });
     for (const control of [ranks.input, crash.input]) control.addEventListener("input", update);
     host.append(element("p", { className: "explorer__title" }, t.title),
                 element("div", { className: "explorer__controls" }, ranks.wrap(t.ranks),
-                        crash.wrap(t.crash), previous, next),
+                        crash.wrap(t.crash), ...stepButtons(crash, t, update)),
                 list, element("p", { className: "explorer__legend" }, t.disk), disk, facts);
     update();
   };

@@ -8,7 +8,8 @@
  */
 (() => {
   "use strict";
-  const { digits, format, element, svgElement, labelled, slider, select, chartWidth, mount } = globalThis.CourseExplorers;
+  const { digits, format, element, svgElement, labelled, slider, select, fact, measuredNote, chartWidth,
+          mount } = globalThis.CourseExplorers;
 
   const parameters = ({ vocab_size: V, context: T, n_layer: L, n_embd: C }) =>
     V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + V * C;
@@ -132,11 +133,7 @@
       const ddp = ddpBytes(p);
       memory.replaceChildren(bars([[t.zero, zero], [t.ddp, ddp]], lang, chartWidth(memory)));
       const total = (bytes) => PARTS.reduce((s, part) => s + bytes[part], 0);
-      const row = (term, value, key) => {
-        const shown = element("dd", {}, element("bdi", {}, value));
-        shown.dataset.value = key;
-        return [element("dt", {}, term), shown];
-      };
+      const row = (term, value, key) => fact(term, [element("bdi", {}, value)], key);
       const grouped = p.toLocaleString("en-US");
       facts.replaceChildren(...row(t.params, lang === "fa" ? digits(grouped, lang).replace(/,/g, "٬") : grouped, "params"),
                             ...row(`${t.zero}${lang === "fa" ? "، " : ", "}${t.perRank}`, megabytes(total(zero), lang), "zero"),
@@ -144,15 +141,12 @@
     };
     for (const control of [ranks.input, layers.input, width]) control.addEventListener("input", update);
     const curveFigure = element("div", { className: "explorer__figure", dir: "ltr" });
-    const measured = element("p", { className: "explorer__note" },
-      t.measured.replace("{date}", digits(data.measured.date, lang)),
-      element("bdi", { dir: "ltr" }, data.measured.machine));
     host.append(element("p", { className: "explorer__title" }, t.title),
                 element("div", { className: "explorer__controls" }, ranks.wrap(t.ranks),
                         layers.wrap(t.layers), labelled(t.width, width)),
                 memory, facts,
                 element("p", { className: "explorer__legend" }, t.curve),
-                curveFigure, measured);
+                curveFigure, measuredNote(t.measured, data.measured, lang));
     update();
     curveFigure.append(curve(data.curve, lang, chartWidth(curveFigure)));
   };

@@ -62,6 +62,29 @@
     return formulas.includes(key) ? element("bdi", { dir: "ltr" }, values[key]) : values[key];
   });
 
+  /* A term and its value for a <dl class="explorer__facts">: [dt, dd]; the dd's data-value
+     names it for the browser test. `term` is text or a list of nodes (see `sentence`). */
+  const fact = (term, value, key) => {
+    const shown = element("dd", {}, ...(Array.isArray(value) ? value : [value]));
+    shown.dataset.value = key;
+    return [element("dt", {}, ...(Array.isArray(term) ? term : [term])), shown];
+  };
+
+  /* Two buttons that move a `slider` one step down or up (within its bounds), then `update`. */
+  const stepButtons = (range, labels, update) => [[labels.previous, -1], [labels.next, 1]].map(([text, by]) => {
+    const button = element("button", { type: "button", className: "explorer__button" }, text);
+    button.addEventListener("click", () => {
+      range.input.value = Math.min(Number(range.input.max), Math.max(Number(range.input.min), Number(range.input.value) + by));
+      update();
+    });
+    return button;
+  });
+
+  /* The note under an explorer: `template` with {date} in the page's digits, then the machine
+     its constants were measured on, kept left to right. */
+  const measuredNote = (template, measured, lang) => element("p", { className: "explorer__note" },
+    template.replace("{date}", digits(measured.date, lang)), element("bdi", { dir: "ltr" }, measured.machine));
+
   /* The width, in CSS pixels, to draw a chart in `figure` at (its text then keeps its size on a
      phone instead of shrinking with a wide drawing): the column's width, 300 to 720. */
   const chartWidth = (figure) => Math.max(300, Math.min(720, figure.clientWidth || 720));
@@ -82,5 +105,5 @@
   };
 
   globalThis.CourseExplorers = { digits, format, parse, element, svgElement, labelled, slider,
-                                 select, sentence, chartWidth, mount };
+                                 select, sentence, fact, stepButtons, measuredNote, chartWidth, mount };
 })();

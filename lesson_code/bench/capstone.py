@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import datetime
-import json
 import os
 import re
 import statistics
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lesson_code.capstone.report import read_metrics
 from lesson_code.harness.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1] / "measured_capstone.csv"
@@ -75,7 +75,7 @@ def store_curve(world_size: int, folder: Path) -> Path:
         subprocess.run([sys.executable, "-m", "lesson_code.capstone", "--out-dir", scratch,
                         "--world-size", str(world_size), "--lr-spike-step", str(SPIKE_STEP)],
                        check=True, capture_output=True, text=True, env=environment, timeout=600)
-        rows = [json.loads(line) for line in (Path(scratch) / "metrics.jsonl").read_text().splitlines()]
+        rows = read_metrics(Path(scratch) / "metrics.jsonl")
     path = folder / CURVE.name
     with open(path, "w", newline="") as handle:
         handle.write(f"# loss per step of python -m lesson_code.capstone --lr-spike-step {SPIKE_STEP} "

@@ -65,10 +65,11 @@ def ddp() -> dict:
     table, note = stored.load("ddp")
     model = MiniGPT(ddp_bench.BENCH_GPT)
     sizes = [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
-    ring = choose.stored_costs(choose.STORED).fits["ring"]
+    costs = choose.stored_costs(choose.STORED)
+    ring, (world_size, _) = costs.fits["ring"], costs.measured["ring"]
     torch_row = table[table["wrapper"] == "torch"].iloc[0]
     ours = table[(table["wrapper"] == "bucketed") & (table["comm"] == "ring")]
-    return {"sizes": sizes, "world_size": int(choose.stored_times(choose.STORED)[0]["world_size"]),
+    return {"sizes": sizes, "world_size": world_size,
             "backward_s": float(torch_row["backward_ms"]) / 1e3, "alpha": ring.alpha, "beta": ring.beta,
             "measured_wait_ms": {f"{row['bucket_mb']:g}": float(row["wait_ms"])
                                  for _, row in ours.iterrows()},

@@ -92,10 +92,9 @@ def listen_to_console(page, result: Visit) -> None:
     page.on("pageerror", lambda error: result.console.append(f"uncaught: {error}"))
 
 
-def visit(browser, url: str) -> Visit:
-    """Open `url` offline: requests to hosts other than localhost are recorded and aborted."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
+def watch(page) -> Visit:
+    """`page` kept offline (requests to hosts other than localhost recorded and aborted) and its
+    console recorded: the Visit that collects both."""
     result = Visit(page)
 
     def route(r) -> None:
@@ -105,6 +104,17 @@ def visit(browser, url: str) -> Visit:
             result.blocked.append(r.request.url)
             r.abort()
 
+    page.route("**/*", route)
+    listen_to_console(page, result)
+    return result
+
+
+def visit(browser, url: str) -> Visit:
+    """Open `url` offline: requests to hosts other than localhost are recorded and aborted."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    result = watch(page)
+
     def on_response(response) -> None:
         if urlparse(response.url).hostname not in LOCAL_HOSTS:
             return
@@ -113,9 +123,7 @@ def visit(browser, url: str) -> Visit:
         else:
             result.fetched.append(response.url)
 
-    page.route("**/*", route)
     page.on("response", on_response)
-    listen_to_console(page, result)
     # "load" waits for every file the page names; what comes later is MathJax's work: it
     # typesets after load (its startup promise resolves when the page is done), then its fonts.
     page.goto(url, wait_until="load")
@@ -219,19 +227,9 @@ def open_page(browser, url: str) -> Visit:
     """Open `url` offline like visit(), without waiting for MathJax (pages without formulas)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    result = Visit(page)
-
-    def route(r) -> None:
-        if urlparse(r.request.url).hostname in LOCAL_HOSTS:
-            r.continue_()
-        else:
-            result.blocked.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
+    result = watch(page)
     page.on("response", lambda r: result.failed.append(f"{r.status} {r.url}")
             if r.status >= 400 and urlparse(r.url).hostname in LOCAL_HOSTS else None)
-    listen_to_console(page, result)
     page.goto(url, wait_until="load")
     page.evaluate("() => document.fonts.ready.then(() => true)")
     return result
@@ -421,11 +419,8 @@ def fits_the_screen(page) -> dict:
 def test_every_page_fits_a_phone_screen_in_both_widths(browser, site: str, page: str) -> None:
     context = browser.new_context(viewport={"width": PHONE_WIDTHS[0], "height": PHONE_HEIGHT},
                                   is_mobile=True, has_touch=True, device_scale_factor=2)
-    v = Visit(context.new_page())
+    v = watch(context.new_page())
     try:
-        v.page.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).hostname in
-                     LOCAL_HOSTS else (v.blocked.append(r.request.url), r.abort()))
-        listen_to_console(v.page, v)
         v.page.goto(f"{site}/{page}.html", wait_until="load")
         v.page.evaluate("() => document.fonts.ready.then(() => true)")
         lesson = re.fullmatch(r"notebooks/(fa|en)/(.+)", page)
@@ -455,15 +450,12 @@ def shown(value: float, lang: str, places: int) -> str:
     return number(f"{value:.{places}f}".rstrip("0").rstrip("."), lang)
 
 
-def open_explorer(browser, site: str, lesson: str, edition: str, phone: bool) -> Visit:
-    """The lesson page at a desktop or a phone width, offline, its explorer scrolled into view."""
-    size = {"width": PHONE_WIDTHS[0], "height": PHONE_HEIGHT} if phone else {"width": 1280, "height": 900}
+def open_at(browser, url: str, size: dict) -> Visit:
+    """`url` offline in a fresh context of `size` (a phone: touch, mobile), fonts loaded."""
+    phone = size["width"] < 992
     context = browser.new_context(viewport=size, is_mobile=phone, has_touch=phone)
-    v = Visit(context.new_page())
-    v.page.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).hostname in
-                 LOCAL_HOSTS else (v.blocked.append(r.request.url), r.abort()))
-    listen_to_console(v.page, v)
-    v.page.goto(f"{site}/notebooks/{edition}/{lesson}.html", wait_until="load")
+    v = watch(context.new_page())
+    v.page.goto(url, wait_until="load")
     v.page.evaluate("() => document.fonts.ready.then(() => true)")
     return v
 
@@ -575,7 +567,8 @@ EXPLORER_CHECKS = {"76-collectives": check_explorer_76, "77-ddp": check_explorer
 @pytest.mark.parametrize("edition", ["en", "fa"])
 @pytest.mark.parametrize("lesson", sorted(EXPLORER_CHECKS))
 def test_each_explorer_computes_what_the_package_does(browser, site, lesson, edition, phone):
-    v = open_explorer(browser, site, lesson, edition, phone)
+    size = {"width": PHONE_WIDTHS[0], "height": PHONE_HEIGHT} if phone else {"width": 1280, "height": 900}
+    v = open_at(browser, f"{site}/notebooks/{edition}/{lesson}.html", size)
     try:
         explorer = v.page.locator(f"div.explorer[data-explorer='{lesson[:2]}']")
         assert explorer.count() == 1 and explorer.get_attribute("lang") == edition

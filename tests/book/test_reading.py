@@ -17,13 +17,12 @@ to _build/screenshots/ for a human to look at.
 from __future__ import annotations
 
 import re
-from urllib.parse import quote, urlparse
+from urllib.parse import quote
 
 import pytest
 
 from test_browser import (  # noqa: F401 (fixtures)
-    LOCAL_HOSTS, SCREENSHOTS, TITLE_WORDS, WORD_XY, Visit, browser, listen_to_console,
-    reading_order, site,
+    SCREENSHOTS, TITLE_WORDS, WORD_XY, Visit, browser, open_at, reading_order, site,
 )
 
 pytestmark = pytest.mark.book
@@ -31,19 +30,6 @@ pytestmark = pytest.mark.book
 EDITIONS = ["fa", "en"]
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
-
-
-def open_at(browser, url: str, size: dict) -> Visit:
-    """`url` offline in a fresh context of `size` (a phone: touch, mobile), fonts loaded."""
-    phone = size["width"] < 992
-    context = browser.new_context(viewport=size, is_mobile=phone, has_touch=phone)
-    v = Visit(context.new_page())
-    v.page.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).hostname in
-                 LOCAL_HOSTS else (v.blocked.append(r.request.url), r.abort()))
-    listen_to_console(v.page, v)
-    v.page.goto(url, wait_until="load")
-    v.page.evaluate("() => document.fonts.ready.then(() => true)")
-    return v
 
 
 def shoot(v: Visit, name: str, **options) -> None:
