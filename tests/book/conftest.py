@@ -12,6 +12,7 @@ Tests that read the HTML take the `book_html` fixture; select them all with `pyt
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -66,13 +67,39 @@ def _config_with_execution(folder: Path, mode: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def book_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build the book from a clean output folder and return its HTML folder.
+def book_html(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The HTML folder of one build of the book per test run, shared by pytest-xdist's workers.
+
+    The first worker to need it builds it, under a lock in the run's temporary folder that the
+    workers share; the others wait for that build and read the same folder (a failed build fails
+    them too, with its log). Without xdist the build goes into this run's own temporary folder.
+    """
+    if worker_id == "master":
+        return _build_book(tmp_path_factory.mktemp("book"))
+    shared = tmp_path_factory.getbasetemp().parent  # pytest-of-<user>/pytest-<n>, one per run
+    with open(shared / "book.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = shared / "book"
+        if not (out / "build.log").is_file():
+            shutil.rmtree(out, ignore_errors=True)  # a worker that died mid-build left it
+            out.mkdir()
+            try:
+                return _build_book(out)
+            finally:
+                (out / "build.log").touch()  # what was built, whole or failed, is final
+        log = (out / "build.log").read_text(encoding="utf-8")
+        if not (out / "built").is_file():
+            pytest.fail(f"book build failed (log {out / 'build.log'}):\n{_failure_report(log)}",
+                        pytrace=False)
+        return out / "_build" / "html"
+
+
+def _build_book(out: Path) -> Path:
+    """Build the book into `out` and return its HTML folder.
 
     Fails (for every test that uses it, with the log's warnings and tail) when jupyter-book exits
-    non-zero. The full log is kept beside the output as build.log.
+    non-zero. The full log is kept beside the output as build.log; a file `built` marks success.
     """
-    out = tmp_path_factory.mktemp("book")
     config = _config_with_execution(out, os.environ.get("BOOK_EXECUTE", "off"))
     cmd = [_jupyter_book(), "build", str(SOURCE), "-W", "-n", "--keep-going", "--path-output",
            str(out), "--config", str(config)]
@@ -94,5 +121,6 @@ def book_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
             + _failure_report(log),
             pytrace=False,
         )
+    (out / "built").touch()
     print(f"book built in {time.monotonic() - start:.0f} s into {out}")
     return out / "_build" / "html"

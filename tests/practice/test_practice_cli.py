@@ -1,5 +1,10 @@
 """Practice mode's command line and templates: arguments, the report's shape, a file that is
-not one (it does not import, or is another lesson's), one check alone."""
+not one (it does not import, or is another lesson's), one check alone.
+
+main() takes the command's arguments and returns or exits as `python -m lesson_code.practice`
+does, so most cases run in this process (the ranks start from its warm fork server instead of a
+new interpreter importing torch); the real command runs where the process itself is what is
+checked (exit status 2 with usage, and the hang in test_practice_hangs.py)."""
 
 import ast
 import subprocess
@@ -73,16 +78,25 @@ def run_cli(*arguments: str) -> subprocess.CompletedProcess:
     (["start", "76", "--lang", "de"], "invalid choice: 'de'"),
 ])
 def test_bad_arguments_exit_2_with_one_error_line_and_no_traceback(arguments: list[str],
-                                                                   named: str) -> None:
-    finished = run_cli(*arguments)
-    assert finished.returncode == 2 and finished.stdout == ""
-    errors = [line for line in finished.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and named in errors[0], finished.stderr
-    assert "Traceback" not in finished.stderr
+                                                                   named: str, capsys) -> None:
+    """In-process, through main(), which exits as the command does (the real command: below)."""
+    with pytest.raises(SystemExit) as stopped:
+        main(arguments)
+    captured = capsys.readouterr()
+    assert stopped.value.code == 2 and captured.out == ""
+    assert_one_error_line(captured.err, named)
 
 
-def test_an_error_of_a_subcommand_shows_that_subcommand_s_usage() -> None:
+def assert_one_error_line(stderr: str, named: str) -> None:
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and named in errors[0], stderr
+    assert "Traceback" not in stderr
+
+
+def test_the_real_command_exits_2_and_shows_the_subcommand_s_usage() -> None:
     finished = run_cli("check", "76", "no/such/file.py")
+    assert finished.returncode == 2 and finished.stdout == ""
+    assert_one_error_line(finished.stderr, "no file at")
     assert finished.stderr.startswith("usage: python -m lesson_code.practice check ")
     assert "python -m lesson_code.practice check: error: no file at" in finished.stderr
 
@@ -95,24 +109,23 @@ def test_a_failing_file_gets_a_report_in_persian_and_exit_1(tmp_path: Path, caps
     assert "NotImplementedError" in report and "mine.py" in report
 
 
-def test_a_file_that_does_not_import_ends_the_report_after_check_1(tmp_path: Path) -> None:
+def test_a_file_that_does_not_import_ends_the_report_after_check_1(tmp_path: Path, capsys) -> None:
     path = tmp_path / "mine.py"
     path.write_text("def ring_all_reduce(tensor, op='sum', *, group=None):\n"
                     "    return tensor +\n")
-    finished = run_cli("check", "76", str(path), "--lang", "fa")
-    assert finished.returncode == 1
-    report = finished.stdout
+    assert main(["check", "76", str(path), "--lang", "fa"]) == 1
+    finished = capsys.readouterr()
+    report = finished.out
     assert "۱. [رد]" in report and "خطای SyntaxError داد" in report
     assert "بررسی‌های ۲ تا ۶ اجرا نشدند" in report and "۲. [" not in report
     assert report.count("SyntaxError") == 2  # the sentence, and the traceback's last line once
-    assert finished.stderr.count("در حال اجرای") == 1
+    assert finished.err.count("در حال اجرای") == 1
 
 
-def test_another_lesson_s_file_is_named_as_such_without_the_grader_s_tracebacks() -> None:
+def test_another_lesson_s_file_is_named_as_such_without_the_grader_s_tracebacks(capsys) -> None:
     learner = Path(__file__).resolve().parent / "solutions" / "collectives_learner.py"
-    finished = run_cli("check", "78", str(learner))
-    assert finished.returncode == 1
-    report = finished.stdout
+    assert main(["check", "78", str(learner)]) == 1
+    report = capsys.readouterr().out
     words = " ".join(report.split())  # the report wraps its lines
     assert ("your file defines ring_all_reduce, ring_reduce_scatter and ring_all_gather of "
             "lesson 76, and no flatten_params") in words
@@ -121,10 +134,9 @@ def test_another_lesson_s_file_is_named_as_such_without_the_grader_s_tracebacks(
     assert "Traceback" not in report and len(report.splitlines()) < 15
 
 
-def test_only_runs_the_check_it_names(tmp_path: Path) -> None:
+def test_only_runs_the_check_it_names(tmp_path: Path, capsys) -> None:
     learner = Path(__file__).resolve().parent / "solutions" / "collectives_learner.py"
-    finished = run_cli("check", "76", str(learner), "--only", "4", "--lang", "fa")
-    assert finished.returncode == 0
-    report = finished.stdout
+    assert main(["check", "76", str(learner), "--only", "4", "--lang", "fa"]) == 0
+    report = capsys.readouterr().out
     assert "۴. [قبول] ring_reduce_scatter" in report and "۱. [" not in report
     assert report.rstrip().endswith("بررسی ۴ قبول شد.") and "زمان روی" not in report
