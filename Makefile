@@ -69,11 +69,15 @@ book: $(READY)
 	@echo
 	@echo "The book is in _build/html: open _build/html/index.html in a browser."
 
-# The suite on two workers (pytest-xdist), each test sent to whichever is free: on 2 cores a
-# single worker leaves a third of the CPU idle (while ranks wait on each other, a kernel or a
-# browser starts). `$(BIN)/python -m pytest tests/...` runs any part of it on one.
+# The suite on one worker per core (pytest-xdist), at least 2 and at most 8, each test sent to
+# whichever is free: on 2 cores a single worker leaves a third of the CPU idle (while ranks wait
+# on each other, a kernel or a browser starts), and the work is CPU (ranks, kernels, browsers),
+# so more cores run more workers. TEST_WORKERS=N chooses; `$(BIN)/python -m pytest tests/...`
+# runs any part of it on one.
+TEST_WORKERS ?= $(shell n=$$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2); \
+	if [ "$$n" -lt 2 ]; then n=2; elif [ "$$n" -gt 8 ]; then n=8; fi; echo $$n)
 test: $(LAB_READY)
-	$(BIN)/python -m pytest -n 2 --dist worksteal
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 selfcheck: $(READY)
 	$(BIN)/python -m lesson_code.selfcheck

@@ -283,7 +283,7 @@ def test_no_raw_myst_is_shown(lab, browser, edition: str) -> None:
 
 
 def test_the_raw_myst_check_finds_what_jupyterlab_showed_before() -> None:
-    """What JupyterLab without jupyterlab-myst showed (issue: a label line, an option, a fence,
+    """What JupyterLab without jupyterlab-myst showed (a label line, an option, a fence,
     a role) is found; rendered prose with braces or colons is not."""
     for raw in ["(lesson-78-fa)=", ":class: tip", "```{admonition} goals", "see {doc}`/fa/glossary`"]:
         assert RAW_MYST.search(raw), raw
