@@ -87,8 +87,8 @@ def book_html(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
                 return _build_book(out)
             finally:
                 (out / "build.log").touch()  # what was built, whole or failed, is final
-        log = (out / "build.log").read_text(encoding="utf-8")
         if not (out / "built").is_file():
+            log = (out / "build.log").read_text(encoding="utf-8")
             pytest.fail(f"book build failed (log {out / 'build.log'}):\n{_failure_report(log)}",
                         pytrace=False)
         return out / "_build" / "html"
