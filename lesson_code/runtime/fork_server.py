@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from multiprocessing import forkserver
+from typing import Iterator
 
 # The record of what a fork server preloaded is kept on multiprocessing's own server object, as
 # (server process id, fingerprint): it lives and dies with the server it describes.
@@ -33,10 +35,30 @@ def restart_if_stale(preload: list[str]) -> None:
     if pid == server._forkserver_pid and recorded is not None \
             and source_fingerprint(list(recorded)) != recorded:
         server._stop()
-    server.ensure_running()
+    with callers_search_path():
+        server.ensure_running()
     if getattr(server, RECORD, (None, None))[0] != server._forkserver_pid:
         setattr(server, RECORD,
                 (server._forkserver_pid, source_fingerprint(package_sources(preload))))
+
+
+@contextmanager
+def callers_search_path() -> Iterator[None]:
+    """Start the server with the caller's sys.path in PYTHONPATH, then restore the environment.
+
+    multiprocessing hands the server the caller's sys.path, but Python before 3.12.8 ignores it
+    (CPython issue 117378): a preloaded module found only through it, such as a test module or a
+    script's own folder, was silently not imported, and each rank imported it for itself.
+    """
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def package_sources(module_names: list[str]) -> list[str]:
@@ -46,8 +68,8 @@ def package_sources(module_names: list[str]) -> list[str]:
     from its package, so the whole package is watched, not only the one file.
     """
     files: set[str] = set()
-    for name in module_names:
-        top = sys.modules.get(name.split(".")[0])
+    for top_name in sorted({name.split(".")[0] for name in module_names}):
+        top = sys.modules.get(top_name)
         if top is None or top.__name__ == "torch":
             continue
         for folder in getattr(top, "__path__", []):

@@ -2,9 +2,9 @@
 
 `launch.spawn` decides what to run; this module owns the processes that run it:
 
-- `start_context`: a fork server that has imported torch once (ranks start in a fraction of a
-  second), restarted when the package files it imported have changed since, so that code edited
-  in a running notebook kernel reaches the ranks;
+- `start_context`: a fork server that has imported torch and the caller's course modules once
+  (ranks start in a fraction of a second), restarted when the package files it imported have
+  changed since, so that code edited in a running notebook kernel reaches the ranks;
 - `rank_main`: the body of a rank; it exits within moments of the caller dying, even of SIGKILL,
   and its output is captured (`lesson_code.runtime.output`);
 - `collect_results`: waits, bounded, for every rank, forwarding what the ranks print;
@@ -46,6 +46,8 @@ STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 STACK_WAIT_S = 2.0
 FORWARD_EVERY_S = 0.2  # how often the caller copies what the ranks printed to its own streams
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
+# The modules the fork server does not import even when the caller has: they draw or build the book.
+NOT_PRELOADED = ("lesson_code.plots", "lesson_code.widgets", "lesson_code.book_build")
 # Set in every rank before torch is imported there: c10d's hostname and socket warnings would
 # otherwise fill notebook outputs on machines without DNS; torchrun sets OMP_NUM_THREADS=1 itself.
 # When the caller is `python -m lesson_code.<lesson>`, multiprocessing re-runs that module in each
@@ -228,7 +230,8 @@ def stop_all(processes, grace_s: float) -> None:
 
 
 def start_context(start_method: str | None, fn: Callable[..., Any]):
-    """Multiprocessing context for the ranks; the fork server preloads torch and fn's module.
+    """Multiprocessing context for the ranks; the fork server preloads torch, the course
+    modules the caller has imported (`course_modules_imported`) and fn's module.
 
     A fork server that preloaded package files changed since (edited in a running notebook) is
     restarted first: ranks forked from it would run the old code.
@@ -244,11 +247,28 @@ def start_context(start_method: str | None, fn: Callable[..., Any]):
     if method == "forkserver":
         # torch._dynamo: torch.optim imports it when the first optimizer is built (seconds per
         # rank); imported once in the server, every rank starts with it.
-        preload = ["torch", "torch.distributed", "torch._dynamo", __name__, fn.__module__]
+        preload = ["torch", "torch.distributed", "torch._dynamo", __name__,
+                   *course_modules_imported(), fn.__module__]
         context.set_forkserver_preload(preload)
         with child_environment():  # the server's environment is the ranks' environment
             restart_if_stale(preload)
     return context
+
+
+def course_modules_imported() -> list[str]:
+    """The lesson_code modules the caller has imported, for the fork server to import once.
+
+    Each rank is a new process: whatever its function's module imports, it imports again,
+    compiling the source where no bytecode cache is written, and ZeRO's lab brings
+    torch.distributed.optim, which compiles TorchScript: a quarter of a second of CPU per rank
+    for the modules of the practice checks, on a laptop-class CPU.
+    The caller has already imported the modules its rank functions use, so the server imports
+    those, and a rank starts with them. The modules that draw or build the book are left out:
+    no rank uses them, and matplotlib in the server would take the notebook's backend.
+    """
+    return sorted(name for name in list(sys.modules)
+                  if name.startswith("lesson_code.") and "__main__" not in name
+                  and not name.startswith(NOT_PRELOADED))
 
 
 @contextmanager

@@ -40,3 +40,36 @@ def test_an_edited_package_reaches_the_next_run(tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.split("\n")[-2] == "['original', 'original'] ['edited', 'edited']", \
         completed.stdout
+
+
+PRELOAD_SCRIPT = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, sys.argv[1])  # the rank function's folder: on the caller's path only
+    from lesson_code import launch, plots, zero_lab
+    import preloaded_ranks
+
+    print(launch.spawn(preloaded_ranks.what_the_rank_started_with, world_size=2))
+''')
+RANK_MODULE = textwrap.dedent('''
+    import os, sys
+    IMPORTED_IN = os.getpid()
+
+    def what_the_rank_started_with(rank, world_size):
+        return {"own module from the server": IMPORTED_IN != os.getpid(),
+                "zero_lab": "lesson_code.zero_lab" in sys.modules,
+                "plots": "lesson_code.plots" in sys.modules,
+                "matplotlib": "matplotlib" in sys.modules}
+''')
+
+
+def test_a_rank_starts_with_the_course_modules_its_caller_imported(tmp_path):
+    """The fork server imports, once, the lesson_code modules the caller has imported (their
+    ranks would each import them again) and the rank function's module, found on the caller's
+    sys.path; not the modules that draw, which no rank uses."""
+    (tmp_path / "preloaded_ranks.py").write_text(RANK_MODULE)
+    completed = subprocess.run([sys.executable, "-c", PRELOAD_SCRIPT, str(tmp_path)],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    started_with = {"own module from the server": True, "zero_lab": True, "plots": False,
+                    "matplotlib": False}
+    assert completed.stdout.split("\n")[-2] == str([started_with] * 2), completed.stdout
