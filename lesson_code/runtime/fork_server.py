@@ -1,16 +1,19 @@
 """Keep the fork server that starts the ranks in step with the code on disk (lessons 76-81).
 
-`launch.spawn` forks every rank from one server process that imported torch and the rank
-function's package once (so a run starts in a fraction of a second). Ranks forked from it run the
-code it imported: an edit to the package made in a running Jupyter kernel would never reach them.
-So when the server starts, the size and modification time of every source file of the packages it
-preloads is recorded; before each run they are compared with the files on disk, and a server
-whose files changed is stopped, so that multiprocessing starts a fresh one that imports the new
-code. Standard library only.
+`launch.spawn` forks every rank from one server process that imported torch, the caller's course
+modules and the rank function's module once, when it started (so a run starts in a fraction of a
+second). Ranks forked from it run the code it imported: an edit to the package made in a running
+Jupyter kernel would never reach them. So when the server starts, the size and modification time
+of every source file of the packages it imported is recorded; before each run they are compared
+with the files on disk, and a server whose files changed is stopped, so that multiprocessing
+starts a fresh one that imports the new code. The caller hands the server its sys.path and the
+modules to import in two environment variables, set only while the server starts, which
+`lesson_code.runtime.server_imports` reads in the server. Standard library only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from contextlib import contextmanager
@@ -20,13 +23,18 @@ from typing import Iterator
 # The record of what a fork server preloaded is kept on multiprocessing's own server object, as
 # (server process id, fingerprint): it lives and dies with the server it describes.
 RECORD = "lesson_code_preloaded_sources"
+# What the caller hands the starting server (JSON lists): its sys.path, and the modules to import.
+PATH_VARIABLE = "LESSON_CODE_SERVER_SYS_PATH"
+MODULES_VARIABLE = "LESSON_CODE_SERVER_MODULES"
 
 
-def restart_if_stale(preload: list[str]) -> None:
-    """Start the fork server with `preload`, first stopping one whose preloaded sources changed.
+def restart_if_stale(modules: list[str]) -> None:
+    """Make sure the fork server runs, first stopping one whose imported sources changed; a
+    server started here imports `modules` (through `lesson_code.runtime.server_imports`).
 
-    Call only while no rank process is running (`spawn` never leaves one). Uses multiprocessing's
-    own server object; where its interface differs (another Python), nothing is checked.
+    Call only while no rank process is running (`spawn` never leaves one), from one thread at a
+    time. Uses multiprocessing's own server object; where its interface differs (another
+    Python), nothing is checked.
     """
     server = getattr(forkserver, "_forkserver", None)
     if server is None or not hasattr(server, "_stop") or not hasattr(server, "_forkserver_pid"):
@@ -35,37 +43,38 @@ def restart_if_stale(preload: list[str]) -> None:
     if pid == server._forkserver_pid and recorded is not None \
             and source_fingerprint(list(recorded)) != recorded:
         server._stop()
-    with callers_search_path():
+    with handed_to_the_server(modules):
         server.ensure_running()
     if getattr(server, RECORD, (None, None))[0] != server._forkserver_pid:
         setattr(server, RECORD,
-                (server._forkserver_pid, source_fingerprint(package_sources(preload))))
+                (server._forkserver_pid, source_fingerprint(package_sources(modules))))
 
 
 @contextmanager
-def callers_search_path() -> Iterator[None]:
-    """Start the server with the caller's sys.path in PYTHONPATH, then restore the environment.
+def handed_to_the_server(modules: list[str]) -> Iterator[None]:
+    """Set PATH_VARIABLE and MODULES_VARIABLE for a server that starts now, then remove them.
 
-    multiprocessing hands the server the caller's sys.path, but Python before 3.12.8 ignores it
-    (CPython issue 117378): a preloaded module found only through it, such as a test module or a
-    script's own folder, was silently not imported, and each rank imported it for itself.
+    The server takes the caller's sys.path from them: multiprocessing hands it over too, but
+    Python 3.11, 3.12 before 3.12.8 and 3.13.0 ignore it (CPython issue 117378), and a module
+    found only through it (a test's, one in a script's folder) would be imported by each rank.
     """
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
+    path = [os.fspath(entry) for entry in sys.path if isinstance(entry, (str, os.PathLike))]
+    os.environ[PATH_VARIABLE] = json.dumps(path)
+    os.environ[MODULES_VARIABLE] = json.dumps(modules)
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+        os.environ.pop(PATH_VARIABLE, None)
+        os.environ.pop(MODULES_VARIABLE, None)
 
 
 def package_sources(module_names: list[str]) -> list[str]:
-    """The .py files of the top-level packages of `module_names` (torch's excepted).
+    """The .py files of the top-level packages of `module_names` (torch's excepted), and of
+    the folder of each that is a single file.
 
     A server that preloads `lesson_code.collectives` has also imported what that module imports
-    from its package, so the whole package is watched, not only the one file.
+    from its package, so the whole package is watched, not only the one file; a module that is
+    one file (a test's, a script) may import the files beside it, so they are watched too.
     """
     files: set[str] = set()
     for top_name in sorted({name.split(".")[0] for name in module_names}):
@@ -77,7 +86,8 @@ def package_sources(module_names: list[str]) -> list[str]:
                 files.update(os.path.join(root, n) for n in names if n.endswith(".py"))
         path = getattr(top, "__file__", None)
         if not hasattr(top, "__path__") and path and os.path.isfile(path):
-            files.add(path)
+            folder = os.path.dirname(os.path.abspath(path))
+            files.update(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))
     return sorted(files)
 
 

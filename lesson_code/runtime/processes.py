@@ -230,11 +230,12 @@ def stop_all(processes, grace_s: float) -> None:
 
 
 def start_context(start_method: str | None, fn: Callable[..., Any]):
-    """Multiprocessing context for the ranks; the fork server preloads torch, the course
-    modules the caller has imported (`course_modules_imported`) and fn's module.
+    """Multiprocessing context for the ranks; a fork server started here imports torch, the
+    course modules the caller has imported (`course_modules_imported`) and fn's module.
 
-    A fork server that preloaded package files changed since (edited in a running notebook) is
-    restarted first: ranks forked from it would run the old code.
+    A fork server that imported package files changed since (edited in a running notebook) is
+    restarted first: ranks forked from it would run the old code. One already running is kept,
+    with what it imported when it started.
     """
     methods = mp.get_all_start_methods()
     method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
@@ -246,25 +247,24 @@ def start_context(start_method: str | None, fn: Callable[..., Any]):
     context = mp.get_context(method)
     if method == "forkserver":
         # torch._dynamo: torch.optim imports it when the first optimizer is built (seconds per
-        # rank); imported once in the server, every rank starts with it.
-        preload = ["torch", "torch.distributed", "torch._dynamo", __name__,
-                   *course_modules_imported(), fn.__module__]
-        context.set_forkserver_preload(preload)
+        # rank); imported once in the server, every rank starts with it. The caller's modules
+        # go through server_imports, which skips one that fails instead of stopping the server.
+        context.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo",
+                                        "lesson_code.runtime.server_imports"])
         with child_environment():  # the server's environment is the ranks' environment
-            restart_if_stale(preload)
+            restart_if_stale([__name__, *course_modules_imported(), fn.__module__])
     return context
 
 
 def course_modules_imported() -> list[str]:
-    """The lesson_code modules the caller has imported, for the fork server to import once.
+    """The lesson_code modules the caller has imported, for a starting fork server to import.
 
     Each rank is a new process: whatever its function's module imports, it imports again,
-    compiling the source where no bytecode cache is written, and ZeRO's lab brings
-    torch.distributed.optim, which compiles TorchScript: a quarter of a second of CPU per rank
-    for the modules of the practice checks, on a laptop-class CPU.
-    The caller has already imported the modules its rank functions use, so the server imports
-    those, and a rank starts with them. The modules that draw or build the book are left out:
-    no rank uses them, and matplotlib in the server would take the notebook's backend.
+    compiling the source where no bytecode cache is written (a quarter of a second of CPU per
+    rank for the practice checks' modules, measured on a 2-core machine that writes none). The
+    caller has already imported the modules its rank functions use, so the server imports those
+    once, and a rank starts with them. The modules that draw or build the book are left out: no
+    rank uses them, and they would add matplotlib, widgets and Sphinx to every server's start.
     """
     return sorted(name for name in list(sys.modules)
                   if name.startswith("lesson_code.") and "__main__" not in name

@@ -73,3 +73,42 @@ def test_a_rank_starts_with_the_course_modules_its_caller_imported(tmp_path):
     started_with = {"own module from the server": True, "zero_lab": True, "plots": False,
                     "matplotlib": False}
     assert completed.stdout.split("\n")[-2] == str([started_with] * 2), completed.stdout
+
+
+BROKEN_SCRIPT = textwrap.dedent('''
+    import os, sys
+    sys.path.insert(0, sys.argv[1])
+    from lesson_code import launch
+    from lesson_code.runtime.errors import RankFailedError
+    import edited_ranks, other_ranks
+
+    print(launch.spawn(edited_ranks.value, world_size=2))
+    with open(edited_ranks.__file__, "w") as handle:  # an edit that breaks the module
+        handle.write("raise RuntimeError('broken by the edit')\\n")
+    try:
+        launch.spawn(edited_ranks.value, world_size=2)
+    except RankFailedError as error:
+        print("reported by the rank:", "broken by the edit" in str(error))
+    print(launch.spawn(other_ranks.handed_over, world_size=2))
+    print("caller:", [os.environ.get(name) for name in ("LESSON_CODE_SERVER_SYS_PATH",
+                                                        "LESSON_CODE_SERVER_MODULES")])
+''')
+
+
+def test_a_module_broken_by_an_edit_fails_its_own_run_and_not_the_server(tmp_path):
+    """The server skips a module that fails to import (multiprocessing would stop it, and every
+    later run): the rank that imports the module reports the error, and other runs go on; what
+    the caller handed the server is in neither the ranks' environment nor the caller's after."""
+    (tmp_path / "edited_ranks.py").write_text("def value(rank, world_size):\n    return rank\n")
+    (tmp_path / "other_ranks.py").write_text(textwrap.dedent('''
+        import os
+        def handed_over(rank, world_size):
+            return [os.environ.get(name) for name in ("LESSON_CODE_SERVER_SYS_PATH",
+                                                      "LESSON_CODE_SERVER_MODULES")]
+    '''))
+    completed = subprocess.run([sys.executable, "-c", BROKEN_SCRIPT, str(tmp_path)],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.splitlines()[-4:] == [
+        "[0, 1]", "reported by the rank: True", "[[None, None], [None, None]]",
+        "caller: [None, None]"], completed.stdout
