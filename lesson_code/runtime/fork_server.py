@@ -16,9 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from contextlib import contextmanager
 from multiprocessing import forkserver
-from typing import Iterator
 
 # The record of what a fork server preloaded is kept on multiprocessing's own server object, as
 # (server process id, fingerprint): it lives and dies with the server it describes.
@@ -30,7 +28,8 @@ MODULES_VARIABLE = "LESSON_CODE_SERVER_MODULES"
 
 def restart_if_stale(modules: list[str]) -> None:
     """Make sure the fork server runs, first stopping one whose imported sources changed; a
-    server started here imports `modules` (through `lesson_code.runtime.server_imports`).
+    server started here imports `modules` (through `lesson_code.runtime.server_imports`), which
+    the caller hands over in the environment it starts with (`handover`).
 
     Call only while no rank process is running (`spawn` never leaves one), from one thread at a
     time. Uses multiprocessing's own server object; where its interface differs (another
@@ -43,29 +42,22 @@ def restart_if_stale(modules: list[str]) -> None:
     if pid == server._forkserver_pid and recorded is not None \
             and source_fingerprint(list(recorded)) != recorded:
         server._stop()
-    with handed_to_the_server(modules):
-        server.ensure_running()
+    server.ensure_running()
     if getattr(server, RECORD, (None, None))[0] != server._forkserver_pid:
         setattr(server, RECORD,
                 (server._forkserver_pid, source_fingerprint(package_sources(modules))))
 
 
-@contextmanager
-def handed_to_the_server(modules: list[str]) -> Iterator[None]:
-    """Set PATH_VARIABLE and MODULES_VARIABLE for a server that starts now, then remove them.
+def handover(modules: list[str]) -> dict[str, str]:
+    """PATH_VARIABLE and MODULES_VARIABLE for a server that starts now, to set in the caller's
+    environment only while it starts (`processes.child_environment`).
 
     The server takes the caller's sys.path from them: multiprocessing hands it over too, but
     Python 3.11, 3.12 before 3.12.8 and 3.13.0 ignore it (CPython issue 117378), and a module
     found only through it (a test's, one in a script's folder) would be imported by each rank.
     """
     path = [os.fspath(entry) for entry in sys.path if isinstance(entry, (str, os.PathLike))]
-    os.environ[PATH_VARIABLE] = json.dumps(path)
-    os.environ[MODULES_VARIABLE] = json.dumps(modules)
-    try:
-        yield
-    finally:
-        os.environ.pop(PATH_VARIABLE, None)
-        os.environ.pop(MODULES_VARIABLE, None)
+    return {PATH_VARIABLE: json.dumps(path), MODULES_VARIABLE: json.dumps(modules)}
 
 
 def package_sources(module_names: list[str]) -> list[str]:

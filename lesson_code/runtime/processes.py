@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from lesson_code.runtime.devices import to_cpu
-from lesson_code.runtime.fork_server import restart_if_stale
+from lesson_code.runtime.fork_server import handover, restart_if_stale
 from lesson_code.runtime.errors import (RankCrashedError, RankFailedError, RankTimeoutError,
                                      waiting_calls)
 from lesson_code.runtime.output import RankOutput, flush_rank_output, redirect_rank_output
@@ -251,8 +251,10 @@ def start_context(start_method: str | None, fn: Callable[..., Any]):
         # go through server_imports, which skips one that fails instead of stopping the server.
         context.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo",
                                         "lesson_code.runtime.server_imports"])
-        with child_environment():  # the server's environment is the ranks' environment
-            restart_if_stale([__name__, *course_modules_imported(), fn.__module__])
+        modules = [__name__, *course_modules_imported(), fn.__module__]
+        # The server's environment is the ranks' environment; the handover it removes itself.
+        with child_environment(handover(modules)):
+            restart_if_stale(modules)
     return context
 
 
@@ -272,10 +274,12 @@ def course_modules_imported() -> list[str]:
 
 
 @contextmanager
-def child_environment() -> Iterator[None]:
-    """Set CHILD_ENVIRONMENT while ranks (and the fork server) start, then restore the caller's."""
-    saved = {key: os.environ.get(key) for key in CHILD_ENVIRONMENT}
-    os.environ.update(CHILD_ENVIRONMENT)
+def child_environment(extra: dict[str, str] | None = None) -> Iterator[None]:
+    """Set CHILD_ENVIRONMENT, and `extra`, while ranks (and the fork server) start, then restore
+    the caller's environment."""
+    variables = {**CHILD_ENVIRONMENT, **(extra or {})}
+    saved = {key: os.environ.get(key) for key in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:

@@ -1,6 +1,6 @@
 """Imported by the fork server only, before it forks a rank: the caller's path and modules.
 
-`fork_server.restart_if_stale` hands over, in two environment variables read and removed here
+`fork_server.handover` hands over, in two environment variables read and removed here
 (no rank inherits them), the caller's sys.path and the modules each rank would otherwise import
 for itself (`processes.start_context` says which). A module that fails to import is skipped:
 multiprocessing would stop the server at any error but ImportError, and every later run with it;
