@@ -211,15 +211,28 @@ def test_the_persian_lesson_reads_right_to_left(lab, browser) -> None:
         page.close()
 
 
-def run_calculator(page) -> None:
-    """Run the lesson's first code cell (its imports), then the calculator's; see its widget."""
-    first = page.locator(f"{PANEL} .jp-CodeCell").first
-    first.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Shift+Enter")
-    cell = page.locator(f"{PANEL} .jp-CodeCell", has_text="widgets.memory_calculator()").first
+def run_cell(page, cell) -> None:
+    """Run `cell` as a reader does (click into it, Shift+Enter) and wait until it has run.
+
+    The key goes to the active cell: pressed before the click has made `cell` active (a notebook
+    still settling), it would run another cell, so the press waits for that. Then the cell's
+    prompt shows its execution count; an error it printed fails the test with its text.
+    """
     cell.scroll_into_view_if_needed()
     cell.locator(".jp-InputArea-editor").click()
+    cell.and_(page.locator(".jp-Cell.jp-mod-active")).wait_for(timeout=START_TIMEOUT_S * 1000)
     page.keyboard.press("Shift+Enter")
+    cell.locator(".jp-InputPrompt").filter(has_text=re.compile(r"\[\d+\]")).wait_for(
+        timeout=KERNEL_TIMEOUT_MS)
+    errors = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert not errors.count(), f"the cell raised: {errors.first.inner_text()[-2000:]}"
+
+
+def run_calculator(page) -> None:
+    """Run the lesson's first code cell (its imports), then the calculator's; see its widget."""
+    run_cell(page, page.locator(f"{PANEL} .jp-CodeCell").first)
+    cell = page.locator(f"{PANEL} .jp-CodeCell", has_text="widgets.memory_calculator()").first
+    run_cell(page, cell)
     widget = cell.locator(".widget-interact").first
     widget.wait_for(timeout=KERNEL_TIMEOUT_MS)
     text = widget.inner_text()
@@ -228,14 +241,33 @@ def run_calculator(page) -> None:
 
 
 # Every markdown cell's shown text, scrolling the notebook from top to bottom (JupyterLab renders
-# only the cells near the view): [[cell index, text], ...].
+# only the cells near the view): [[cell index, text], ...]. After each half-screen scroll it waits
+# until the markdown cells in view have drawn their text and their number has held for two polls
+# (JupyterLab adds the cells on a later frame, jupyterlab-myst renders them after that), at most
+# STEP_MS; a cell missed there is caught by the count the test compares.
 SHOWN_MARKDOWN = f"""async () => {{
+  const STEP_MS = 3000, POLL_MS = 40;
   const panel = document.querySelector("{PANEL}");
   const scroller = panel.querySelector(".jp-WindowedPanel-outer");
+  const frame = () => new Promise(done => requestAnimationFrame(() => done()));
+  const inView = () => {{
+    const view = scroller.getBoundingClientRect();
+    return [...panel.querySelectorAll(".jp-MarkdownCell")].filter(cell => {{
+      const box = cell.getBoundingClientRect();
+      return box.bottom > view.top && box.top < view.bottom; }});
+  }};
+  const drawn = cell => {{ const shown = cell.querySelector(".myst, .jp-MarkdownOutput");
+                          return Boolean(shown && shown.innerText.trim()); }};
   const seen = new Map();
   for (let top = 0; ; top += scroller.clientHeight / 2) {{
     scroller.scrollTop = top;
-    await new Promise(done => setTimeout(done, 300));
+    await frame(); await frame();
+    for (let waited = 0, before = -1; waited < STEP_MS; waited += POLL_MS) {{
+      const cells = inView();
+      if (cells.length === before && cells.every(drawn)) break;
+      before = cells.length;
+      await new Promise(done => setTimeout(done, POLL_MS));
+    }}
     panel.querySelectorAll(".jp-MarkdownCell").forEach(cell => {{
       const shown = cell.querySelector(".myst, .jp-MarkdownOutput");
       if (shown && shown.innerText.trim())
