@@ -256,8 +256,8 @@ SHOWN_MARKDOWN = f"""async () => {{
       const box = cell.getBoundingClientRect();
       return box.bottom > view.top && box.top < view.bottom; }});
   }};
-  const drawn = cell => {{ const shown = cell.querySelector(".myst, .jp-MarkdownOutput");
-                          return Boolean(shown && shown.innerText.trim()); }};
+  const shown = cell => cell.querySelector(".myst, .jp-MarkdownOutput");
+  const drawn = cell => Boolean(shown(cell) && shown(cell).innerText.trim());
   const seen = new Map();
   for (let top = 0; ; top += scroller.clientHeight / 2) {{
     scroller.scrollTop = top;
@@ -269,9 +269,7 @@ SHOWN_MARKDOWN = f"""async () => {{
       await new Promise(done => setTimeout(done, POLL_MS));
     }}
     panel.querySelectorAll(".jp-MarkdownCell").forEach(cell => {{
-      const shown = cell.querySelector(".myst, .jp-MarkdownOutput");
-      if (shown && shown.innerText.trim())
-        seen.set(cell.getAttribute("data-windowed-list-index"), shown.innerText);
+      if (drawn(cell)) seen.set(cell.getAttribute("data-windowed-list-index"), shown(cell).innerText);
     }});
     if (top + scroller.clientHeight >= scroller.scrollHeight) break;
   }}
