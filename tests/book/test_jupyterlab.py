@@ -277,10 +277,24 @@ SHOWN_MARKDOWN = f"""async () => {{
 }}"""
 
 
+# The first markdown cell as drawn: the headings a reader sees (display: none ones left out),
+# the direction of each inline formula, and the width of the admonition's bar.
+FIRST_CELL = f"""() => {{
+  const cell = document.querySelector("{PANEL} .jp-MarkdownCell");
+  const aside = cell.querySelector("aside");
+  return {{
+    titles: [...cell.querySelectorAll("h1")].filter(h => h.getClientRects().length)
+      .map(h => h.textContent.trim()),
+    formulas: [...cell.querySelectorAll(".math-inline")].map(m => getComputedStyle(m).direction),
+    admonition_bar: aside ? getComputedStyle(aside).borderInlineStartWidth : "",
+  }};
+}}"""
+
+
 @pytest.mark.parametrize("edition", ["fa", "en"])
 def test_no_raw_myst_is_shown(lab, browser, edition: str) -> None:
     """Lesson 78 (a label, an admonition, literalinclude, {doc} links) in each edition: every
-    markdown cell rendered by jupyterlab-myst, none showing MyST as typed."""
+    markdown cell rendered by jupyterlab-myst, none showing MyST as typed, the title once."""
     base, root = lab
     lesson = ROOT / "notebooks" / edition / LESSON.name
     (root / edition).mkdir(exist_ok=True)
@@ -307,6 +321,13 @@ def test_no_raw_myst_is_shown(lab, browser, edition: str) -> None:
         page.evaluate(f"""() => document.querySelector("{PANEL} .jp-WindowedPanel-outer").scrollTop = 0""")
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"jupyterlab-{edition}-78-myst.png"))
+        first = page.evaluate(FIRST_CELL)
+        title = json.loads(lesson.read_text(encoding="utf-8"))["cells"][0]["source"]
+        title = next(line[2:] for line in "".join(title).splitlines() if line.startswith("# "))
+        assert first["titles"] == [title], f"the lesson's title is shown as {first['titles']}"
+        if edition == "fa":  # prose drawn as plain HTML inside the wrapper (jupyterlab-rtl.css)
+            assert first["formulas"] and set(first["formulas"]) == {"ltr"}, first["formulas"]
+            assert first["admonition_bar"] not in ("", "0px"), first
         assert not blocked, f"JupyterLab tried to reach other hosts: {blocked}"
     finally:
         page.close()
