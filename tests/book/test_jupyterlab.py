@@ -279,8 +279,9 @@ SHOWN_MARKDOWN = f"""async () => {{
 
 # The first markdown cell as drawn: the headings a reader sees (display: none ones left out),
 # the direction of each inline formula, and the width of the admonition's bar.
+FIRST_MARKDOWN = f'{PANEL} .jp-MarkdownCell[data-windowed-list-index="0"]'
 FIRST_CELL = f"""() => {{
-  const cell = document.querySelector("{PANEL} .jp-MarkdownCell");
+  const cell = document.querySelector('{FIRST_MARKDOWN}');
   const aside = cell.querySelector("aside");
   return {{
     titles: [...cell.querySelectorAll("h1")].filter(h => h.getClientRects().length)
@@ -319,6 +320,8 @@ def test_no_raw_myst_is_shown(lab, browser, edition: str) -> None:
                for match in RAW_MYST.finditer(text)]
         assert not raw, f"raw MyST shown in {edition}/{LESSON.name}: {raw[:5]}"
         page.evaluate(f"""() => document.querySelector("{PANEL} .jp-WindowedPanel-outer").scrollTop = 0""")
+        # back at the top, JupyterLab draws the first cell again on a later frame
+        page.locator(f"{FIRST_MARKDOWN} .myst h1:visible").first.wait_for(timeout=START_TIMEOUT_S * 1000)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"jupyterlab-{edition}-78-myst.png"))
         first = page.evaluate(FIRST_CELL)
