@@ -24,7 +24,8 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 LAB_READY := $(VENV)/.lab-ready
 # make lab's Jupyter configuration: JupyterLab's settings for this course, and custom.css, which
-# aligns the Persian notebooks' right-to-left prose (book/static/jupyterlab-rtl.css).
+# aligns the Persian notebooks' right-to-left prose and styles what jupyterlab-myst draws inside
+# it (book/static/jupyterlab-rtl.css).
 LAB_CONFIG := $(VENV)/jupyter-config
 # Extra pip arguments. For a CPU-only torch on a machine whose default index would pick a CUDA
 # build, add PyTorch's CPU-only wheel index: PIP_ARGS="--extra-index-url <that index>", with the
