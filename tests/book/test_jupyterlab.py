@@ -6,10 +6,9 @@ JupyterLab has no right-to-left setting: Persian notebooks wrap each markdown ce
 prose to the right. jupyterlab-myst (the lab extra) renders the lessons' MyST: no label line,
 directive option, role or fence is shown as typed. Inside the Persian wrapper it draws plain HTML
 (formulas as TeX, admonitions without its styling), which custom.css keeps in order and styles,
-and the lesson's title is shown once. The server runs here as `make
-lab` runs it, on a copy of the lesson
-(running a cell must not rewrite the repository's notebook), with every request to another host
-blocked. Screenshots go to _build/screenshots/.
+and the lesson's title is shown once. The server runs here as `make lab` runs it, on a copy of
+the lesson (running a cell must not rewrite the repository's notebook), with every request to
+another host blocked. Screenshots go to _build/screenshots/.
 
 Skipped, with the reason, when JupyterLab, Playwright or Chromium is missing on a developer
 machine; fails instead when the environment variable CI is set.
@@ -313,13 +312,16 @@ def test_no_raw_myst_is_shown(lab, browser, edition: str) -> None:
     try:
         from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+        def wait_shown(selector: str, missing: str) -> None:
+            try:
+                page.locator(selector).first.wait_for(timeout=START_TIMEOUT_S * 1000)
+            except PlaywrightTimeout:
+                pytest.fail(f"{edition}/{LESSON.name}: {missing} ({selector})")
+
         for what, selector in (("markdown rendered by jupyterlab-myst", ".jp-MarkdownCell .myst"),
                                ("the learning goals' admonition",  # React, or inside <div dir>
                                 ".jp-MarkdownCell aside:is(.myst-admonition, .admonition)")):
-            try:
-                page.locator(f"{PANEL} {selector}").first.wait_for(timeout=START_TIMEOUT_S * 1000)
-            except PlaywrightTimeout:
-                pytest.fail(f"{edition}/{LESSON.name}: no {what} ({selector})")
+            wait_shown(f"{PANEL} {selector}", f"no {what}")
         shown = page.evaluate(SHOWN_MARKDOWN)
         assert len(shown) == markdown_cells, f"saw {len(shown)} of {markdown_cells} markdown cells"
         raw = [(index, match.group()) for index, text in shown
@@ -327,11 +329,8 @@ def test_no_raw_myst_is_shown(lab, browser, edition: str) -> None:
         assert not raw, f"raw MyST shown in {edition}/{LESSON.name}: {raw[:5]}"
         page.evaluate(f"""() => document.querySelector("{PANEL} .jp-WindowedPanel-outer").scrollTop = 0""")
         # a JupyterLab that drops the cells out of view draws the first one again on a later frame
-        try:
-            page.locator(f"{FIRST_MARKDOWN} .myst h1:visible").first.wait_for(
-                timeout=START_TIMEOUT_S * 1000)
-        except PlaywrightTimeout:
-            pytest.fail(f"{edition}/{LESSON.name}: back at the top, the first cell shows no title")
+        wait_shown(f"{FIRST_MARKDOWN} .myst h1:visible",
+                   "back at the top, the first cell shows no title")
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"jupyterlab-{edition}-78-myst.png"))
         first = page.evaluate(FIRST_CELL)
