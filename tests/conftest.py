@@ -1,13 +1,32 @@
-"""Shared pytest configuration: markers for the slow layers of the suite, and the CPU backend.
+"""Shared pytest configuration: markers for the slow layers of the suite, the CPU backend, and a
+temporary folder of the run's own for every process the tests start.
 
 The suite checks the book's CPU figures, so "auto" means gloo here even on a machine with GPUs
 (`make selfcheck` is what runs the lessons on NCCL). The notebooks run by nbval inherit this.
+
+Processes the tests start, and processes they kill on purpose, leave files in the temporary
+folder that nothing removes: nbval stops each notebook's kernel without letting it exit, so
+multiprocessing's folder for the fork server's socket stays; each torchrun agent keeps its
+logs in a folder of its own; a caller killed mid-run keeps its ranks' store. The run that
+starts first (pytest itself, or the xdist controller) points TMPDIR at a folder of its own,
+which every process started later inherits (xdist's workers too), and removes it at the end;
+its own files, pytest's tmp_path folders among them, stay in the system's temporary folder.
 """
 
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("LESSON_CODE_BACKEND", "gloo")
+
+RUN_TMPDIR = "LESSON_CODE_TESTS_TMPDIR"  # set by the run that made the folder, for its workers
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "dist: runs real torch.distributed ranks (gloo)")
+    if RUN_TMPDIR not in os.environ:
+        tempfile.tempdir = tempfile.gettempdir()  # this process keeps the system's folder
+        # Short, under the system's folder: multiprocessing puts a socket in it (108 bytes).
+        folder = tempfile.mkdtemp(prefix="lesson_code_tests_")
+        os.environ[RUN_TMPDIR] = os.environ["TMPDIR"] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
