@@ -502,7 +502,8 @@ def check_explorer_79(explorer, edition: str) -> None:
 
 def check_explorer_80(explorer, edition: str) -> None:
     """Four ranks, a crash after each event in turn (the keyboard moving it): until the rename
-    publishes step 2, latest_checkpoint loads step 1, except once the hidden copy is complete."""
+    publishes step 2, latest_checkpoint loads step 1, except once the hidden copy is complete. The
+    events are numbered in the page's digits."""
     explorer.locator("input[name=world_size]").fill("4")
     crash = explorer.locator("input[name=crash_after]")
     crash.fill("0")
@@ -516,6 +517,8 @@ def check_explorer_80(explorer, edition: str) -> None:
     crash.fill("6")
     assert ".step-00000002.tmp/shard-00003-of-00004.pt" in explorer.locator("pre").inner_text()
     assert explorer.locator("li[data-state=pending]").count() == 5
+    numbering = explorer.locator("ol").evaluate("(ol) => getComputedStyle(ol).listStyleType")
+    assert numbering == ("persian" if edition == "fa" else "decimal"), numbering
 
 
 def check_explorer_81(explorer, edition: str) -> None:
