@@ -1,7 +1,8 @@
 """Reading the built book in headless Chromium, both editions, offline: what a reader touches.
 
 - the sidebar buttons: on a phone ☰ opens the site navigation and the contents button the page's
-  contents; on a desktop ☰ hides and shows the primary sidebar (pydata-sphinx-theme #2451: the
+  contents; below 992 px the navigation slides in from the ☰ button's side (the right on a
+  Persian page); on a desktop ☰ hides and shows the primary sidebar (pydata-sphinx-theme #2451: the
   themes listen only to a hidden copy of each button; book/static/editions.js passes clicks on);
 - Latin inside Persian: lists joined by the Persian comma keep their order, hyphenated words are
   never broken at the hyphen (editions.js isolates each Latin run);
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.book
 EDITIONS = ["fa", "en"]
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
+NARROW = {"width": 975, "height": 700}  # between the themes' breakpoints, 960 and 992
 
 
 def shoot(v: Visit, name: str, **options) -> None:
@@ -81,6 +83,23 @@ def test_on_a_phone_the_menu_opens_the_navigation_and_contents_the_page_contents
         entries.filter(visible=True).first.wait_for(timeout=5000)
         assert entries.count() > 3
         shoot(v, f"phone-contents-{edition}")
+        assert not v.blocked and not v.console, (v.blocked, v.console)
+    finally:
+        v.page.context.close()
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_in_a_narrow_window_the_menu_slides_in_from_the_side_of_its_button(browser, site, edition):
+    """975 px: too narrow for sphinx-book-theme's sidebar (992), wide enough for
+    pydata-sphinx-theme's (960), so ☰ opens the phone's dialog on a desktop layout."""
+    v = open_at(browser, f"{site}/notebooks/{edition}/78-zero.html", NARROW)
+    try:
+        visible_button(v.page, "primary").click()
+        v.page.wait_for_selector("#pst-primary-sidebar-modal[open]", timeout=5000)
+        edge = "Math.round(r.right) === innerWidth" if edition == "fa" else "Math.round(r.left) === 0"
+        v.page.wait_for_function(f"""() => {{ const r = document.getElementById(
+            "pst-primary-sidebar-modal").getBoundingClientRect(); return {edge}; }}""", timeout=5000)
+        shoot(v, f"narrow-menu-{edition}")
         assert not v.blocked and not v.console, (v.blocked, v.console)
     finally:
         v.page.context.close()
