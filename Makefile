@@ -25,7 +25,9 @@ READY := $(VENV)/.ready
 LAB_READY := $(VENV)/.lab-ready
 # make lab's Jupyter configuration: JupyterLab's settings for this course, and custom.css, which
 # aligns the Persian notebooks' right-to-left prose and styles what jupyterlab-myst draws inside
-# it (book/static/jupyterlab-rtl.css).
+# it (book/static/jupyterlab-rtl.css). book/static/jupyterlab-settings.json sets JupyterLab's
+# defaults (labconfig/default_setting_overrides.json): it never asks to fetch Jupyter's news
+# from the internet nor checks for updates; Settings can still change both.
 LAB_CONFIG := $(VENV)/jupyter-config
 # Extra pip arguments. For a CPU-only torch on a machine whose default index would pick a CUDA
 # build, add PyTorch's CPU-only wheel index: PIP_ARGS="--extra-index-url <that index>", with the
@@ -49,10 +51,11 @@ $(READY): pyproject.toml requirements.lock
 	touch $(READY)
 
 # JupyterLab and its server: only for make lab and the JupyterLab browser test.
-$(LAB_READY): $(READY) book/static/jupyterlab-rtl.css
+$(LAB_READY): $(READY) book/static/jupyterlab-rtl.css book/static/jupyterlab-settings.json
 	$(BIN)/python -m pip install --quiet $(PIP_ARGS) -c requirements.lock -e '.[book,test,lab]'
-	mkdir -p $(LAB_CONFIG)/custom
+	mkdir -p $(LAB_CONFIG)/custom $(LAB_CONFIG)/labconfig
 	cp book/static/jupyterlab-rtl.css $(LAB_CONFIG)/custom/custom.css
+	cp book/static/jupyterlab-settings.json $(LAB_CONFIG)/labconfig/default_setting_overrides.json
 	touch $(LAB_READY)
 
 # BOOK: `jupyter-book build book`, the command a reader or a CI types, with the CI's strictness

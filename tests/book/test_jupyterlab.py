@@ -6,9 +6,10 @@ JupyterLab has no right-to-left setting: Persian notebooks wrap each markdown ce
 prose to the right. jupyterlab-myst (the lab extra) renders the lessons' MyST: no label line,
 directive option, role or fence is shown as typed. Inside the Persian wrapper it draws plain HTML
 (formulas as TeX, admonitions without its styling), which custom.css keeps in order and styles,
-and the lesson's title is shown once. The server runs here as `make lab` runs it, on a copy of
-the lesson (running a cell must not rewrite the repository's notebook), with every request to
-another host blocked. Screenshots go to _build/screenshots/.
+and the lesson's title is shown once; JupyterLab does not ask to fetch its news from the
+internet (book/static/jupyterlab-settings.json). The server runs here as `make lab` runs it, on
+a copy of the lesson (running a cell must not rewrite the repository's notebook), with every
+request to another host blocked. Screenshots go to _build/screenshots/.
 
 Skipped, with the reason, when JupyterLab, Playwright or Chromium is missing on a developer
 machine; fails instead when the environment variable CI is set.
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LESSON = ROOT / "notebooks" / "fa" / "78-zero.ipynb"
 CHROMIUM = Path("/usr/bin/chromium-headless-shell")
 SCREENSHOTS = ROOT / "_build" / "screenshots"
+SETTINGS = ROOT / "book" / "static" / "jupyterlab-settings.json"  # make lab's defaults
 TOKEN = "lesson-code-test"
 START_TIMEOUT_S = 120
 KERNEL_TIMEOUT_MS = 240_000  # the lesson's imports (torch, pandas) on a busy 2-core machine
@@ -83,6 +85,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     config = root / "config"
     (config / "custom").mkdir(parents=True)
     shutil.copy(ROOT / "book" / "static" / "jupyterlab-rtl.css", config / "custom" / "custom.css")
+    (config / "labconfig").mkdir()
+    shutil.copy(SETTINGS, config / "labconfig" / "default_setting_overrides.json")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -210,6 +214,21 @@ def test_the_persian_lesson_reads_right_to_left(lab, browser) -> None:
         assert_persian_prose_right_to_left(page)
     finally:
         page.close()
+
+
+def test_jupyterlab_neither_asks_to_fetch_news_nor_checks_for_updates(lab) -> None:
+    """The settings JupyterLab's front end receives are make lab's defaults: no toast asking to
+    fetch Jupyter's news from the internet covers the lesson (the screenshots above showed one)."""
+    base, _ = lab
+    url = f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={TOKEN}"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        plugin = json.load(response)
+    # Overrides become the schema's defaults; the reader's own settings (none here) win over them.
+    shown = {key: plugin["settings"].get(key, spec.get("default"))
+             for key, spec in plugin["schema"]["properties"].items()}
+    wanted = json.loads(SETTINGS.read_text(encoding="utf-8"))["@jupyterlab/apputils-extension:notification"]
+    assert {key: shown[key] for key in wanted} == wanted == {"fetchNews": "false",
+                                                             "checkForUpdates": False}, shown
 
 
 def run_cell(page, cell) -> None:
