@@ -20,13 +20,20 @@ import tempfile
 os.environ.setdefault("LESSON_CODE_BACKEND", "gloo")
 
 RUN_TMPDIR = "LESSON_CODE_TESTS_TMPDIR"  # set by the run that made the folder, for its workers
+# multiprocessing puts the fork server's socket at <TMPDIR>/pymp-XXXXXXXX/listener-XXXXXXXX, and
+# a socket's path has at most 104 bytes on macOS (108 on Linux): under a temporary folder whose
+# path is longer than this, the tests keep it (their leftovers stay there, as before).
+LONGEST_TMPDIR = 104 - len("/pymp-XXXXXXXX/listener-XXXXXXXX") - 1
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "dist: runs real torch.distributed ranks (gloo)")
-    if RUN_TMPDIR not in os.environ:
-        tempfile.tempdir = tempfile.gettempdir()  # this process keeps the system's folder
-        # Short, under the system's folder: multiprocessing puts a socket in it (108 bytes).
-        folder = tempfile.mkdtemp(prefix="lesson_code_tests_")
-        os.environ[RUN_TMPDIR] = os.environ["TMPDIR"] = folder
-        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    if RUN_TMPDIR in os.environ:
+        return  # an xdist worker: its controller made the folder
+    tempfile.tempdir = tempfile.gettempdir()  # this process keeps the system's folder
+    folder = tempfile.mkdtemp(prefix="lc-tests-")
+    if len(os.fsencode(folder)) > LONGEST_TMPDIR:
+        os.rmdir(folder)
+        return
+    os.environ[RUN_TMPDIR] = os.environ["TMPDIR"] = folder
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
