@@ -37,7 +37,7 @@ WIDE_GPT = GPTConfig(n_embd=256, n_layer=6, n_head=8, context=32)
 class PipeRun(RunConfig):
     """One pipelined run: a `RunConfig` with a schedule, micro-batches and an optional partition.
 
-    `steps` counts the steps `timed_steps` runs (the last is measured, the others warm up);
+    `steps` counts the steps `timed_steps` runs (the first `warmup` warm up, the rest are measured);
     `partition` gives the layers per stage (balanced by parameters when None). Raises ValueError
     for an unknown schedule, a micro-batch count below 1 or a partition entry below 1.
     """

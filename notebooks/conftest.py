@@ -1,7 +1,7 @@
 """pytest settings for the lesson notebooks: `pytest --nbval notebooks/` works as typed.
 
-- Outputs that change from run to run are normalised by nbval-sanitize.cfg (digests, versions)
-  unless another file is passed with --nbval-sanitize-with.
+- Outputs that change from run to run are normalised by nbval-sanitize.cfg (each rule says what
+  it replaces) unless another file is passed with --nbval-sanitize-with.
 - The notebooks' stored outputs are CPU figures (gloo ranks), so "auto" means gloo here even on
   a machine with GPUs, as in the test suite (tests/conftest.py); `make selfcheck` runs the
   lessons on NCCL.

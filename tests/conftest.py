@@ -10,7 +10,9 @@ multiprocessing's folder for the fork server's socket stays; each torchrun agent
 logs in a folder of its own; a caller killed mid-run keeps its ranks' store. The run that
 starts first (pytest itself, or the xdist controller) points TMPDIR at a folder of its own,
 which every process started later inherits (xdist's workers too), and removes it at the end;
-its own files, pytest's tmp_path folders among them, stay in the system's temporary folder.
+its own files, pytest's tmp_path folders among them, stay in the system's temporary folder. It
+keeps the system's folder for all when the run's own would make the path of multiprocessing's
+socket too long (LONGEST_TMPDIR).
 """
 
 import os
@@ -35,5 +37,16 @@ def pytest_configure(config):
     if len(os.fsencode(folder)) > LONGEST_TMPDIR:
         os.rmdir(folder)
         return
+    before = {name: os.environ.get(name) for name in (RUN_TMPDIR, "TMPDIR")}
     os.environ[RUN_TMPDIR] = os.environ["TMPDIR"] = folder
-    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+    def clean_up() -> None:  # the environment as it was, for a later run in this process
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        tempfile.tempdir = None
+        shutil.rmtree(folder, ignore_errors=True)
+
+    config.add_cleanup(clean_up)

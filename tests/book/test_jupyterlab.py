@@ -218,7 +218,7 @@ def test_the_persian_lesson_reads_right_to_left(lab, browser) -> None:
 
 def test_jupyterlab_neither_asks_to_fetch_news_nor_checks_for_updates(lab) -> None:
     """The settings JupyterLab's front end receives are make lab's defaults: no toast asking to
-    fetch Jupyter's news from the internet covers the lesson (the screenshots above showed one)."""
+    fetch Jupyter's news from the internet covers the lesson (it would in the screenshots above)."""
     base, _ = lab
     url = f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={TOKEN}"
     with urllib.request.urlopen(url, timeout=30) as response:

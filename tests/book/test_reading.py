@@ -1,8 +1,8 @@
 """Reading the built book in headless Chromium, both editions, offline: what a reader touches.
 
 - the sidebar buttons: on a phone ☰ opens the site navigation and the contents button the page's
-  contents; below 992 px the navigation slides in from the ☰ button's side (the right on a
-  Persian page); on a desktop ☰ hides and shows the primary sidebar (pydata-sphinx-theme #2451: the
+  contents; below 992 px the navigation opens on the ☰ button's side (the right on a Persian
+  page); on a desktop ☰ hides and shows the primary sidebar (pydata-sphinx-theme #2451: the
   themes listen only to a hidden copy of each button; book/static/editions.js passes clicks on);
 - Latin inside Persian: lists joined by the Persian comma keep their order, hyphenated words are
   never broken at the hyphen (editions.js isolates each Latin run);
@@ -52,6 +52,14 @@ def visible_button(page, kind: str):
 
 # --- 1. The sidebar buttons ---------------------------------------------------------------------
 
+def wait_at_the_menu_button_edge(page, edition: str) -> None:
+    """Wait until the open site navigation touches the window's edge on the side of the ☰
+    button: the right on a Persian page, the left on an English one."""
+    edge = "Math.round(r.right) === innerWidth" if edition == "fa" else "Math.round(r.left) === 0"
+    page.wait_for_function(f"""() => {{ const r = document.getElementById(
+        "pst-primary-sidebar-modal").getBoundingClientRect(); return {edge}; }}""", timeout=5000)
+
+
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_on_a_phone_the_menu_opens_the_navigation_and_contents_the_page_contents(
         browser, site, edition):
@@ -63,10 +71,7 @@ def test_on_a_phone_the_menu_opens_the_navigation_and_contents_the_page_contents
             "#pst-primary-sidebar-modal nav a")].some(a => a.pathname.endsWith(path)
             && a.checkVisibility() && a.getBoundingClientRect().right > 0)""",
             arg=f"/{edition}/76-collectives.html", timeout=5000)  # the dialog slides in
-        # ... from the edge of the ☰ button: the right one on a Persian page, the left on an English.
-        edge = "Math.round(r.right) === innerWidth" if edition == "fa" else "Math.round(r.left) === 0"
-        v.page.wait_for_function(f"""() => {{ const r = document.getElementById(
-            "pst-primary-sidebar-modal").getBoundingClientRect(); return {edge}; }}""", timeout=5000)
+        wait_at_the_menu_button_edge(v.page, edition)  # ... from the edge of the ☰ button
         # The bilingual title in the open menu still reads in order.
         xy = v.page.evaluate(WORD_XY, ["#pst-primary-sidebar-modal .logo__title", TITLE_WORDS])
         assert reading_order({k: xy[k] for k in ("amoozesh", "dar", "pytorch_fa")}, "rtl") == \
@@ -89,16 +94,14 @@ def test_on_a_phone_the_menu_opens_the_navigation_and_contents_the_page_contents
 
 
 @pytest.mark.parametrize("edition", EDITIONS)
-def test_in_a_narrow_window_the_menu_slides_in_from_the_side_of_its_button(browser, site, edition):
+def test_in_a_narrow_window_the_menu_opens_on_the_side_of_its_button(browser, site, edition):
     """975 px: too narrow for sphinx-book-theme's sidebar (992), wide enough for
     pydata-sphinx-theme's (960), so ☰ opens the phone's dialog on a desktop layout."""
     v = open_at(browser, f"{site}/notebooks/{edition}/78-zero.html", NARROW)
     try:
         visible_button(v.page, "primary").click()
         v.page.wait_for_selector("#pst-primary-sidebar-modal[open]", timeout=5000)
-        edge = "Math.round(r.right) === innerWidth" if edition == "fa" else "Math.round(r.left) === 0"
-        v.page.wait_for_function(f"""() => {{ const r = document.getElementById(
-            "pst-primary-sidebar-modal").getBoundingClientRect(); return {edge}; }}""", timeout=5000)
+        wait_at_the_menu_button_edge(v.page, edition)
         shoot(v, f"narrow-menu-{edition}")
         assert not v.blocked and not v.console, (v.blocked, v.console)
     finally:
