@@ -19,6 +19,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 os.environ.setdefault("LESSON_CODE_BACKEND", "gloo")
 
 RUN_TMPDIR = "LESSON_CODE_TESTS_TMPDIR"  # set by the run that made the folder, for its workers
@@ -32,21 +34,14 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "dist: runs real torch.distributed ranks (gloo)")
     if RUN_TMPDIR in os.environ:
         return  # an xdist worker: its controller made the folder
-    tempfile.tempdir = tempfile.gettempdir()  # this process keeps the system's folder
+    patch = pytest.MonkeyPatch()  # undone at the end: the environment as it was, for a later run
+    patch.setattr(tempfile, "tempdir", tempfile.gettempdir())  # this process keeps the system's
     folder = tempfile.mkdtemp(prefix="lc-tests-")
     if len(os.fsencode(folder)) > LONGEST_TMPDIR:
         os.rmdir(folder)
+        patch.undo()
         return
-    before = {name: os.environ.get(name) for name in (RUN_TMPDIR, "TMPDIR")}
-    os.environ[RUN_TMPDIR] = os.environ["TMPDIR"] = folder
-
-    def clean_up() -> None:  # the environment as it was, for a later run in this process
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        tempfile.tempdir = None
-        shutil.rmtree(folder, ignore_errors=True)
-
-    config.add_cleanup(clean_up)
+    patch.setenv(RUN_TMPDIR, folder)
+    patch.setenv("TMPDIR", folder)
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    config.add_cleanup(patch.undo)
