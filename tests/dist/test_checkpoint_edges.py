@@ -3,7 +3,6 @@ meets a damaged newest checkpoint or fails, and a look for the latest during a s
 
 import shutil
 import threading
-import time
 
 import pytest
 import torch
@@ -12,10 +11,10 @@ import torch.distributed as dist
 from lesson_code import checkpoint_lab, launch
 from lesson_code.capstone import checkpointer as capstone_checkpointer
 from lesson_code.capstone.checkpointer import Checkpointer, state_copy
-from lesson_code.checkpoint import save_sharded, step_folder
+from lesson_code.checkpoint import save_sharded, shard_name, step_folder
 from lesson_code.checkpoint.faults import flip_one_byte
-from lesson_code.checkpoint.files import locked
-from lesson_code.checkpoint.staging import staging_folder
+from lesson_code.checkpoint.files import locked, write_file
+from lesson_code.checkpoint.staging import seal, stage, staging_folder
 from lesson_code.checkpoint.tools import latest_checkpoint, list_checkpoints, prune_checkpoints
 from lesson_code.collectives.comm import Communicator
 from lesson_code.zero import ZeroOptimizer
@@ -99,26 +98,39 @@ def test_pruning_never_counts_a_damaged_checkpoint_among_those_kept(two_checkpoi
     assert [step for step, _ in list_checkpoints(root)] == [4]
 
 
-def test_latest_checkpoint_waits_for_a_save_and_returns_what_it_published(two_checkpoints,
-                                                                           tmp_path):
+def test_latest_checkpoint_waits_for_a_save_in_progress_and_returns_what_it_published(
+        two_checkpoints, tmp_path):
+    """A save of step 4 holds the lock with its shard staged and no manifest yet when
+    latest_checkpoint is called. The save finishes only once latest_checkpoint has returned (or
+    after 1 s), so a look that does not wait for it sees step 4 unfinished and returns step 3."""
     root = tmp_path / "run"
     shutil.copytree(two_checkpoints, root)
-    complete = step_folder(root, 3)
-    complete.rename(staging_folder(complete))  # a save of step 3, sealed, not yet renamed
-    holding = threading.Event()
+    final = step_folder(root, 4)
+    staged, returned, outcome = threading.Event(), threading.Event(), []
 
-    def save_in_progress():
-        with locked(root):
-            holding.set()
-            time.sleep(0.5)
+    def save_step_4():
+        try:
+            with locked(root):
+                staging = stage(final)
+                files = [{**write_file(staging, shard_name(0, 1), {"x": torch.ones(8)}),
+                          "rank": 0, "layout": {}}]
+                staged.set()
+                returned.wait(1.0)
+                seal(staging, final, files, step=4, world_size=1, extra={})
+            outcome.append("published")
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            outcome.append(repr(error))
+            staged.set()
 
-    saver = threading.Thread(target=save_in_progress)
+    saver = threading.Thread(target=save_step_4)
     saver.start()
-    holding.wait(10)
+    assert staged.wait(30)
     folder, skipped = latest_checkpoint(root)
-    saver.join()
-    assert folder == step_folder(root, 3) and folder.is_dir() and skipped == []
-    assert not staging_folder(complete).exists()
+    returned.set()
+    saver.join(30)
+    assert outcome == ["published"]
+    assert (folder, skipped) == (final, [])
+    assert not staging_folder(final).exists()
 
 
 def failing_prune(rank, world_size, root):
