@@ -109,7 +109,12 @@ def waiting_calls(stacks: str, shown: int = 6) -> list[str]:
     """The calls a rank was waiting in, innermost first, from the stacks of its threads as
     `faulthandler` writes them: the thread that runs the rank's function, its frames above
     RANK_BODY, without the standard library's and installed packages' (torch's) but with this
-    package's; at most `shown` of them, each as "function (file:line)"."""
+    package's, each as "function (file:line)".
+
+    Every frame of a file outside the package (the learner's, a script's) is kept, however deep
+    the package's own frames lie around it: a practice check reads the learner's line from here.
+    Of the package's frames, only the `shown` innermost are kept (the rest are the grader's or
+    the launcher's way down to the learner's code)."""
     package = Path(__file__).resolve().parents[1]  # lesson_code/
     hidden = {Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")}
     for block in re.split(r"\n(?=\S)", stacks):
@@ -117,15 +122,19 @@ def waiting_calls(stacks: str, shown: int = 6) -> list[str]:
         names = [frame["function"] for frame in frames]
         if RANK_BODY not in names:
             continue
-        calls = []
+        calls, package_calls = [], 0
         for frame in frames[:names.index(RANK_BODY)]:
             path = Path(frame["file"]).resolve()
             ours = package in path.parents
             if not ours and any(folder in path.parents for folder in hidden):
                 continue
+            if ours:
+                package_calls += 1
+                if package_calls > shown:
+                    continue
             where = path.relative_to(package.parent) if ours else path.name
             calls.append(f"{frame['function']} ({where}:{frame['line']})")
-        return calls[:shown]
+        return calls
     return []
 
 
