@@ -42,18 +42,25 @@ class RankFailedError(SpawnError):
 
 
 class RankCrashedError(SpawnError):
-    """A rank process died without reporting (a signal such as SIGABRT, or a failed start)."""
+    """A rank process died without reporting (a signal such as SIGABRT, an exit without an
+    exception, or a failed start); `started` says whether it had begun to run its function."""
 
-    def __init__(self, rank: int, world_size: int, exitcode: int | None, output: str = ""):
+    def __init__(self, rank: int, world_size: int, exitcode: int | None, output: str = "",
+                 started: bool = False):
         self.rank = rank
         self.exitcode = exitcode
         self.output = output
+        self.started = started
         if exitcode is not None and exitcode < 0:
             how = f"was killed by {_signal_name(-exitcode)}"
             hint = ("gloo aborts a process (SIGABRT) when ranks pass tensors of different shapes "
                     "to one collective: check that every rank calls the same collectives with "
                     "equal shapes" if exitcode == -signal.SIGABRT else
                     "check the rank's memory use and anything that may kill it")
+        elif started:
+            how = f"exited with code {exitcode} while running its function"
+            hint = ("something it called ended the process without raising an exception "
+                    "(os._exit, or a library that calls exit()): its output shows how far it got")
         else:
             how = f"exited with code {exitcode}"
             hint = ("it did not start the rank function: its stderr (printed by the process "

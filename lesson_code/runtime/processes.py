@@ -65,7 +65,9 @@ def rank_main(call: bytes, rank, world_size, backend, init_method, timeout_s, wr
     """Body of one rank process: join the group, run fn, send back ("ok", bytes) or ("error", text).
 
     `call` is the pickled (fn, args), unpickled here so that a failure to import fn's module is
-    reported with its traceback like any other error of the rank. On STACK_SIGNAL the rank
+    reported with its traceback like any other error of the rank. ("started", None) goes first,
+    just before fn runs, so that a rank that then dies without a word is not said never to have
+    started it. On STACK_SIGNAL the rank
     writes the stacks of its threads to `stack_path` (Python's faulthandler, which answers even
     while the rank is blocked inside a C++ call), for the caller's timeout error.
     """
@@ -83,6 +85,7 @@ def rank_main(call: bytes, rank, world_size, backend, init_method, timeout_s, wr
             backend, init_method=init_method, rank=rank, world_size=world_size,
             timeout=timedelta(seconds=timeout_s),
         )
+        writer.send(("started", None))
         result = fn(rank, world_size, *args)
         message = ("ok", pickle.dumps(to_cpu(result)))  # by value: no memory shared with the rank
     except BaseException:  # noqa: BLE001 - every failure, KeyboardInterrupt included, is reported
@@ -144,6 +147,7 @@ def collect_results(processes, readers, world_size: int, timeout_s: float,
     deadline = time.monotonic() + timeout_s
     results: dict[int, Any] = {}
     failed: set[int] = set()
+    started: set[int] = set()  # ranks that began to run fn
     first_error: RankFailedError | None = None
     rank_of = {id(reader): rank for rank, reader in enumerate(readers)}
     rank_of.update({process.sentinel: rank for rank, process in enumerate(processes)})
@@ -165,8 +169,11 @@ def collect_results(processes, readers, world_size: int, timeout_s: float,
             rank = rank_of[ready if isinstance(ready, int) else id(ready)]
             if rank in results or rank in failed:
                 continue
-            kind, payload = read_message(readers[rank], processes[rank], rank, world_size, output)
-            if kind == "error":
+            kind, payload = read_message(readers[rank], processes[rank], rank, world_size, output,
+                                         rank in started)
+            if kind == "started":
+                started.add(rank)
+            elif kind == "error":
                 failed.add(rank)
                 first_error = first_error or RankFailedError(rank, world_size, payload,
                                                              output.tail(rank))
@@ -197,9 +204,10 @@ def where_ranks_wait(processes, ranks: list[int], output: RankOutput) -> dict[in
             if output.stacks(rank).strip()}
 
 
-def read_message(reader, process, rank: int, world_size: int,
-                 output: RankOutput) -> tuple[str, Any]:
-    """Read a rank's message; a rank that exited without one is reported as crashed."""
+def read_message(reader, process, rank: int, world_size: int, output: RankOutput,
+                 started: bool) -> tuple[str, Any]:
+    """Read a rank's message; a rank that exited without one is reported as crashed (`started`:
+    after it began to run its function)."""
     try:
         if reader.poll(0.5 if not process.is_alive() else 0):
             return reader.recv()
@@ -208,7 +216,7 @@ def read_message(reader, process, rank: int, world_size: int,
     if process.is_alive():
         return "pending", None
     process.join(1.0)
-    raise RankCrashedError(rank, world_size, process.exitcode, output.tail(rank))
+    raise RankCrashedError(rank, world_size, process.exitcode, output.tail(rank), started)
 
 
 def stop_all(processes, grace_s: float) -> None:

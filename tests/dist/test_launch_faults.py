@@ -47,6 +47,14 @@ def print_then_abort(rank, world_size):
     return rank
 
 
+def print_then_exit(rank, world_size):
+    print(f"rank {rank} ran its function", flush=True)
+    if rank == 1:
+        os._exit(3)  # ends the process without an exception, as C code calling exit() would
+    dist.barrier()
+    return rank
+
+
 def print_and_return(rank, world_size):
     print(f"hello from rank {rank}")
     return rank
@@ -140,6 +148,35 @@ def test_a_crashed_rank_brings_what_it_printed_with_its_error():
     with pytest.raises(launch.RankCrashedError) as caught:
         launch.spawn(print_then_abort, world_size=2, timeout_s=60)
     assert caught.value.rank == 1 and "about to abort" in str(caught.value)
+
+
+def test_a_rank_that_exits_in_its_function_is_not_said_never_to_have_started_it():
+    with pytest.raises(launch.RankCrashedError) as caught:
+        launch.spawn(print_then_exit, world_size=2, timeout_s=60)
+    error = caught.value
+    assert error.rank == 1 and error.exitcode == 3 and error.started
+    assert "while running its function" in str(error) and "os._exit" in str(error)
+    assert "did not start" not in str(error) and "rank 1 ran its function" in str(error)
+
+
+def test_a_rank_that_never_reaches_its_function_is_told_why(tmp_path):
+    """A script that spawns at its top level: each rank re-runs it while starting, and the
+    spawn it reaches there fails before the rank's function could run."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent("""
+        from lesson_code import launch
+        import test_launch_faults
+        try:
+            launch.spawn(test_launch_faults.print_and_return, world_size=2, timeout_s=60)
+        except launch.RankCrashedError as error:
+            print("started:", error.started, "|", str(error).splitlines()[0])
+    """))
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]))
+    completed = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=environment,
+                               capture_output=True, text=True, timeout=120)
+    assert "started: False |" in completed.stdout, completed.stdout + completed.stderr[-2000:]
+    assert "did not start the rank function" in completed.stdout
+    assert "if __name__ == '__main__':" in completed.stdout
 
 
 def test_a_successful_run_shows_what_the_ranks_printed(capsys):
