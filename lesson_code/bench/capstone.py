@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from lesson_code.capstone.report import read_metrics
+from lesson_code.harness.files import replacing
 from lesson_code.harness.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1] / "measured_capstone.csv"
@@ -77,7 +78,7 @@ def store_curve(world_size: int, folder: Path) -> Path:
                        check=True, capture_output=True, text=True, env=environment, timeout=600)
         rows = read_metrics(Path(scratch) / "metrics.jsonl")
     path = folder / CURVE.name
-    with open(path, "w", newline="") as handle:
+    with replacing(path) as handle:
         handle.write(f"# loss per step of python -m lesson_code.capstone --lr-spike-step {SPIKE_STEP} "
                      f"on {world_size} ranks, and its divergence guard's events, measured "
                      f"{datetime.date.today().isoformat()} by python -m lesson_code.bench capstone\n"
@@ -132,7 +133,7 @@ def run(world_size: int, out_dir: Path, quick: bool = False, into_package: bool 
     table.index.name = "command"
     if not quick:
         stored = (STORED.parent if into_package else Path(out_dir)) / STORED.name
-        with open(stored, "w", newline="") as handle:
+        with replacing(stored) as handle:
             handle.writelines(f"# {line}\n" for line in machine_note(world_size, repeats).splitlines())
             table.to_csv(handle)
         print(f"stored in {stored}")

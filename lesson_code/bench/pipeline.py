@@ -21,6 +21,7 @@ import pandas as pd
 from lesson_code import launch, pipeline_lab
 from lesson_code.pipeline import theoretical_bubble
 from lesson_code.pipeline_lab import WIDE_GPT, PipeRun
+from lesson_code.harness.files import replacing
 from lesson_code.harness.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1] / "measured_pipeline_bubble.csv"
@@ -61,9 +62,9 @@ def machine_note(repeats: int) -> str:
 
 
 def store(table: pd.DataFrame, note: str, path: Path | str = STORED) -> Path:
-    """Write `table` as CSV after `note` as comment lines."""
+    """Write `table` as CSV after `note` as comment lines; replaced whole (`files.replacing`)."""
     path = Path(path)
-    with open(path, "w", newline="") as handle:
+    with replacing(path) as handle:
         handle.writelines(f"# {line}\n" for line in note.splitlines())
         table.to_csv(handle, index=False)
     return path

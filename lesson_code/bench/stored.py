@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lesson_code.harness.files import replacing
 from lesson_code.harness.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1]  # lesson_code/, whose measured_*.csv ship with it
@@ -39,12 +40,13 @@ def machine() -> str:
 
 def store(table: pd.DataFrame, name: str, description: str, folder: Path) -> Path:
     """Write `table` (index included) as the stored CSV of `name` in `folder`, headed by what,
-    when and where it was measured."""
+    when and where it was measured; replaced whole (`files.replacing`), never left cut short."""
     path = path_of(name, folder)
     note = {"description": description, "measured": datetime.date.today().isoformat(),
             "command": f"python -m lesson_code.bench {name}", "machine": machine()}
     header = "".join(f"# {key}: {value}\n" for key, value in note.items())
-    path.write_text(header + table.to_csv())
+    with replacing(path) as handle:
+        handle.write(header + table.to_csv())
     return path
 
 

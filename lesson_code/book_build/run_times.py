@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from lesson_code.harness.files import replacing
+
 CSV = "notebooks/run-times.csv"
 COLUMNS = ("notebook", "seconds", "machine", "date", "code_hash")
 
@@ -48,7 +50,7 @@ def read(path: Path) -> dict[str, dict[str, str]]:
 
 def write(path: Path, rows: dict[str, dict[str, str]]) -> None:
     """Write the rows sorted by notebook, so that the file's diff shows only what was re-run."""
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    with replacing(path) as handle:  # whole or not at all: `make notebooks` may be interrupted
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows[name] for name in sorted(rows))

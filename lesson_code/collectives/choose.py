@@ -13,6 +13,8 @@ its own stored times. NCCL and MPICH choose the same way, from tables tuned per 
 The times come from `stored_costs()`: this machine's own, which `make bench` writes into
 bench-results/, where they were measured on a machine described by the same line; otherwise the
 times stored with the package (the book's), with the machine and date they were measured on.
+A table of this machine's that cannot be read (a run of `make bench` cut short before its
+tables were written whole) is skipped for the package's, which rank 0 says in one line.
 `calibrate()` measures on the ranks themselves instead (a few seconds, the same on every rank).
 
 Every rank must choose the same algorithm, or they wait for each other's messages until a
@@ -48,6 +50,7 @@ from lesson_code.collectives import cost_model, direct, doubling, naive, ring, s
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
 from lesson_code.runtime.devices import current_device
+from lesson_code.harness.files import replacing
 from lesson_code.harness.timing import collective_seconds, machine_line
 from lesson_code.harness.validate import require_choice
 
@@ -276,13 +279,47 @@ def predicted_switches(costs: AlgorithmCosts, world_size: int, low: int = 2 ** 1
     return switches
 
 
+COLUMNS = ("algorithm", "world_size", "nbytes", "seconds")
+
+
 def stored_times(path: Path | str = STORED) -> list[dict]:
-    """The rows {algorithm, world_size, nbytes, seconds} stored by `make bench`, as numbers."""
-    with open(path, newline="") as handle:
-        lines = [line for line in handle if not line.startswith("#")]
-    return [{"algorithm": row["algorithm"], "world_size": int(row["world_size"]),
-             "nbytes": int(row["nbytes"]), "seconds": float(row["seconds"])}
-            for row in csv.DictReader(lines)]
+    """The rows {algorithm, world_size, nbytes, seconds} stored by `make bench`, as numbers.
+
+    Raises ValueError naming the file and the line of the first row that is not whole (a
+    field missing, or not a positive number: a file cut short), or of a header without these
+    columns; OSError when the file cannot be read.
+    """
+    with open(path, newline="", encoding="utf-8") as handle:
+        numbered = [(number, line) for number, line in enumerate(handle, start=1)
+                    if not line.startswith("#")]
+    reader = csv.DictReader(line for _, line in numbered)
+    if not set(COLUMNS) <= set(reader.fieldnames or ()):
+        where = f"line {numbered[0][0]}" if numbered else "no line"
+        raise ValueError(f"{path}, {where}: the header is not {','.join(COLUMNS)}: "
+                         f"{_repair(path)}")
+    rows = []
+    for row in reader:
+        try:  # a field cut off reads as None, one cut to nothing as ""
+            parsed = {"algorithm": row["algorithm"], "world_size": int(row["world_size"]),
+                      "nbytes": int(row["nbytes"]), "seconds": float(row["seconds"])}
+        except (TypeError, ValueError):
+            parsed = None
+        if parsed is None or None in row or not parsed["algorithm"] or \
+                not (parsed["world_size"] > 0 and parsed["nbytes"] > 0
+                     and 0 < parsed["seconds"] < math.inf):
+            number, line = numbered[reader.line_num - 1]
+            raise ValueError(f"{path}, line {number}: {line.rstrip()!r} is not a whole row of "
+                             f"{','.join(COLUMNS)}: {_repair(path)}")
+        rows.append(parsed)
+    return rows
+
+
+def _repair(path: Path | str) -> str:
+    """What to do about a damaged table at `path`."""
+    if Path(path).parent == STORED.parent:
+        return "reinstall lesson_code, or in a checkout restore the file with git"
+    return ("measure again (python -m lesson_code.bench collectives, or make bench), or delete "
+            "the file")
 
 
 RESULTS_VARIABLE = "LESSON_CODE_RESULTS"  # another folder for this machine's tables
@@ -315,21 +352,39 @@ def stored_costs(path: Path | str | None = None, collective: str = "all_reduce")
     """Costs of `collective` fitted to stored times: those of `path`; by default this machine's
     own (`measured_here`), else the package's (`STORED_FILES[collective]`, the book's).
 
-    Read and fitted once per process (the files do not change while it runs).
+    Read and fitted once per process (the files do not change while it runs). By default,
+    this machine's table that cannot be read or fitted gives way to the package's, said in one
+    line by one process (`say_once`: rank 0, or a process outside any group); a table named by
+    `path`, or the package's, raises ValueError (naming the file and line) or OSError.
     """
     require_choice("collective", collective, tuple(ALGORITHMS))
-    if path is None:
-        path = measured_here(collective) or STORED_FILES[collective]
+    if path is None and (own := measured_here(collective)) is not None:
+        try:
+            return stored_costs(own, collective)
+        except (OSError, ValueError) as error:
+            say_once(f"lesson_code: {error}. Until then `auto` decides from the package's "
+                     f"{collective} times ({STORED_FILES[collective]})")
+    path = path or STORED_FILES[collective]
     return AlgorithmCosts.from_times(stored_times(path), source=str(path), collective=collective)
+
+
+@lru_cache(maxsize=None)
+def say_once(line: str) -> None:
+    """Print `line` to stderr the first time this process is asked to, and only in rank 0 of
+    the default group (or in a process outside any group): every rank reads the same file and
+    would say the same, and the ranks of a notebook's run all print into its cell."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(line, file=sys.stderr, flush=True)
 
 
 def store_times(rows: list[dict], note: str, path: Path | str = STORED) -> Path:
     """Write rows {algorithm, world_size, nbytes, seconds} for `stored_costs`, after `note`
-    (where and when they were measured) as comment lines."""
+    (where and when they were measured) as comment lines. The file is replaced whole
+    (`files.replacing`): a write cut short leaves the old table, never a part of the new."""
     path = Path(path)
-    with open(path, "w", newline="") as handle:
+    with replacing(path) as handle:
         handle.writelines(f"# {line}\n" for line in note.splitlines())
-        writer = csv.DictWriter(handle, fieldnames=["algorithm", "world_size", "nbytes", "seconds"])
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows({key: row[key] for key in writer.fieldnames} for row in rows)
     return path

@@ -11,8 +11,9 @@ import time
 import pytest
 
 from lesson_code import launch
+from lesson_code.collectives import choose
 
-from own_tables import (collectives_with_own_tables, receive_before_sending,
+from own_tables import (NUMEL, collectives_with_own_tables, receive_before_sending,
                         two_algorithms, write_ring_fastest)
 
 pytestmark = pytest.mark.dist
@@ -40,6 +41,22 @@ def test_ranks_holding_other_tables_follow_rank_0s_and_sum_right(tmp_path, capfd
     assert sorted(warnings) == sorted(
         line for line in warnings if any(f"rank {r}:" in line for r in differing))
     assert len(warnings) == len(differing) * len(COLLECTIVES), warnings
+
+
+def test_a_table_cut_short_on_every_rank_gives_way_to_the_packages_said_once(tmp_path, capfd):
+    folder = write_ring_fastest(tmp_path / "cut-short")
+    damaged = folder / "measured_all_reduce.csv"
+    text = damaged.read_text().rstrip()
+    damaged.write_text(text[: text.rindex(",")])  # the last row lost its seconds
+    results = launch.spawn(collectives_with_own_tables, {r: str(folder) for r in range(4)},
+                           world_size=4, timeout_s=60)
+    assert all(rank["all_reduce"]["right"] for rank in results)
+    packaged = choose.stored_costs(choose.STORED).decisions(4).choose(NUMEL * 4)
+    assert {rank["all_reduce"]["chosen"] for rank in results} == {packaged} != {"ring"}
+    assert {rank["reduce_scatter"]["chosen"] for rank in results} == {"ring"}  # still its own
+    said = [line for line in capfd.readouterr().err.splitlines() if "lesson_code:" in line]
+    assert len(said) == 1, said  # rank 0 alone, once, however often the ranks read the table
+    assert f"{damaged}, line " in said[0] and "the package's all_reduce times" in said[0]
 
 
 def test_ranks_in_different_algorithms_are_named_with_where_they_wait():

@@ -111,3 +111,69 @@ def test_measured_times_decide_inside_their_range_and_the_model_beyond():
     assert costs.expected("ring", 2 ** 22, 8) == costs.predict("ring", 2 ** 22, 8)
     assert costs.choose(2 ** 28, 4) == min(costs.fits,
                                            key=lambda name: costs.predict(name, 2 ** 28, 4))
+
+
+# A table cut short where `make bench` or a full disk stopped writing it, and what it lost.
+CUTS = {"the seconds": lambda text: text[: text.rindex(",")],       # ...,4096 (no 4th field)
+        "the last digits": lambda text: text[: text.rindex(",") + 1],  # ...,4096,
+        "half a name": lambda text: text[: text.rindex("\n") + 4]}     # "rin"
+
+
+@pytest.mark.parametrize("lost", sorted(CUTS))
+def test_a_table_cut_short_is_refused_naming_its_file_and_line(tmp_path, lost):
+    whole = choose.store_times(times_from(SAME), "made by the test\nsecond line",
+                               tmp_path / "t.csv").read_text().rstrip("\r\n")
+    damaged = tmp_path / "damaged.csv"
+    damaged.write_text(CUTS[lost](whole))
+    last = len(damaged.read_text().splitlines())
+    with pytest.raises(ValueError, match=rf"damaged\.csv, line {last}: .* is not a whole row of "
+                                         r"algorithm,world_size,nbytes,seconds: measure again"):
+        choose.stored_times(damaged)
+    damaged.write_text("# made by the test\nalgorithm,world_si")
+    with pytest.raises(ValueError, match=r"damaged\.csv, line 2: the header is not"):
+        choose.stored_times(damaged)
+
+
+@pytest.fixture
+def fresh_costs():
+    """stored_costs and say_once forget what they read and said, before and after the test."""
+    choose.stored_costs.cache_clear(), choose.say_once.cache_clear()
+    yield
+    choose.stored_costs.cache_clear(), choose.say_once.cache_clear()
+
+
+def test_this_machines_damaged_table_gives_way_to_the_packages_in_one_line(
+        tmp_path, monkeypatch, capsys, fresh_costs):
+    from lesson_code.harness.timing import machine_line
+
+    monkeypatch.setenv(choose.RESULTS_VARIABLE, str(tmp_path))
+    own = choose.store_times(choose.stored_times(choose.STORED),
+                             f"measured here\nmachine: {machine_line()}", tmp_path / choose.STORED.name)
+    own.write_text(CUTS["the seconds"](own.read_text().rstrip()))
+    assert choose.measured_here("all_reduce") == own
+    for _ in range(3):  # read again and again, as every "auto" of a run may
+        assert choose.stored_costs().source == str(choose.STORED)
+        assert choose.stored_costs(collective="all_reduce").source == str(choose.STORED)
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and str(own) in said[0] and "line " in said[0], said
+    assert "the package's all_reduce times" in said[0]
+    with pytest.raises(ValueError, match="line "):  # asked for by name, it is not replaced
+        choose.stored_costs(own)
+
+
+class Unwritable:
+    """A value whose text cannot be made: the write of its row fails half-way through the file."""
+
+    def __str__(self):
+        raise RuntimeError("this value cannot be written")
+
+
+def test_a_store_that_fails_half_way_leaves_the_old_table_whole(tmp_path):
+    path = choose.store_times(times_from(SAME), "the old table", tmp_path / "t.csv")
+    before = path.read_bytes()
+    rows = times_from(SAME)
+    rows[len(rows) // 2]["seconds"] = Unwritable()
+    with pytest.raises(RuntimeError, match="cannot be written"):
+        choose.store_times(rows, "the new table", path)
+    assert path.read_bytes() == before
+    assert sorted(tmp_path.iterdir()) == [path]  # no new file left beside it
