@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lesson_code.checkpoint.files import DISK, CheckpointError, Disk, partial_path
+from lesson_code.checkpoint.files import DISK, LOCK, CheckpointError, Disk, partial_path
 from lesson_code.checkpoint.shards import load_sharded, save_sharded
 
 NUMEL = 1024
@@ -88,7 +88,7 @@ class SnapshotDisk(Disk):
 
     def _note(self) -> None:
         state = sorted(str(path.relative_to(self.root)) + ("/" if path.is_dir() else "")
-                       for path in self.root.rglob("*") if path.name != ".lock")
+                       for path in self.root.rglob("*") if not path.name.startswith(LOCK))
         if self.states and state == self.states[-1]:
             return
         if self.copies is not None:

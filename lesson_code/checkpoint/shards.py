@@ -101,7 +101,7 @@ def _begin(final: Path, extra: dict | None, lock: contextlib.ExitStack,
     that they see the very folder rank 0 created.
     """
     json.dumps(extra or {})  # TypeError now rather than after every shard is written
-    lock.enter_context(locked(final.parent))
+    lock.enter_context(locked(final.parent, f"save_sharded of {final.name}"))
     recover_step(final, disk)
     staging = stage(final, disk)
     token = secrets.token_hex(16)

@@ -61,38 +61,47 @@ def latest_checkpoint(root: Path | str) -> tuple[Path | None, list[str]]:
     .step-N.replaced). Each is verified like verify_checkpoint, every file's size and sha256 (so
     this reads every byte of the newest one); the first that passes is returned, with one line
     per candidate skipped, e.g. ".step-00000004.tmp: an interrupted save, never published" or
-    "step-00000015: <the error>". It holds root/.lock while it looks, as a save does while it
-    writes, so it never sees a save half-way: a hidden copy it chooses is first published under
-    its step's name (recover_step) and that name returned, never a folder a running save is
-    about to rename. In a folder this process may not write (no lock can be taken there, and no
-    save of its own runs) it looks without the lock and returns a hidden copy as it is.
+    "step-00000015: <the error>". It holds root/.lock while it looks, shared with other readers,
+    so it never sees a save half-way (a save holds the lock alone, and waits for the readers). A
+    hidden copy it chooses is published under its step's name (recover_step) and that name
+    returned, never a folder a running save is about to rename: to publish, it takes the lock
+    alone and looks again. In a folder this process may not write (no lock can be taken there,
+    and no save of its own runs) it looks without the lock and returns a hidden copy as it is.
     """
     root = Path(root)
     if not root.is_dir():
         return None, []
     with contextlib.ExitStack() as stack:
         try:
-            stack.enter_context(locked(root))
-            may_publish = True
+            stack.enter_context(locked(root, "latest_checkpoint", shared=True))
         except OSError:
-            may_publish = False
-        published = list_checkpoints(root)
-        steps = {step for step, _ in published}
-        candidates = [(step, 2, folder) for step, folder in published] + [
-            (step, 1 if folder.suffix == ".tmp" else 0, folder)
-            for step, folder in hidden_copies(root) if step not in steps]
-        skipped = []
-        for step, _, folder in sorted(candidates, reverse=True):
-            try:
-                verify_checkpoint(folder)
-            except CheckpointError as error:
-                hidden = folder.name.startswith(".") and isinstance(error, ManifestMissingError)
-                skipped.append(f"{folder.name}: " + ("an interrupted save, never published"
-                                                     if hidden else str(error)))
-                continue
-            if may_publish and folder.name.startswith("."):
-                folder = recover_step(step_folder(root, step)) or folder
-            return folder, skipped
+            return _newest_verified(root, publish=False)
+        folder, skipped = _newest_verified(root, publish=False)
+    if folder is None or not folder.name.startswith("."):
+        return folder, skipped
+    with locked(root, f"latest_checkpoint, publishing {folder.name}"):
+        return _newest_verified(root, publish=True)
+
+
+def _newest_verified(root: Path, publish: bool) -> tuple[Path | None, list[str]]:
+    """latest_checkpoint's look, with the lock held (alone if it may `publish` a hidden copy)."""
+    published = list_checkpoints(root)
+    steps = {step for step, _ in published}
+    candidates = [(step, 2, folder) for step, folder in published] + [
+        (step, 1 if folder.suffix == ".tmp" else 0, folder)
+        for step, folder in hidden_copies(root) if step not in steps]
+    skipped = []
+    for step, _, folder in sorted(candidates, reverse=True):
+        try:
+            verify_checkpoint(folder)
+        except CheckpointError as error:
+            hidden = folder.name.startswith(".") and isinstance(error, ManifestMissingError)
+            skipped.append(f"{folder.name}: " + ("an interrupted save, never published"
+                                                 if hidden else str(error)))
+            continue
+        if publish and folder.name.startswith("."):
+            folder = recover_step(step_folder(root, step)) or folder
+        return folder, skipped
     return None, skipped
 
 
@@ -105,7 +114,7 @@ def recover_checkpoints(root: Path | str) -> list[Path]:
     """
     if not Path(root).is_dir():
         return []
-    with locked(root):
+    with locked(root, "recover_checkpoints"):
         steps = sorted({step for step, _ in hidden_copies(root)})
         return [folder for step in steps if (folder := recover_step(step_folder(root, step)))]
 
@@ -126,7 +135,7 @@ def prune_checkpoints(root: Path | str, keep_last: int) -> list[Path]:
                          "to resume from)")
     if not Path(root).is_dir():
         return []
-    with locked(root):
+    with locked(root, "prune_checkpoints"):
         for step in sorted({step for step, _ in hidden_copies(root)}):
             recover_step(step_folder(root, step))
         verified, doomed = 0, []
@@ -191,7 +200,7 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int) -
     full = {key: torch.cat([shard[key] for shard in shards])[:layout["numel"]]
             for key in layout.get("flat", [])}
     final = step_folder(destination_root, manifest["step"])
-    with locked(destination_root):
+    with locked(destination_root, f"reshard into {final.name}"):
         _write_resharded(final, manifest, shards, full, layout, world_size, source, entries)
     return final
 

@@ -1,8 +1,17 @@
 """Checkpoints at the edges: a ZeRO optimizer on a sub-group, ranks passed wrongly, a prune that
-meets a damaged newest checkpoint or fails, and a look for the latest during a save."""
+meets a damaged newest checkpoint or fails, a look for the latest during a save, and the folder's
+lock: shared by readers, and named by whoever gives up waiting for it."""
 
+import errno
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +20,7 @@ import torch.distributed as dist
 from lesson_code import checkpoint_lab, launch
 from lesson_code.capstone import checkpointer as capstone_checkpointer
 from lesson_code.capstone.checkpointer import Checkpointer, state_copy
-from lesson_code.checkpoint import save_sharded, shard_name, step_folder
+from lesson_code.checkpoint import CheckpointError, save_sharded, shard_name, step_folder
 from lesson_code.checkpoint.faults import flip_one_byte
 from lesson_code.checkpoint.files import locked, write_file
 from lesson_code.checkpoint.staging import seal, stage, staging_folder
@@ -110,7 +119,7 @@ def test_latest_checkpoint_waits_for_a_save_in_progress_and_returns_what_it_publ
 
     def save_step_4():
         try:
-            with locked(root):
+            with locked(root, "a save of step 4"):
                 staging = stage(final)
                 files = [{**write_file(staging, shard_name(0, 1), {"x": torch.ones(8)}),
                           "rank": 0, "layout": {}}]
@@ -131,6 +140,81 @@ def test_latest_checkpoint_waits_for_a_save_in_progress_and_returns_what_it_publ
     assert outcome == ["published"]
     assert (folder, skipped) == (final, [])
     assert not staging_folder(final).exists()
+
+
+def open_once_read(fifo, timeout_s=30.0):
+    """Open the named pipe `fifo` for writing as soon as a reader has opened it (at most 30 s)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            descriptor = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:  # ENXIO: no reader yet
+            if error.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+            continue
+        os.set_blocking(descriptor, True)
+        return open(descriptor, "wb")
+
+
+def test_readers_share_the_lock_and_a_save_that_gives_up_says_which_reader_holds_it(
+        two_checkpoints, tmp_path):
+    """latest_checkpoint reads a shard whose bytes arrive only when the test sends them (a named
+    pipe, like a slow disk). Meanwhile a second reader takes the lock at once, and a save that
+    waits for the lock gives up naming the reader, not another run."""
+    root = tmp_path / "run"
+    shutil.copytree(two_checkpoints, root)
+    shard = step_folder(root, 3) / shard_name(0, 2)
+    payload = shard.read_bytes()
+    shard.unlink()
+    os.mkfifo(shard)
+    found = []
+    reader = threading.Thread(target=lambda: found.append(latest_checkpoint(root)))
+    reader.start()
+    try:
+        with open_once_read(shard) as pipe:  # latest_checkpoint is reading the shard: lock held
+            with locked(root, "a second reader", shared=True, timeout_s=10):
+                pass
+            with pytest.raises(CheckpointError) as refused:
+                with locked(root, "a save", timeout_s=0.5):
+                    pass
+            pipe.write(payload)
+    finally:
+        reader.join(30)
+    message = str(refused.value)
+    assert (f"by latest_checkpoint (reading, pid {os.getpid()} on {socket.gethostname()}, for "
+            in message), message
+    assert "a save waits until every reader of this folder is done" in message
+    assert "another run" not in message and "writing" not in message
+    assert found == [(step_folder(root, 3), [])]
+
+
+def test_a_reader_that_gives_up_says_which_save_holds_the_lock(tmp_path):
+    with locked(tmp_path, "save_sharded of step-00000004"):
+        with pytest.raises(CheckpointError) as refused:
+            latest = locked(tmp_path, "latest_checkpoint", shared=True, timeout_s=0.2)
+            with latest:
+                pass
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / '.lock'} is still held after 0 s, by save_sharded "
+                              f"of step-00000004 (writing, pid {os.getpid()} on "
+                              f"{socket.gethostname()}, for "), message
+    assert "another process is writing into this folder" in message
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".lock"]
+
+
+def test_the_record_of_a_holder_that_was_killed_is_removed_by_the_next(tmp_path):
+    code = ("import os, signal, sys\n"
+            "from lesson_code.checkpoint.files import locked\n"
+            "held = locked(sys.argv[1], 'save_sharded of step-00000001')\n"
+            "held.__enter__()\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    killed = subprocess.run([sys.executable, "-c", code, str(tmp_path)], timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert killed.returncode == -signal.SIGKILL
+    assert len([path for path in tmp_path.iterdir() if path.name.startswith(".lock.")]) == 1
+    assert latest_checkpoint(tmp_path) == (None, [])  # takes the lock: the killer's died with it
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".lock"]
 
 
 def failing_prune(rank, world_size, root):
