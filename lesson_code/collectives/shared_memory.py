@@ -183,15 +183,15 @@ def _new_arena(slot_bytes: int, peers: Peers) -> Arena | None:
     nbytes = 2 * slots * slot_bytes
     created = _create_segment(nbytes) if peers.rank == 0 else None
     box = [created[0] if created else None]
-    dist.broadcast_object_list(box, src=peers.global_rank(0), group=peers.group)
-    if box[0] is None:
-        return None
-    try:
+    try:  # from its creation on: a broadcast that fails (a peer gone) must not keep the file
+        dist.broadcast_object_list(box, src=peers.global_rank(0), group=peers.group)
+        if box[0] is None:
+            return None
         mapping = created[1] if created else attach_segment(box[0], nbytes)
         mapped_everywhere = _everyone(mapping is not None, peers)
     finally:  # every rank has it mapped, gave up, or failed: the file must not outlive this call
-        if peers.rank == 0:
-            Path(box[0]).unlink(missing_ok=True)
+        if created:
+            Path(created[0]).unlink(missing_ok=True)
     if not mapped_everywhere:
         return None
     return Arena(mapping=mapping, slot_bytes=slot_bytes, slots=slots)

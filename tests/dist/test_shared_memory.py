@@ -147,3 +147,26 @@ def refused_by_shared_memory(rank, world_size):
 def test_a_folder_no_file_can_be_made_in_makes_every_rank_go_direct_together():
     per_rank = launch.spawn(refused_by_shared_memory, world_size=3, timeout_s=60)
     assert [(r["value"], r["arena"]) for r in per_rank] == [(3.0, False)] * 3
+
+
+def name_never_arrives(rank, world_size):
+    """The broadcast of the segment's name fails on every rank, as it does when a peer is gone
+    (injected into dist.broadcast_object_list, the call that sends it): rank 0 has created the
+    segment's file by then. Each rank reports the error and its own segment files, while alive."""
+    def peer_gone(*args, **kwargs):
+        raise RuntimeError("Connection closed by peer")
+    dist.broadcast_object_list = peer_gone
+    try:
+        shared_memory.shared_memory_all_reduce(torch.ones(100_000), timeout_s=20)
+    except RuntimeError as error:
+        return {"error": str(error), "files": sorted(
+            name for name in segment_files() if name.startswith(f"lesson_code-{os.getpid()}-"))}
+    return {"error": None}
+
+
+def test_a_broadcast_of_the_name_that_fails_leaves_no_segment_behind():
+    before = segment_files()
+    per_rank = launch.spawn(name_never_arrives, world_size=3, timeout_s=60)
+    assert [r["error"] for r in per_rank] == ["Connection closed by peer"] * 3
+    assert per_rank[0]["files"] == []  # deleted by rank 0 itself, not when it exits
+    assert segment_files() <= before
