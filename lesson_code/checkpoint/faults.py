@@ -1,10 +1,10 @@
 """Rank functions that put lesson 80's checkpoints through real faults, for the tests and readers.
 
 Each runs on every rank under `launch.spawn` with real files: small saves, a crash half-way
-through a write or between the two renames of a publish, two runs saving into one folder, ranks
-that see different folders, a trace of the renames and fsyncs each rank makes. A fault is a
-`files.Disk` subclass that one rank passes to its save (`disk=`): the crash is a real SIGKILL of
-that rank's process, and no module is changed to cause it. A rank reports a CheckpointError as a
+through a write or between the two renames of a publish, a full disk, two runs saving into one
+folder, ranks that see different folders, a trace of the renames and fsyncs each rank makes. A
+fault is a `files.Disk` subclass that one rank passes to its save (`disk=`): a crash is a real
+SIGKILL of that rank's process, and no module is changed to cause it. A rank reports a CheckpointError as a
 value, so a caller sees what every rank raised and how long it took.
 
     launch.spawn(checkpoint_faults.load_and_report, [folder] * 4, world_size=4)
@@ -12,6 +12,7 @@ value, so a caller sees what every rank raised and how long it took.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -40,6 +41,15 @@ class CrashingDisk(Disk):
             handle.flush()
             self.fsync(handle.fileno())
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class FullDisk(Disk):
+    """A disk with no space left: every atomic write creates its temporary file, and fails to
+    write into it with OSError ENOSPC, as a real full disk does."""
+
+    def write_atomically(self, path: Path, payload: bytes) -> None:
+        with open(partial_path(path), "wb"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(partial_path(path)))
 
 
 class CrashAfterMovingAside(Disk):

@@ -97,6 +97,7 @@ def _begin(final: Path, extra: dict | None, lock: contextlib.ExitStack,
            disk: Disk) -> tuple[str, str]:
     """Rank 0: take the folder's lock, recover this step's unpublished copy, create staging.
 
+    A staging folder it created is removed again if writing the token there fails (a full disk).
     Returns (a random token written into staging, the staging path), for the other ranks to check
     that they see the very folder rank 0 created.
     """
@@ -105,7 +106,11 @@ def _begin(final: Path, extra: dict | None, lock: contextlib.ExitStack,
     recover_step(final, disk)
     staging = stage(final, disk)
     token = secrets.token_hex(16)
-    disk.write_atomically(staging / OWNER, token.encode())
+    try:
+        disk.write_atomically(staging / OWNER, token.encode())
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # ours, and never to be published
+        raise
     return token, str(staging)
 
 

@@ -1,5 +1,6 @@
 """Lesson 80 under real faults: odd `extra`, damaged newest checkpoint, a crash mid-publish, two runs
-in one folder, one damaged shard on 4 ranks, durability of each rank's renames, unshared folders."""
+in one folder, one damaged shard on 4 ranks, durability of each rank's renames, unshared folders,
+a full disk."""
 
 import hashlib
 import json
@@ -169,6 +170,23 @@ def test_ranks_that_do_not_share_the_folder_get_one_clear_error_on_save(tmp_path
     assert error.startswith("FolderNotSharedError: ") and SHARED_FOLDER in error
     assert node0 in error and "[found by ranks 2, 3]" in error
     assert sorted(p.name for p in Path(node0).iterdir()) == [".lock"]  # nothing half-saved
+
+
+def save_on_a_full_disk(rank, world_size, root):
+    """Save step 1; rank 0's disk is full. Report what this rank raised."""
+    disk = checkpoint_faults.FullDisk() if rank == 0 else checkpoint.DISK
+    try:
+        checkpoint_faults.save_small(rank, world_size, root, 1, 1.0, disk=disk)
+    except checkpoint.CheckpointError as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def test_a_save_that_fails_as_it_begins_leaves_no_staging_folder(tmp_path):
+    """Rank 0's first write, the staging folder's owner token, fails with ENOSPC."""
+    errors = launch.spawn(save_on_a_full_disk, str(tmp_path), world_size=2, timeout_s=60)
+    assert errors[0] == errors[1] and "No space left on device" in errors[0], errors
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".lock"]
 
 
 def test_ranks_that_do_not_share_the_folder_get_one_clear_error_on_load(two_steps, tmp_path):
