@@ -7,8 +7,11 @@ gloo's "Timed out waiting ..." instead, with a traceback. Either way this module
 frames, reads the source line each waits on, and names the likely cause:
 
 - "left": some ranks had returned, so the others wait for messages that will never come;
+- "in_send" / "in_recv": every rank waits in a blocking dist.send (or every rank in a blocking
+  dist.recv), for a receive (a message) that no rank has posted (sent);
 - "apart": the ranks wait on different lines of the learner's file;
-- "deadlock": every rank waits on the same send, receive or wait (a blocking receive first);
+- "deadlock": every rank waits on the same line for a message, in another call (a wait on a
+  handle, a collective), or a rank's own bounded wait gave up;
 - "busy": the ranks were in the learner's code but not communicating (a loop, or slow code);
 - "unknown": no rank answered with a frame of the learner's file;
 - "peer_gone": the rank reported was waiting in the learner's code when its peer stopped (gloo's
@@ -27,6 +30,8 @@ import re
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
+
+from lesson_code.runtime.errors import torch_call
 
 WHERE_CALL = re.compile(r"^(?P<function>.+) \((?P<file>.+):(?P<line>\d+)\)$")
 TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
@@ -85,7 +90,8 @@ def from_timeout(ranks: list[int], world_size: int, where: dict[int, list[str]],
                                     _source(path, line) if learner else ""))
         stuck[rank] = tuple(frames)
     returned = tuple(rank for rank in range(world_size) if rank not in ranks)
-    return Hang(stuck, returned, _cause(stuck, returned))
+    entered = {torch_call(where.get(rank, [])) for rank in ranks}
+    return Hang(stuck, returned, _cause(stuck, returned, entered))
 
 
 def from_raised(rank: int, traceback_text: str, path: str) -> Hang | None:
@@ -108,9 +114,14 @@ def from_raised(rank: int, traceback_text: str, path: str) -> Hang | None:
     return Hang(stuck, (), "deadlock" if gave_up else "peer_gone")
 
 
-def _cause(stuck: dict[int, tuple[Frame, ...]], returned: tuple[int, ...]) -> str:
+def _cause(stuck: dict[int, tuple[Frame, ...]], returned: tuple[int, ...],
+           entered: set[str | None]) -> str:
+    """The cause of a hang (see the module docstring); `entered` holds the torch.distributed
+    function each stuck rank waited in (None for a rank in none)."""
     if returned:
         return "left"
+    if entered in ({"send"}, {"recv"}):
+        return "in_" + next(iter(entered))
     innermost = {rank: learner_frames(frames)[0] for rank, frames in stuck.items()
                  if learner_frames(frames)}
     if not innermost:

@@ -226,10 +226,9 @@ DIAGNOSES = {
         "the group's size?",
         "همه‌جا دقیقاً {n} برابر مقدار درست است: آیا تقسیم بر اندازهٔ گروه فراموش شده است؟"),
     "own_input": Phrase(
-        "it is this rank's own input, unchanged: nothing arrived from the neighbour (is the "
-        "buffer you received into the one you use?)",
-        "این همان ورودی خود این رتبه است، دست‌نخورده: چیزی از همسایه نرسید (آیا همان بافری را "
-        "به کار می‌برید که در آن دریافت کردید؟)"),
+        "it is this rank's own input, unchanged: nothing that the other ranks sent is in it",
+        "این همان ورودی خود این رتبه است، دست‌نخورده: هیچ چیزی از آنچه رتبه‌های دیگر فرستادند "
+        "در آن نیست"),
 }
 
 # Why a check was not run (`grading.CheckResult.skipped`).
@@ -250,13 +249,32 @@ SKIPPED = {
 
 # The hint of a run that hung, by its cause (`hangs.Hang.cause`); it replaces the check's own hint.
 HANG_HINTS = {
+    "in_send": Phrase(
+        "every rank waits in a blocking dist.send for a receive that no rank has posted, a "
+        "deadlock: either each rank sends before it receives (post the send and the receive "
+        "together, dist.isend and dist.irecv, then wait on both (work.wait())), or the ranks "
+        "receive from other peers than the ones that send to them",
+        "هر رتبه در یک dist.send مسدودکننده منتظر دریافتی است که هیچ رتبه‌ای آغاز نکرده، یعنی "
+        "بن‌بست: یا هر رتبه پیش از دریافت می‌فرستد (ارسال و دریافت را با هم آغاز کنید، "
+        "dist.isend و dist.irecv، و سپس منتظر هر دو بمانید (work.wait()))، یا رتبه‌ها از "
+        "همتاهایی دریافت می‌کنند که به آن‌ها نمی‌فرستند"),
+    "in_recv": Phrase(
+        "every rank waits in a blocking dist.recv for a message that no rank has sent, a "
+        "deadlock: either each rank receives before it sends (post the send and the receive "
+        "together, dist.isend and dist.irecv, then wait on both (work.wait())), or the ranks "
+        "send to other peers than the ones that receive from them",
+        "هر رتبه در یک dist.recv مسدودکننده منتظر پیامی است که هیچ رتبه‌ای نفرستاده، یعنی "
+        "بن‌بست: یا هر رتبه پیش از ارسال دریافت می‌کند (ارسال و دریافت را با هم آغاز کنید، "
+        "dist.isend و dist.irecv، و سپس منتظر هر دو بمانید (work.wait()))، یا رتبه‌ها به "
+        "همتاهایی می‌فرستند که از آن‌ها دریافت نمی‌کنند"),
     "deadlock": Phrase(
-        "every rank waits for a message that no rank has sent yet, a deadlock: a blocking "
-        "dist.recv before the dist.send waits forever. Post the send and the receive together "
-        "(dist.isend and dist.irecv), then wait on both (work.wait())",
-        "هر رتبه منتظر پیامی است که هنوز هیچ رتبه‌ای نفرستاده، یعنی بن‌بست: dist.recv مسدودکننده "
-        "پیش از dist.send برای همیشه منتظر می‌ماند. ارسال و دریافت را با هم آغاز کنید (dist.isend "
-        "و dist.irecv) و سپس منتظر هر دو بمانید (work.wait())"),
+        "a rank waited for a message that no rank had sent, a deadlock: every rank must post "
+        "what its peers wait for before it waits itself. Post the sends and the receives "
+        "together (dist.isend and dist.irecv), then wait on all of them (work.wait())",
+        "رتبه‌ای منتظر پیامی ماند که هیچ رتبه‌ای نفرستاده بود، یعنی بن‌بست: هر رتبه باید آنچه "
+        "همتایانش منتظرش هستند را پیش از آنکه خودش منتظر بماند آغاز کند. ارسال‌ها و دریافت‌ها "
+        "را با هم آغاز کنید (dist.isend و dist.irecv) و سپس منتظر همهٔ آن‌ها بمانید "
+        "(work.wait())"),
     "apart": Phrase(
         "the ranks wait in different places, each for a message the others never send: every "
         "rank of the group must make the same sends and receives, in the same order, with "

@@ -93,19 +93,39 @@ class RankTimeoutError(SpawnError):
 
 
 def _diagnosis(ranks: list[int], world_size: int, where: dict[int, list[str]]) -> str:
-    """What the places the ranks waited in say about the cause of the hang."""
+    """What the calls the ranks waited in say about the cause of the hang, and no more."""
     if len(ranks) < world_size:
         return ("The other ranks had returned: a rank that never joins a collective blocks the "
                 "others. Check that every rank calls the same collectives in the same order.")
-    functions = {tuple(call.split(" (")[0] for call in calls) for calls in where.values()}
-    if len(functions) > 1:
-        return ("The ranks wait in different places: they called different collectives, or one "
-                "collective with different algorithms, and each waits for messages that the "
-                "others never send. Every rank must call the same collectives, with the same "
-                "algorithm, in the same order.")
-    return ("Every rank waits in the same place: for a message that no rank sends (did every "
-            "rank post a blocking receive before its send? post both, then wait), or for a "
+    if len(where) < len(ranks):
+        return ("Not every rank said where it was waiting, so the cause cannot be read from "
+                "that: see what each printed; a rank that is only slow needs a larger timeout_s.")
+    entered = {torch_call(calls) for calls in where.values()}
+    if entered == {"send"}:
+        return ("Every rank waits in a blocking dist.send, for a receive that no rank has "
+                "posted: either each rank sends before it receives (post the send and the "
+                "receive together, dist.isend and dist.irecv, then wait on both), or the ranks "
+                "receive from other peers than the ones that send to them.")
+    if entered == {"recv"}:
+        return ("Every rank waits in a blocking dist.recv, for a message that no rank has sent: "
+                "either each rank receives before it sends (post the send and the receive "
+                "together, dist.isend and dist.irecv, then wait on both), or the ranks send to "
+                "other peers than the ones that receive from them.")
+    places = {tuple(call.split(" (")[0] for call in calls) for calls in where.values()}
+    if len(places) > 1:
+        return ("The ranks wait in different places: they called different collectives, one "
+                "collective with different algorithms, or sends and receives whose peers do not "
+                "match, and each waits for messages that the others never send. Every rank must "
+                "make the same calls in the same order, with matching peers.")
+    return ("Every rank waits in the same place: for a message that no rank has sent, or for a "
             "rank far slower than the others (then pass a larger timeout_s).")
+
+
+def torch_call(calls: list[str]) -> str | None:
+    """The torch.distributed function a rank waited in ("send", "all_reduce", ...) when
+    `waiting_calls` found one, else None (a wait on a work handle, or no wait at all)."""
+    found = re.match(r"(?P<function>\S+) \(torch/distributed/", calls[0]) if calls else None
+    return found["function"] if found else None
 
 
 STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
@@ -116,25 +136,37 @@ def waiting_calls(stacks: str, shown: int = 6) -> list[str]:
     """The calls a rank was waiting in, innermost first, from the stacks of its threads as
     `faulthandler` writes them: the thread that runs the rank's function, its frames above
     RANK_BODY, without the standard library's and installed packages' (torch's) but with this
-    package's, each as "function (file:line)".
+    package's, each as "function (file:line)". When the innermost of those frames called into
+    torch.distributed, the function it called comes first ("send
+    (torch/distributed/distributed_c10d.py:2753)"): what the rank is blocked in.
 
     Every frame of a file outside the package (the learner's, a script's) is kept, however deep
     the package's own frames lie around it: a practice check reads the learner's line from here.
     Of the package's frames, only the `shown` innermost are kept (the rest are the grader's or
     the launcher's way down to the learner's code)."""
     package = Path(__file__).resolve().parents[1]  # lesson_code/
-    hidden = {Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")}
+    hidden = sorted({Path(sysconfig.get_paths()[key]).resolve()
+                     for key in ("stdlib", "purelib", "platlib")},
+                    key=lambda folder: -len(folder.parts))  # site-packages before the stdlib
     for block in re.split(r"\n(?=\S)", stacks):
         frames = [m.groupdict() for m in map(STACK_FRAME.match, block.splitlines()) if m]
         names = [frame["function"] for frame in frames]
         if RANK_BODY not in names:
             continue
-        calls, package_calls = [], 0
+        calls, package_calls, entered = [], 0, None
         for frame in frames[:names.index(RANK_BODY)]:
             path = Path(frame["file"]).resolve()
             ours = package in path.parents
-            if not ours and any(folder in path.parents for folder in hidden):
+            folder = next((folder for folder in hidden if folder in path.parents), None)
+            if not ours and folder is not None:
+                inside = path.relative_to(folder)
+                if not calls and inside.parts[:2] == ("torch", "distributed") \
+                        and inside.name != "c10d_logger.py":  # its wrapper logs, it waits for nothing
+                    entered = f"{frame['function']} ({inside.as_posix()}:{frame['line']})"
                 continue
+            if entered:  # the outermost torch.distributed frame under the first shown one
+                calls.append(entered)
+                entered = None
             if ours:
                 package_calls += 1
                 if package_calls > shown:

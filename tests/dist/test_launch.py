@@ -43,6 +43,14 @@ def hang_on_rank_two(rank, world_size, pid_dir):
     return rank
 
 
+def send_first(rank, world_size, pid_dir):
+    Path(pid_dir, str(rank)).write_text(str(os.getpid()))
+    message = torch.zeros(1 << 20)  # 4 MiB: a blocking send waits for its receive
+    dist.send(message, (rank + 1) % world_size)
+    dist.recv(message, (rank - 1) % world_size)
+    return rank
+
+
 def abort_on_rank_three(rank, world_size, pid_dir):
     Path(pid_dir, str(rank)).write_text(str(os.getpid()))
     if rank == 3:
@@ -102,6 +110,19 @@ def test_a_hanging_rank_ends_the_call_at_the_timeout(tmp_path):
     assert time.monotonic() - start >= 3  # not before the timeout
     assert caught.value.ranks == [2]
     assert "ranks [2] of 4" in str(caught.value)
+    assert_nothing_left(tmp_path)
+
+
+def test_a_hang_is_explained_by_the_calls_the_ranks_wait_in(tmp_path):
+    with pytest.raises(launch.RankTimeoutError) as caught:
+        launch.spawn(send_first, str(tmp_path), world_size=2, timeout_s=3)
+    where = caught.value.where
+    assert sorted(where) == [0, 1], where
+    assert all(calls[0].startswith("send (torch/distributed/") and "send_first (test_launch.py:"
+               in calls[1] for calls in where.values()), where
+    hint = str(caught.value).splitlines()[-1]
+    assert hint.startswith("Every rank waits in a blocking dist.send"), hint
+    assert "blocking dist.recv" not in hint
     assert_nothing_left(tmp_path)
 
 

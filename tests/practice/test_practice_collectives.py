@@ -96,9 +96,13 @@ def test_a_sum_not_divided_is_diagnosed_as_n_times_too_big(tmp_path: Path) -> No
     assert "دقیقاً ۲ برابر" in persian and foreign_words(persian) == []
 
 
-def test_the_rank_s_own_input_coming_back_is_diagnosed_as_nothing_received(tmp_path: Path) -> None:
+def test_the_rank_s_own_input_coming_back_is_diagnosed_as_nothing_of_the_others_in_it(
+        tmp_path: Path) -> None:
+    """The diagnosis says what the result shows, not a guess at the cause: here the messages did
+    arrive, in a copy the learner's function never returned."""
     path = variant(LEARNER, [("    flat = tensor.view(-1)\n", "    flat = tensor.clone().view(-1)\n")],
                    tmp_path)
     failure = grade(76, path, keys=("all_reduce_sum",))["all_reduce_sum"].failure
     assert failure.kind == "mismatch" and failure.diagnosis == DIAGNOSES["own_input"]
-    assert "nothing arrived from the neighbour" in failure.diagnosis.text("en")
+    assert failure.diagnosis.text("en") == ("it is this rank's own input, unchanged: nothing "
+                                            "that the other ranks sent is in it")

@@ -16,6 +16,7 @@ from pathlib import Path
 from persian_words import foreign_words, is_persian
 from practice_helpers import SOLUTIONS, grade, variant
 from lesson_code.practice.callgraph import first_reached
+from lesson_code.practice.grading import hang_hint
 from lesson_code.practice.hangs import from_raised, from_timeout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +129,17 @@ def test_the_cause_of_a_hang_is_read_from_where_the_ranks_wait(tmp_path: Path) -
     assert from_timeout([0, 1], 2, {0: where(6), 1: where(6)}, str(path)).cause == "busy"
     assert from_timeout([0, 1], 2, {0: [grader], 1: [grader]}, str(path)).cause == "unknown"
     assert same.functions == {"f"}
+    # The torch.distributed call each rank waits in, when the launcher found one, names the hint.
+    send, recv = ("send (torch/distributed/distributed_c10d.py:2753)",
+                  "recv (torch/distributed/distributed_c10d.py:2799)")
+    both_send = from_timeout([0, 1], 2, {0: [send, *where(7)], 1: [send, *where(7)]}, str(path))
+    assert both_send.cause == "in_send" and both_send.functions == {"f"}
+    assert "blocking dist.send" in hang_hint(both_send).text("en")
+    both_receive = from_timeout([0, 1], 2, {0: [recv, *where(4)], 1: [recv, *where(4)]}, str(path))
+    assert both_receive.cause == "in_recv"
+    assert "blocking dist.recv" in hang_hint(both_receive).text("en")
+    mixed = from_timeout([0, 1], 2, {0: [send, *where(7)], 1: [recv, *where(4)]}, str(path))
+    assert mixed.cause == "apart"
 
     def raised(last: str) -> str:
         return (f'Traceback (most recent call last):\n  File "{path}", line 4, in f\n'
