@@ -248,11 +248,13 @@ def verify_checkpoint(folder: Path | str) -> dict:
 def manifest_fingerprint(folder: Path | str) -> str | None:
     """sha256 of folder/manifest.json as this process sees it, None if it sees no such file.
 
-    Ranks compare fingerprints to learn whether they all see the same checkpoint.
+    Ranks compare fingerprints to learn whether they all see the same checkpoint. Any other
+    OSError (a permission denied, an I/O error) is raised as it is, naming the file: the file may
+    well be there.
     """
     try:
         return hashlib.sha256((Path(folder) / MANIFEST).read_bytes()).hexdigest()
-    except OSError:
+    except FileNotFoundError:
         return None
 
 

@@ -181,12 +181,19 @@ def _read_rank(folder: Path, rank: int, world_size: int, replicated: bool) -> tu
 
 
 def _check_same_checkpoint(folder: Path, group) -> None:
-    """Collective: raise FolderNotSharedError on every rank unless all see the same manifest."""
-    seen = _gather((str(folder), manifest_fingerprint(folder)), group)
-    if len({fingerprint for _, fingerprint in seen}) == 1:
+    """Collective: raise FolderNotSharedError on every rank unless all see the same manifest.
+
+    A rank that cannot read its manifest.json (permissions, an I/O error) makes every rank raise
+    that error instead, with the file's path.
+    """
+    fingerprint, failure = _attempt(lambda: manifest_fingerprint(folder), "read",
+                                    folder / MANIFEST)
+    seen = _gather((str(folder), fingerprint, _verdict(failure)), group)
+    _raise_agreed([verdict for _, _, verdict in seen], failure)
+    if len({fingerprint for _, fingerprint, _ in seen}) == 1:
         return  # the same manifest everywhere, or none anywhere (ManifestMissingError follows)
     views: dict[str | None, list[int]] = {}
-    for rank, (_, fingerprint) in enumerate(seen):
+    for rank, (_, fingerprint, _) in enumerate(seen):
         views.setdefault(fingerprint, []).append(rank)
     described = "; ".join(
         f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "

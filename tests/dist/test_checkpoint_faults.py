@@ -2,6 +2,7 @@
 in one folder, one damaged shard on 4 ranks, durability of each rank's renames, unshared folders,
 a full disk."""
 
+import errno
 import hashlib
 import json
 import os
@@ -194,3 +195,16 @@ def test_ranks_that_do_not_share_the_folder_get_one_clear_error_on_load(two_step
     error = the_one_error(checkpoint_faults.load_and_report, [seen, seen, unseen, unseen])
     assert error.startswith("FolderNotSharedError: ") and SHARED_FOLDER in error
     assert seen in error and "ranks 2, 3 see no manifest.json" in error
+
+
+def test_a_manifest_a_rank_cannot_read_is_reported_as_such_not_as_missing(two_steps, tmp_path):
+    """Ranks 2 and 3 get an OSError other than 'no such file' reading manifest.json (here the name
+    is a folder; a permission denied or an I/O error is reported the same way)."""
+    seen, unreadable = str(step_folder(two_steps, 10)), tmp_path / "step-00000010"
+    shutil.copytree(seen, unreadable)
+    (unreadable / "manifest.json").unlink()
+    (unreadable / "manifest.json").mkdir()
+    error = the_one_error(checkpoint_faults.load_and_report, [seen, seen] + [str(unreadable)] * 2)
+    assert error.startswith(f"CheckpointError: could not read {unreadable / 'manifest.json'}: "
+                            f"[Errno {errno.EISDIR}] {os.strerror(errno.EISDIR)}"), error
+    assert "[found by ranks 2, 3]" in error and "no manifest.json" not in error
