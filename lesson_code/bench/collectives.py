@@ -9,10 +9,12 @@ machine and the date) in bench-results/, where `algorithm="auto"` finds them on 
 (`choose.stored_costs`), or with `--into-package` in `lesson_code/collectives/`, the tables the
 book's lesson 76 shows and "auto" uses on machines without their own. The second times
 "auto" and gloo's built-in of each collective side by side, timed in turn (twice, each keeping
-its better round), so the comparison that matters is measured in one run; their rows are stored
-too (as "auto" and "gloo"), for lesson 76. Prints time, algbw and busbw (nccl-tests
-definitions) of each primitive next to the gloo built-in doing the same job, with the ratio
-ours / built-in, and writes the table as CSV. A `--quick` run stores nothing.
+its better round), so the comparison that matters is measured in one run; its "auto" decides
+from the tables the first run just stored, wherever they went (`choose.decide_from`), and the
+run prints what it chose. Their rows are stored too (as "auto" and "gloo"), for lesson 76.
+Prints time, algbw and busbw (nccl-tests definitions) of each primitive next to the gloo
+built-in doing the same job, with the ratio ours / built-in, and writes the table as CSV. A
+`--quick` run stores nothing (its "auto" decides as any run on this machine does).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from lesson_code.harness.timing import machine_line
 
 SIZES = [2 ** k for k in range(10, 27, 2)]  # 1 KiB, 4 KiB, ..., 64 MiB
 QUICK_SIZES = [2 ** 10, 2 ** 16, 2 ** 20]
+TRIALS, QUICK_TRIALS = 7, 3  # timed trials per size, each lasting at least:
+MIN_TRIAL_S, QUICK_MIN_TRIAL_S = 0.2, 0.05
 PAIRS = [  # (our primitive, the built-in doing the same job, the nccl-tests algorithm name)
     ("ring all_reduce", "gloo all_reduce", "all_reduce"),
     ("naive all_reduce", "gloo all_reduce", "all_reduce"),
@@ -73,6 +77,24 @@ SIDE_BY_SIDE = [f"{who} {collective}" for collective in choose.ALGORITHMS
 FIRST_RUN = [op for op in collectives_lab.TIMED_OPS if op not in SIDE_BY_SIDE]
 
 
+def time_side_by_side(rank: int, world_size: int, sizes: list[int], trials: int,
+                      min_trial_s: float, tables: str | None) -> tuple[list[dict], dict]:
+    """Rank function: the side-by-side run's rows (`collectives_lab.time_primitives`), and the
+    decisions its "auto" followed ({collective: choose.Decisions}, rank 0's source).
+
+    "auto" decides from rank 0's tables in the folder `tables` (`choose.decide_from`): those
+    the first run has just stored, wherever they went. With None, as any run on this machine
+    does (`choose.group_decisions`). Collective: call on every rank.
+    """
+    if tables is None:
+        decisions = {name: choose.group_decisions(name) for name in choose.ALGORITHMS}
+    else:
+        decisions = choose.decide_from(tables)
+    rows = collectives_lab.time_primitives(rank, world_size, sizes, trials, min_trial_s,
+                                           SIDE_BY_SIDE, True)
+    return rows, decisions
+
+
 def algorithm_rows(rows: list[dict], world_size: int, collective: str = "all_reduce") -> list[dict]:
     """The times of `collective` as `choose.store_times` wants them: every algorithm measured,
     "auto" and "gloo".
@@ -106,20 +128,26 @@ def run(world_size: int, out_dir: Path, quick: bool = False,
         into_package: bool = False) -> pd.DataFrame:
     """Measure on `world_size` ranks, store the algorithms' times, print and write collectives.csv.
 
-    The times go to `out_dir` (or, `into_package`, to the package's files): the side-by-side
-    run's "auto" reads them there, as every later run of "auto" on this machine does."""
+    The times go to `out_dir` (or, `into_package`, to the package's files), and the
+    side-by-side run's "auto" decides from them there (the folder is handed to its ranks)."""
     folder = choose.STORED.parent if into_package else Path(out_dir)
     sizes = QUICK_SIZES if quick else SIZES
-    trials = 3 if quick else 7
-    min_trial_s = 0.05 if quick else 0.2
+    trials = QUICK_TRIALS if quick else TRIALS
+    min_trial_s = QUICK_MIN_TRIAL_S if quick else MIN_TRIAL_S
     rows = launch.spawn(collectives_lab.time_primitives, sizes, trials, min_trial_s, FIRST_RUN,
                         world_size=world_size, timeout_s=3600)[0]
-    if not quick:  # the side-by-side run's "auto" reads these (a new rank process fits them)
+    if not quick:
         store_all(rows, world_size, trials, folder)
-    rows += launch.spawn(collectives_lab.time_primitives, sizes, trials, min_trial_s,
-                         SIDE_BY_SIDE, True, world_size=world_size, timeout_s=3600)[0]
+    side_by_side, decisions = launch.spawn(
+        time_side_by_side, sizes, trials, min_trial_s, None if quick else str(folder),
+        world_size=world_size, timeout_s=3600)[0]
+    rows += side_by_side
     if not quick:  # again, with the side-by-side run's "auto" and "gloo" rows for the lesson
         store_all(rows, world_size, trials, folder)
+    for collective, decided in decisions.items():
+        print(f"auto {collective} ran " + ", ".join(
+            f"{name} from {start} B" for start, name in zip(decided.starts, decided.algorithms))
+            + f" (decided from {decided.source})")
     table = comparison_table(rows, world_size)
     path = Path(out_dir) / "collectives.csv"
     table.to_csv(path, index=False)

@@ -229,19 +229,42 @@ def group_decisions(collective: str, group=None, device: torch.device | None = N
     """The decisions "auto" follows for `collective` on `group`: rank 0's table of its stored
     times (`stored_costs`), agreed the first time the group asks (collective then: every rank
     asks at the same call; see `agree` for `device` and `timeout_s`), and kept for the group's
-    life (a new group agrees anew). Only rank 0 must be able to read its times: another rank
-    that cannot says so and follows rank 0's."""
+    life (a new group agrees anew, or `decide_from` sets them). Only rank 0 must be able to
+    read its times: another rank that cannot says so and follows rank 0's."""
     tables = agreed_decisions().setdefault(group if group is not None else dist.group.WORLD, {})
-    if collective in tables:
-        return tables[collective]
+    if collective not in tables:
+        tables[collective] = agree(collective, _own_decisions(collective, None, group), group,
+                                   device, timeout_s)
+    return tables[collective]
+
+
+def decide_from(folder: Path | str, group=None, device: torch.device | None = None,
+                timeout_s: float = DEFAULT_WAIT_S) -> dict[str, Decisions]:
+    """Make "auto" on `group` follow rank 0's tables in `folder` (each collective's file, named
+    as in STORED_FILES), whatever machine they were measured on, instead of `stored_costs()`'s;
+    return the agreed decisions of every collective.
+
+    Collective: call on every rank, before the group's first "auto" (see `agree` for `device`
+    and `timeout_s`). The benchmark uses it to time "auto" with the tables it has just
+    written, wherever it wrote them. Raises RuntimeError on every rank when rank 0 cannot
+    read a table of `folder`.
+    """
+    tables = agreed_decisions().setdefault(group if group is not None else dist.group.WORLD, {})
+    for collective, packaged in STORED_FILES.items():
+        own = _own_decisions(collective, Path(folder) / packaged.name, group)
+        tables[collective] = agree(collective, own, group, device, timeout_s)
+    return dict(tables)
+
+
+def _own_decisions(collective: str, path: Path | None, group) -> Decisions | None:
+    """This rank's decisions from `stored_costs(path, collective)`, or None, said in one line,
+    when it cannot read them (rank 0's None then raises on every rank, in `agree`)."""
     try:
-        own = stored_costs(collective=collective).decisions(dist.get_world_size(group))
-    except (OSError, ValueError, KeyError) as error:
+        return stored_costs(path, collective).decisions(dist.get_world_size(group))
+    except (OSError, ValueError) as error:
         print(f"lesson_code: rank {dist.get_rank(group)}: cannot read its {collective} times "
               f"({error})", file=sys.stderr, flush=True)
-        own = None
-    tables[collective] = agree(collective, own, group, device, timeout_s)
-    return tables[collective]
+        return None
 
 
 def fastest_measured(rows: list[dict]) -> dict[int, str]:

@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 
 from lesson_code.bench import capstone as capstone_bench
+from lesson_code.bench import collectives as collectives_bench
 from lesson_code.bench import stored
 from lesson_code.collectives import choose
 from lesson_code.harness.timing import machine_line
+
+from own_tables import write_ring_fastest
 
 pytestmark = pytest.mark.dist
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,3 +69,25 @@ def test_auto_prefers_this_machines_own_times_and_ignores_another_machines(monke
                              " torch 2.13.0+cpu", here)
     assert choose.measured_here("all_reduce") is None  # another machine's: the package's are used
     assert choose.measured_here("reduce_scatter") is None  # none measured here
+
+
+def test_the_side_by_side_auto_decides_from_the_tables_the_run_just_stored(monkeypatch, tmp_path,
+                                                                           capsys):
+    # This machine's older tables, where "auto" looks by default, make the ring fastest; the
+    # run stores its own into another folder (--out-dir), and its "auto" must follow those.
+    older = write_ring_fastest(tmp_path / "older")
+    monkeypatch.setenv(choose.RESULTS_VARIABLE, str(older))
+    monkeypatch.setattr(collectives_bench, "SIZES", [2 ** 10, 2 ** 12])  # two, for a fit
+    monkeypatch.setattr(collectives_bench, "TRIALS", 1)
+    monkeypatch.setattr(collectives_bench, "MIN_TRIAL_S", 0.001)
+    out = tmp_path / "out"
+    out.mkdir()
+    collectives_bench.run(world_size=2, out_dir=out)
+    printed = capsys.readouterr().out
+    for collective, packaged in choose.STORED_FILES.items():
+        just_stored = choose.stored_costs(out / packaged.name, collective).decisions(2)
+        assert f"auto {collective} ran " + ", ".join(
+            f"{name} from {start} B" for start, name in zip(just_stored.starts,
+                                                              just_stored.algorithms)) \
+            + f" (decided from {out / packaged.name})" in printed.splitlines(), printed
+    assert str(older) not in printed
