@@ -4,8 +4,8 @@ Each runs on every rank under `launch.spawn` with real files: small saves, a cra
 through a write or between the two renames of a publish, a full disk, two runs saving into one
 folder, ranks that see different folders, a trace of the renames and fsyncs each rank makes. A
 fault is a `files.Disk` subclass that one rank passes to its save (`disk=`): a crash is a real
-SIGKILL of that rank's process, and no module is changed to cause it. A rank reports a CheckpointError as a
-value, so a caller sees what every rank raised and how long it took.
+SIGKILL of that rank's process, and no module is changed to cause it. A rank reports a
+CheckpointError as a value, so a caller sees what every rank raised and how long it took.
 
     launch.spawn(checkpoint_faults.load_and_report, [folder] * 4, world_size=4)
 """

@@ -1,5 +1,5 @@
-"""Lesson 80's disk flushes through the drive's cache: fcntl's F_FULLFSYNC where fcntl has it (macOS,
-whose fsync stops at the drive), fsync where that call fails or does not exist (Linux)."""
+"""Lesson 80's disk flushes through the drive's cache: fcntl's F_FULLFSYNC where fcntl has it
+(macOS, whose fsync stops at the drive), fsync where that call fails or does not exist (Linux)."""
 
 import errno
 import fcntl
