@@ -373,10 +373,10 @@ def _still_held(root: Path, lock: int, shared: bool, timeout_s: float) -> str:
             reading = False
         holders = [f"{'readers' if reading else 'a writer'} that wrote no record"]
     if reading and not shared:
-        advice = ("a save waits until every reader of this folder is done: let them finish, or "
+        advice = ("a save waits until every reader of this folder is done; let them finish, or "
                   "stop them, and save again")
     else:
-        advice = ("another process is writing into this folder (a save, a recovery or a prune): "
+        advice = ("another process is writing into this folder (a save, a recovery or a prune); "
                   "if it belongs to another run, give each run its own folder")
     return f"{root / LOCK} is still held after {timeout_s:.0f} s, by {'; '.join(holders)}: {advice}"
 
