@@ -15,15 +15,19 @@ they put on the wire is not counted). Both give the same results, within float s
 Collectives: every method is called on every rank, in the same order. Asynchronous ring
 all-reduces run, in the order they were started, on one background thread per communicator.
 A reduction that fails or times out leaves its messages half exchanged, so the communicator then
-refuses every later call (RuntimeError) rather than let them receive each other's messages.
+refuses every later call (RuntimeError) rather than let them receive each other's messages. A
+reduction whose wait timed out may keep its thread blocked until the ring's own timeout; the
+thread is a daemon, so the process can still end at once (see `RingThread`).
 The rings themselves are checked by `python -m lesson_code.collectives_lab` (lesson 76). Lessons
 77 and 78 run a Communicator: `python -m lesson_code.ddp_lab`, `python -m lesson_code.zero_lab`.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from datetime import timedelta
 from functools import partial
 from typing import Callable
@@ -53,6 +57,54 @@ class PendingReduce:
             self.done = True
 
 
+class RingThread:
+    """One daemon thread that runs a communicator's asynchronous calls in the order submitted.
+
+    Not a ThreadPoolExecutor: Python joins its threads when the interpreter exits, and a ring
+    all-reduce whose wait timed out stays blocked in a receive until the ring's own timeout
+    (120 s by default), so a process under torchrun that ended on the TimeoutError would hang
+    that long before exiting. Nothing needs that reduction any more (its caller gave up, and the
+    communicator refuses every later call), so a daemon thread, which the exit abandons, loses
+    nothing. Aborting the process group would end the wait too, but the group is the caller's,
+    used after this communicator by whatever reports the error and tears the run down.
+    """
+
+    def __init__(self):
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="ring", daemon=True).start()
+
+    def submit(self, fn: Callable[..., object], *args) -> Future:
+        """Queue `fn(*args)`; a Future of its result."""
+        future: Future = Future()
+        self._calls.put((future, fn, args))
+        return future
+
+    def shutdown(self, wait: bool, cancel_queued: bool = False) -> None:
+        """Stop once the queued calls ran (`wait`: block until then), or cancel them first."""
+        while cancel_queued:
+            try:
+                queued = self._calls.get_nowait()
+            except queue.Empty:
+                break
+            queued[0].cancel()
+        done: Future = Future()
+        self._calls.put((done, None, ()))  # the stop: the thread's last item
+        if wait:
+            done.result()
+
+    def _run(self) -> None:
+        while True:
+            future, fn, args = self._calls.get()
+            if fn is None:
+                future.set_result(None)
+                return
+            if future.set_running_or_notify_cancel():  # False: cancelled while queued
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as error:  # noqa: BLE001 - the caller's wait raises it
+                    future.set_exception(error)
+
+
 class Communicator:
     """all_reduce, reduce_scatter, all_gather and broadcast from rings or from torch.distributed.
 
@@ -71,7 +123,7 @@ class Communicator:
         self.algorithm, self.costs = algorithm, costs  # how kind "ring" all-reduces
         self.record_events = record_events
         self.events: list[tuple[str, int, float, float]] = []
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread: RingThread | None = None
         self._broken: str | None = None  # why this communicator may no longer be used
 
     @property
@@ -99,7 +151,7 @@ class Communicator:
         nbytes = tensor.numel() * tensor.element_size()
         if self.kind == "ring":
             if self._thread is None:
-                self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ring")
+                self._thread = RingThread()
             future = self._thread.submit(self.all_reduce, tensor, op)
             return self._pending(lambda timeout_s: future.result(timeout=timeout_s), nbytes)
         work = dist.all_reduce(tensor, group=self.group, async_op=True)
@@ -163,7 +215,7 @@ class Communicator:
         if self._broken is None:
             self._broken = reason
         if self._thread is not None:
-            self._thread.shutdown(wait=False, cancel_futures=True)  # the running one cannot stop
+            self._thread.shutdown(wait=False, cancel_queued=True)  # the running one cannot stop
             self._thread = None
 
     def _pending(self, wait: Callable[[float], None], nbytes: int) -> PendingReduce:

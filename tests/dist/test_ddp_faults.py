@@ -4,7 +4,12 @@ Each rank function catches the error it expects and returns what it saw and how 
 so a test can check every rank, not only the first to fail.
 """
 
+import os
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -140,3 +145,25 @@ def test_a_timed_out_ring_reduce_breaks_the_communicator_for_later_calls():
     for name in ("async", "sync"):
         # Refused with the reason, not run (async) or failed by a later ring timeout (sync).
         assert "communicator" in seen[name] and "timed out" in seen[name], seen
+
+
+def test_a_process_exits_at_once_after_its_ring_reduce_timed_out():
+    """The reduction's thread stays blocked in its receive (the ring waits 120 s) after the
+    caller's 1 s wait gave up: a worker started as torchrun starts it must still exit at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = Path(__file__).with_name("ring_timeout_exit.py")
+    workers = [subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                 LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 TORCH_CPP_LOG_LEVEL="ERROR")) for rank in (0, 1)]
+    try:
+        out, err = workers[0].communicate(timeout=60)  # start-up, then 1 s: not 120 s
+        assert "waiting" in out, err[-2000:]
+        assert workers[0].returncode == 1 and "TimeoutError" in err, err[-2000:]
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.communicate()
