@@ -42,16 +42,9 @@ from lesson_code.runtime.errors import (  # noqa: F401 - re-exported: launch.Ran
     RankTimeoutError,
     SpawnError,
 )
+from lesson_code.runtime.fork_server import child_environment, rank_environment, start_context
 from lesson_code.runtime.output import RankOutput
-from lesson_code.runtime.processes import (  # noqa: F401 - CHILD_ENVIRONMENT etc. re-exported
-    CAUSE_GRACE_S,
-    CHILD_ENVIRONMENT,
-    child_environment,
-    collect_results,
-    rank_main,
-    start_context,
-    stop_all,
-)
+from lesson_code.runtime.processes import collect_results, rank_main, stop_all
 from lesson_code.harness.validate import require_positive
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -71,10 +64,12 @@ def spawn(
     logs). `fn` must live in an importable module, not in a notebook. Results come back by value
     (pickled in the rank), so returned tensors outlive the rank that made them.
 
-    The default start method is a fork server that has imported torch once, so a run starts in
-    a fraction of a second instead of re-importing torch in every rank; that one server process
-    is reused by later calls (restarted when the package it imported was edited since) and exits
-    with the caller. Rank processes never outlive the call, nor the caller if it is killed.
+    The default start method is the course's own fork server (`runtime.fork_server`), which has
+    imported torch once, so a run starts in a fraction of a second instead of re-importing torch
+    in every rank; that one server process is reused by later calls (restarted when the package
+    it imported was edited since) and exits with the caller. Every rank runs with the caller's
+    environment as it is at this call. Rank processes never outlive the call, nor the caller if
+    it is killed.
     What the ranks print is copied to this process's sys.stdout / sys.stderr (in a notebook:
     under the cell), and the last lines of a failing rank's output travel with the error.
 
@@ -87,6 +82,7 @@ def spawn(
     require_positive("timeout_s", timeout_s, "the seconds the ranks may run, such as 120")
     call = pickle.dumps((fn, args))  # unpickled in the rank, where a failure is reported
     context = start_context(start_method, fn)
+    environment = rank_environment()  # the caller's of now, not the fork server's at its start
     store_dir = tempfile.mkdtemp(prefix="lesson_code_store_")
     init_method = "file://" + os.path.join(store_dir, "store")
     output = RankOutput(store_dir, world_size)
@@ -99,7 +95,7 @@ def spawn(
                 process = context.Process(
                     target=rank_main,
                     args=(call, rank, world_size, backend, init_method, timeout_s, writer,
-                          output.paths(rank), output.stack_path(rank)),
+                          output.paths(rank), output.stack_path(rank), environment),
                     name=f"rank{rank}",
                     daemon=True,
                 )

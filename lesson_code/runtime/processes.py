@@ -1,12 +1,12 @@
-"""The rank processes behind `launch.spawn`: start, watch, collect, stop (lessons 76-81).
+"""The rank processes behind `launch.spawn`: their body, and the caller's watch over them
+(lessons 76-81).
 
-`launch.spawn` decides what to run; this module owns the processes that run it:
+`launch.spawn` decides what to run, and `lesson_code.runtime.fork_server` how a rank process
+starts; this module owns what happens next:
 
-- `start_context`: a fork server that has imported torch and the caller's course modules once
-  (ranks start in a fraction of a second), restarted when the package files it imported have
-  changed since, so that code edited in a running notebook kernel reaches the ranks;
-- `rank_main`: the body of a rank; it exits within moments of the caller dying, even of SIGKILL,
-  and its output is captured (`lesson_code.runtime.output`);
+- `rank_main`: the body of a rank; it runs with the caller's environment of the moment, exits
+  within moments of the caller dying, even of SIGKILL, and its output is captured
+  (`lesson_code.runtime.output`);
 - `collect_results`: waits, bounded, for every rank, forwarding what the ranks print;
 - `stop_all`: leaves no process behind.
 Standard library and torch only.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
-import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
 import pickle
@@ -26,15 +25,13 @@ import sys
 import threading
 import time
 import traceback
-from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from lesson_code.runtime.devices import to_cpu
-from lesson_code.runtime.fork_server import handover, restart_if_stale
 from lesson_code.runtime.errors import (RankCrashedError, RankFailedError, RankTimeoutError,
                                      waiting_calls)
 from lesson_code.runtime.output import RankOutput, flush_rank_output, redirect_rank_output
@@ -46,23 +43,15 @@ STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 STACK_WAIT_S = 2.0
 FORWARD_EVERY_S = 0.2  # how often the caller copies what the ranks printed to its own streams
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
-# The modules the fork server does not import even when the caller has: they draw or build the book.
-NOT_PRELOADED = ("lesson_code.plots", "lesson_code.widgets", "lesson_code.book_build")
-# Set in every rank before torch is imported there: c10d's hostname and socket warnings would
-# otherwise fill notebook outputs on machines without DNS; torchrun sets OMP_NUM_THREADS=1 itself.
-# When the caller is `python -m lesson_code.<lesson>`, multiprocessing re-runs that module in each
-# rank as __mp_main__ and runpy warns that it is already imported (it is: the rank function's
-# module imports it); the second run only defines functions, so that one warning is silenced.
-CHILD_ENVIRONMENT = {
-    "TORCH_CPP_LOG_LEVEL": "ERROR",
-    "OMP_NUM_THREADS": "1",
-    "PYTHONWARNINGS": "ignore::RuntimeWarning:runpy",
-}
 
 
 def rank_main(call: bytes, rank, world_size, backend, init_method, timeout_s, writer,
-              output_paths: tuple[str, str], stack_path: str) -> None:
+              output_paths: tuple[str, str], stack_path: str,
+              environment: dict[str, str]) -> None:
     """Body of one rank process: join the group, run fn, send back ("ok", bytes) or ("error", text).
+
+    `environment` replaces the process's own first: a rank forked by the fork server inherited
+    the server's, from when the server started (`fork_server.rank_environment`).
 
     `call` is the pickled (fn, args), unpickled here so that a failure to import fn's module is
     reported with its traceback like any other error of the rank. ("started", None) goes first,
@@ -72,6 +61,8 @@ def rank_main(call: bytes, rank, world_size, backend, init_method, timeout_s, wr
     while the rank is blocked inside a C++ call), for the caller's timeout error.
     """
     exit_with_caller(writer)
+    os.environ.clear()
+    os.environ.update(environment)
     redirect_rank_output(*output_paths)
     if STACK_SIGNAL is not None:
         stacks = open(stack_path, "w")  # open for the rank's whole life: faulthandler writes here
@@ -235,64 +226,3 @@ def stop_all(processes, grace_s: float) -> None:
     for process in processes:
         if not process.is_alive():  # one stuck in the kernel after SIGKILL cannot be closed yet
             process.close()
-
-
-def start_context(start_method: str | None, fn: Callable[..., Any]):
-    """Multiprocessing context for the ranks; a fork server started here imports torch, the
-    course modules the caller has imported (`course_modules_imported`) and fn's module.
-
-    A fork server that imported package files changed since (edited in a running notebook) is
-    restarted first: ranks forked from it would run the old code. One already running is kept,
-    with what it imported when it started.
-    """
-    methods = mp.get_all_start_methods()
-    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
-    if method not in ("forkserver", "spawn"):
-        raise ValueError(
-            f"start_method {method!r} is not supported: use 'forkserver' or 'spawn' (plain fork "
-            "from a process that already ran threaded torch ops makes ranks hang)"
-        )
-    context = mp.get_context(method)
-    if method == "forkserver":
-        # torch._dynamo: torch.optim imports it when the first optimizer is built (seconds per
-        # rank); imported once in the server, every rank starts with it. The caller's modules
-        # go through server_imports, which skips one that fails instead of stopping the server.
-        context.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo",
-                                        "lesson_code.runtime.server_imports"])
-        modules = [__name__, *course_modules_imported(), fn.__module__]
-        # The server's environment is the ranks' environment; the handover it removes itself.
-        with child_environment(handover(modules)):
-            restart_if_stale(modules)
-    return context
-
-
-def course_modules_imported() -> list[str]:
-    """The lesson_code modules the caller has imported, for a starting fork server to import.
-
-    Each rank is a new process: whatever its function's module imports, it imports again,
-    compiling the source where no bytecode cache is written (a quarter of a second of CPU per
-    rank for the practice checks' modules, measured on a 2-core machine that writes none). The
-    caller has already imported the modules its rank functions use, so the server imports those
-    once, and a rank starts with them. The modules that draw or build the book are left out: no
-    rank uses them, and they would add matplotlib, widgets and Sphinx to every server's start.
-    """
-    return sorted(name for name in list(sys.modules)
-                  if name.startswith("lesson_code.") and "__main__" not in name
-                  and not name.startswith(NOT_PRELOADED))
-
-
-@contextmanager
-def child_environment(extra: dict[str, str] | None = None) -> Iterator[None]:
-    """Set CHILD_ENVIRONMENT, and `extra`, while ranks (and the fork server) start, then restore
-    the caller's environment."""
-    variables = {**CHILD_ENVIRONMENT, **(extra or {})}
-    saved = {key: os.environ.get(key) for key in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

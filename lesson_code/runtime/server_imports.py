@@ -1,11 +1,12 @@
-"""Imported by the fork server only, before it forks a rank: the caller's path and modules.
+"""Imported by the fork server only, as it starts: the caller's path and modules.
 
-`fork_server.handover` hands over, in two environment variables read and removed here
-(no rank inherits them), the caller's sys.path and the modules each rank would otherwise import
-for itself (`processes.start_context` says which). A module that fails to import is skipped:
-multiprocessing would stop the server at any error but ImportError, and every later run with it;
-skipped, the error comes from the rank that imports the module, which reports it with its
-traceback. Standard library only.
+Multiprocessing imports the server's preloaded modules by name, so this step of the server's
+life (`lesson_code.runtime.fork_server`, which says it all) is a module of its own: the caller's
+sys.path and the modules each rank would otherwise import for itself come in two environment
+variables (`fork_server.handover`), read and removed here, so that no rank inherits them. A
+module that fails to import is skipped: multiprocessing would stop the server at any error but
+ImportError, and every later run with it; skipped, the error comes from the rank that imports
+the module, which reports it with its traceback. Standard library only.
 """
 
 from __future__ import annotations

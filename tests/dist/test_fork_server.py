@@ -1,14 +1,22 @@
-"""An edit to a package reaches the ranks of the next run, in the same (notebook-like) process.
+"""The fork server the ranks start from follows its caller, run after run, in the same
+(notebook-like) process: an edit to a package reaches the ranks of the next run, and so does
+the caller's environment; the server is the course's own, beside any the caller's code starts.
 
 The fork server imports the rank function's package once; a run after an edit must not fork
-from a server that still holds the old code.
+from a server that still holds the old code, nor wait for processes that are not the course's.
 """
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
+
+import torch
+
+from lesson_code import launch
 
 SCRIPT = textwrap.dedent('''
     import os, sys, time
@@ -112,3 +120,99 @@ def test_a_module_broken_by_an_edit_fails_its_own_run_and_not_the_server(tmp_pat
     assert completed.stdout.splitlines()[-4:] == [
         "[0, 1]", "reported by the rank: True", "[[None, None], [None, None]]",
         "caller: [None, None]"], completed.stdout
+
+
+WATCHED = ("LESSON_CODE_RESULTS", "LESSON_CODE_TEST_MARK", "OMP_NUM_THREADS", "TORCH_CPP_LOG_LEVEL")
+
+
+def environment_seen(rank, world_size):
+    return {"server": os.getppid(), "threads": torch.get_num_threads(),
+            **{name: os.environ.get(name) for name in WATCHED}}
+
+
+def test_the_ranks_of_each_run_see_their_callers_environment_of_that_moment(tmp_path,
+                                                                            monkeypatch):
+    """A notebook that changes a variable between two runs (GLOO_SOCKET_IFNAME, where results go)
+    sees the ranks of the second run follow it, though both runs fork from the same server, which
+    started with the environment of the first. What the course sets in every rank stays set."""
+    monkeypatch.delenv("LESSON_CODE_TEST_MARK", raising=False)
+    monkeypatch.delenv("LESSON_CODE_RESULTS", raising=False)
+    first = launch.spawn(environment_seen, world_size=2)
+    monkeypatch.setenv("LESSON_CODE_TEST_MARK", "set after the first run")
+    monkeypatch.setenv("LESSON_CODE_RESULTS", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")  # the ranks keep one thread each regardless
+    second = launch.spawn(environment_seen, world_size=2)
+    monkeypatch.delenv("LESSON_CODE_TEST_MARK")
+    third = launch.spawn(environment_seen, world_size=2)
+    servers = {seen["server"] for seen in first + second + third}
+    assert len(servers) == 1 and os.getpid() not in servers, "the runs did not share one server"
+    course = {"threads": 1, "OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+    assert all(seen["LESSON_CODE_TEST_MARK"] is None and seen["LESSON_CODE_RESULTS"] is None
+               for seen in first)
+    assert all(seen["LESSON_CODE_TEST_MARK"] == "set after the first run"
+               and seen["LESSON_CODE_RESULTS"] == str(tmp_path) for seen in second), second
+    assert all(seen["LESSON_CODE_TEST_MARK"] is None for seen in third), third
+    assert all(seen.items() >= course.items() for seen in first + second + third)
+
+
+SHARED_SCRIPT = textwrap.dedent('''
+    import json, multiprocessing, sys, time
+    from multiprocessing import forkserver
+    sys.path.insert(0, sys.argv[1])
+    from lesson_code import launch
+    import shared_ranks
+
+    # The caller's own processes: one from multiprocessing's fork server, started before any
+    # run (a Pool's or a DataLoader's worker would be one), and one forked from the caller after
+    # the first run, which holds copies of every descriptor the caller had then.
+    theirs = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(600,))
+    theirs.start()
+    first = launch.spawn(shared_ranks.report, world_size=2)
+    forked = multiprocessing.get_context("fork").Process(target=time.sleep, args=(600,))
+    forked.start()
+    with open(shared_ranks.__file__, "w") as handle:
+        handle.write(shared_ranks.EDITED)
+    second = launch.spawn(shared_ranks.report, world_size=2)
+    print(json.dumps({"first": first, "second": second,
+                      "their server": forkserver._forkserver._forkserver_pid}))
+    for process in (theirs, forked):
+        process.kill()
+        process.join()
+''')
+SHARED_RANKS = textwrap.dedent('''
+    import os
+    IMPORTED_IN = os.getpid()
+    EDITED = open(__file__).read().replace('"original"', '"edited"')
+
+    def report(rank, world_size):
+        return {"version": "original", "server": os.getppid(),
+                "preloaded": IMPORTED_IN != os.getpid(), "threads": os.environ["OMP_NUM_THREADS"]}
+''')
+
+
+def test_the_course_uses_a_fork_server_of_its_own_beside_the_callers_processes(tmp_path):
+    """A caller whose own code uses multiprocessing's fork server (started first, its child
+    still running) gets ranks from the course's server, with the course's imports and
+    environment; and after an edit the next run restarts that server at once, though the
+    caller's children live on, one of them holding copies of the caller's descriptors."""
+    (tmp_path / "shared_ranks.py").write_text(SHARED_RANKS)
+    caller = subprocess.Popen([sys.executable, "-c", SHARED_SCRIPT, str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)  # its whole group is killed below
+    try:
+        out, err = caller.communicate(timeout=240)  # the caller's children sleep for 600 s
+    except subprocess.TimeoutExpired:
+        out, err = "", "the second run waited for the caller's own processes"
+    finally:
+        try:
+            os.killpg(caller.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        caller.wait()
+    assert caller.returncode == 0 and out, err[-3000:]
+    seen = json.loads(out.splitlines()[-1])
+    started_with = {"preloaded": True, "threads": "1"}
+    for run, version in (("first", "original"), ("second", "edited")):
+        assert all(rank.items() >= {**started_with, "version": version}.items()
+                   and rank["server"] != seen["their server"] for rank in seen[run]), seen
+    assert seen["first"][0]["server"] != seen["second"][0]["server"]  # restarted after the edit
