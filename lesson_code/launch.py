@@ -45,7 +45,7 @@ from lesson_code.runtime.errors import (  # noqa: F401 - re-exported: launch.Ran
 from lesson_code.runtime.fork_server import child_environment, rank_environment, start_context
 from lesson_code.runtime.output import RankOutput
 from lesson_code.runtime.processes import collect_results, rank_main, stop_all
-from lesson_code.harness.validate import require_positive
+from lesson_code.runtime.validate import require_positive
 
 DEFAULT_TIMEOUT_S = 120.0
 

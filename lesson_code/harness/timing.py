@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from lesson_code.runtime.devices import clock, current_device
-from lesson_code.harness.validate import require_positive, require_positive_int
+from lesson_code.runtime.validate import require_positive, require_positive_int
 
 
 class PhaseClock:

@@ -7,6 +7,7 @@
     processes.py    the rank processes: their body, watched, collected, stopped
     errors.py       what `launch.spawn` raises when a run does not complete
     output.py       what each rank prints, captured and shown to the caller
+    validate.py     argument checks that name the value and the fix (the lessons' too)
 
 Standard library and torch only.
 """

@@ -4,7 +4,7 @@ Every rank function builds its model, data and buffers on `current_device()`, so
 runs on a laptop (gloo, CPU) and on a GPU machine (NCCL), where a CPU tensor in a collective
 fails. Results travel back to the caller on the CPU (`to_cpu`). Imported by `lesson_code.launch`,
 which re-exports these names; it imports only the standard library, torch and
-`lesson_code.harness.validate`.
+`lesson_code.runtime.validate`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lesson_code.harness.validate import require_choice, require_positive_int
+from lesson_code.runtime.validate import require_choice, require_positive_int
 
 BACKENDS = ("auto", "gloo", "nccl")
 # What "auto" means can be fixed from outside: LESSON_CODE_BACKEND=gloo keeps a GPU machine on
