@@ -150,7 +150,7 @@ FAILURES = {
         "timeout": "{case}: ranks {ranks} had not finished after {seconds} s",
         "crashed": "{case}: a rank process died",
         "mismatch": "{case}: rank {rank} differs from {reference} at element {index} of "
-                    "{element_of}: got {got}, expected {expected}",
+                    "{element_of}: got {got}, expected {expected}; {tolerance}",
         "shape": "{case}: rank {rank} returned shape {got}, expected {expected}",
         "not_in_place": "{case}: rank {rank} did not change the tensor it was given",
         "bytes": "{case}: rank {rank} sent {got} bytes; {expected_what} sends {expected}",
@@ -186,7 +186,7 @@ FAILURES = {
         "timeout": "{case}: رتبه‌های {ranks} پس از {seconds} ثانیه هنوز تمام نکرده بودند",
         "crashed": "{case}: فرایند یکی از رتبه‌ها از کار افتاد",
         "mismatch": "{case}: در رتبهٔ {rank}، عنصر {index} از {element_of} با {reference} فرق دارد: "
-                    "{got} به‌جای {expected}",
+                    "{got} به‌جای {expected}؛ {tolerance}",
         "shape": "{case}: رتبهٔ {rank} شکل {got} را برگرداند، نه {expected}",
         "not_in_place": "{case}: رتبهٔ {rank} تنسوری را که گرفته بود تغییر نداد",
         "bytes": "{case}: رتبهٔ {rank} در مجموع {got} بایت فرستاد؛ {expected_what} {expected} بایت "

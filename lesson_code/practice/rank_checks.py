@@ -20,8 +20,8 @@ import torch.distributed.distributed_c10d as c10d
 
 from lesson_code.practice.grading import (CASE_NOTE, Check, CheckFailed, Failure,
                                           load_learner, run_ranks)
-from lesson_code.practice.messages import (DIAGNOSES, LANGUAGES, Phrase, distinct_numbers,
-                                           listing, localized, phrase)
+from lesson_code.practice.messages import (DIAGNOSES, LANGUAGES, Number, Phrase,
+                                           distinct_numbers, listing, localized, phrase)
 
 SENDING_FUNCTIONS = ("send", "isend")
 FLATTENED = phrase("the result, flattened", "نتیجهٔ تخت‌شده")
@@ -82,10 +82,10 @@ def compare(got, expected: torch.Tensor, bound: torch.Tensor | None, *, case: st
     """None when `got` has `expected`'s shape and dtype and is within `bound` of it elementwise.
 
     `bound` None means exactly equal (integers, and data that is only moved). Otherwise the first
-    element outside the bound, with both values, makes the Failure; `element_of` says what the
-    element indexes (or, called with the index, where it lies). Two diagnoses: `got` exactly
-    `group_size` times `expected` (a sum not divided), or equal to `own`, this rank's own input
-    (nothing received).
+    element outside the bound (a NaN is outside every bound), with both values and the bound it
+    broke (`tolerance`), makes the Failure; `element_of` says what the element indexes (or,
+    called with the index, where it lies). Two diagnoses: `got` exactly `group_size` times
+    `expected` (a sum not divided), or equal to `own`, this rank's own input (nothing received).
     """
     where = {"case": case, "case_index": case_index, "rank": rank}
     if not isinstance(got, torch.Tensor):
@@ -96,7 +96,7 @@ def compare(got, expected: torch.Tensor, bound: torch.Tensor | None, *, case: st
         return Failure("shape", {**where, "got": tensor_kind(got), "expected": tensor_kind(expected)})
     difference = (got.double() - expected.double()).abs().reshape(-1)
     allowed = torch.zeros_like(difference) if bound is None else bound.double().reshape(-1)
-    outside = (difference > allowed).nonzero()
+    outside = (~(difference <= allowed)).nonzero()  # written so that NaN counts as outside
     if outside.numel() == 0:
         return None
     index = int(outside[0])
@@ -105,8 +105,21 @@ def compare(got, expected: torch.Tensor, bound: torch.Tensor | None, *, case: st
         values = distinct_numbers(*values)
     return Failure("mismatch", {**where, "reference": reference, "index": index,
                                 "element_of": element_of(index) if callable(element_of) else element_of,
-                                "got": values[0], "expected": values[1]},
+                                "got": values[0], "expected": values[1],
+                                "tolerance": tolerance(difference[index].item(),
+                                                       None if bound is None else
+                                                       allowed[index].item())},
                    diagnosis=_diagnosis(got, expected, allowed, own, group_size))
+
+
+def tolerance(difference: float, allowed: float | None) -> Phrase:
+    """What a mismatch broke: exact equality (`allowed` None), or "they differ by 0.000123,
+    more than the 1e-05 allowed" (3 significant digits: which bound, not its last bit)."""
+    if allowed is None:
+        return phrase("they must be exactly equal", "این دو باید دقیقاً برابر باشند")
+    return phrase("they differ by {difference}, more than the {allowed} allowed",
+                  "اختلافشان {difference} است، بیش از {allowed} که مجاز است",
+                  difference=Number(difference, 3), allowed=Number(allowed, 3))
 
 
 def _diagnosis(got: torch.Tensor, expected: torch.Tensor, allowed: torch.Tensor,

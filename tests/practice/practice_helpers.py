@@ -66,10 +66,14 @@ def assert_template_fails(number: int, folder: Path, keys: tuple[str, ...] | Non
 def assert_mistake_fails(number: int, learner: Path, replacements: list[tuple[str, str]],
                          key: str, kind: str, folder: Path) -> None:
     """`learner` with `replacements` fails the check `key`, with a failure of `kind`, whose
-    Persian sentence has no English word nor Latin number outside code."""
+    Persian sentence has no English word nor Latin number outside code. A sentence writes an
+    index in plain numbers, and a mismatch says the tolerance it broke."""
     failure = grade(number, variant(learner, replacements, folder), keys=(key,))[key].failure
     assert failure is not None, f"the check {key!r} passed a file with its mistake"
     assert failure.kind == kind, failure
-    assert "{" not in failure_sentence(failure.kind, failure.fields, "en", failure.diagnosis)
+    english = failure_sentence(failure.kind, failure.fields, "en", failure.diagnosis)
+    assert "{" not in english and "tensor(" not in english, english
+    if kind == "mismatch":
+        assert "allowed" in english or "must be exactly equal" in english, english
     persian = failure_sentence(failure.kind, failure.fields, "fa", failure.diagnosis)
     assert foreign_words(persian) == [], persian

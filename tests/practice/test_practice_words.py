@@ -18,6 +18,7 @@ from lesson_code.practice import messages
 from lesson_code.practice.lessons import LESSONS
 from lesson_code.practice.messages import (FAILURES, HEADINGS, Phrase, distinct_numbers, listing,
                                            localized)
+from lesson_code.practice.rank_checks import compare, tolerance
 from lesson_code.practice.report import format_report
 from lesson_code.practice.timing import Timing, timing_line
 
@@ -168,7 +169,8 @@ def test_a_real_persian_report_reads_in_persian_outside_its_tracebacks() -> None
         CheckResult(checks[2], 3, Failure("mismatch", {
             "case": messages.every_rank(3), "rank": 2, "reference": "dist.all_reduce",
             "index": 17, "element_of": messages.phrase("the result, flattened", "نتیجهٔ تخت‌شده"),
-            "got": 3.0, "expected": 1.0}, diagnosis=messages.DIAGNOSES["times_n"].with_fields(n=3)),
+            "got": 3.0, "expected": 1.0, "tolerance": tolerance(2.0, 1e-6)},
+            diagnosis=messages.DIAGNOSES["times_n"].with_fields(n=3)),
             2.0),
         CheckResult(checks[3], 4, None, 0.0, messages.SKIPPED["hang_via"].with_fields(
             name="ring_reduce_scatter", function="_step", number=2)),
@@ -178,3 +180,34 @@ def test_a_real_persian_report_reads_in_persian_outside_its_tracebacks() -> None
     for line in report.splitlines():
         if is_persian(line):
             assert foreign_words(line) == [], line
+
+
+def test_a_mismatch_names_the_element_in_plain_numbers_and_the_tolerance_it_broke() -> None:
+    import torch
+
+    from lesson_code.models import MLP
+    from lesson_code.practice.lessons.ddp import FLAT_PARAMETERS
+    from lesson_code.practice.lessons.ddp_support import parameter_at
+
+    model = MLP()
+    expected = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    got = expected.clone()
+    got[64 * 32 + 64 + 5] += 1e-4  # layers.2.weight, row 0, column 5
+    where = {"case": messages.every_rank(4), "case_index": 0, "rank": 1,
+             "reference": "torch.optim.Adam", "element_of": parameter_at(model, FLAT_PARAMETERS)}
+    failure = compare(got, expected, torch.full_like(expected, 1e-5, dtype=torch.float64), **where)
+    english = messages.failure_sentence(failure.kind, failure.fields, "en")
+    assert "at layers.2.weight[0, 5]: got " in english, english
+    assert english.endswith("they differ by 0.0001, more than the 1e-05 allowed"), english
+    persian = messages.failure_sentence(failure.kind, failure.fields, "fa")
+    assert "در layers.2.weight[0, 5]" in persian, persian
+    assert persian.endswith("اختلافشان ۰٫۰۰۰۱ است، بیش از ۱e-۰۵ که مجاز است"), persian
+    assert foreign_words(persian) == [], persian
+    exact = compare(got, expected, None, **where)
+    assert messages.failure_sentence(exact.kind, exact.fields, "en").endswith(
+        "; they must be exactly equal")
+    assert messages.failure_sentence(exact.kind, exact.fields, "fa").endswith(
+        "؛ این دو باید دقیقاً برابر باشند")
+    got[0] = float("nan")  # outside every bound, though NaN > bound is False
+    assert compare(got, expected, torch.full_like(expected, 1.0, dtype=torch.float64),
+                   **where).fields["index"] == 0
