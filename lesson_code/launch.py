@@ -95,7 +95,7 @@ def spawn(
                 process = context.Process(
                     target=rank_main,
                     args=(call, rank, world_size, backend, init_method, timeout_s, writer,
-                          output.paths(rank), output.stack_path(rank), environment),
+                          output.paths(rank), output.stack_path(rank), environment, store_dir),
                     name=f"rank{rank}",
                     daemon=True,
                 )

@@ -6,8 +6,8 @@ The suite checks the book's CPU figures, so "auto" means gloo here even on a mac
 
 Processes the tests start, and processes they kill on purpose, leave files in the temporary
 folder that nothing removes: nbval stops each notebook's kernel without letting it exit, so
-multiprocessing's folder for the fork server's socket stays; each torchrun agent keeps its
-logs in a folder of its own; a caller killed mid-run keeps its ranks' store. The run that
+multiprocessing's folder for the fork server's socket may stay; each torchrun agent keeps its
+logs in a folder of its own; torch keeps a cache folder of its own. The run that
 starts first (pytest itself, or the xdist controller) points TMPDIR at a folder of its own,
 which every process started later inherits (xdist's workers too), and removes it at the end;
 its own files, pytest's tmp_path folders among them, stay in the system's temporary folder. It

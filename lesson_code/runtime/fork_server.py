@@ -21,7 +21,9 @@ Its life, run after run:
    is stopped and a new one started, so that the edit reaches the ranks. Stopping closes the
    server's "alive" pipe, which ends it once no rank of the course holds the pipe (spawn never
    leaves one running), waits at most STOP_WAIT_S, then kills it;
-4. end: it exits with the caller, whose end of the alive pipe closes then.
+4. end: it exits with the caller, whose end of the alive pipe closes then. A caller that was
+   killed could not remove the server's socket and its folder, as it does when it exits: the
+   server removes them then (`remove_socket_when_orphaned`, registered by server_imports).
 
 A forked rank inherits the server's environment from when the server started, not the caller's
 of now: a notebook that sets GLOO_SOCKET_IFNAME after its first run would not reach its ranks.
@@ -175,6 +177,22 @@ class ServerContext(context.ForkServerContext):
     """Multiprocessing's forkserver context, whose processes SERVER forks."""
 
     Process = RankProcess
+
+
+def remove_socket_when_orphaned(caller: int) -> None:
+    """In the server, as it exits: if its caller (process `caller`, its parent) died first,
+    remove the server's socket and the folder multiprocessing made for it in the caller's
+    temporary folder, which the caller would have removed itself."""
+    if os.getppid() == caller:
+        return
+    # multiprocessing's main() records the address of the server it runs on its own object.
+    address = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_address", None)
+    if isinstance(address, str) and not util.is_abstract_socket_namespace(address):
+        for remove, path in ((os.unlink, address), (os.rmdir, os.path.dirname(address))):
+            try:
+                remove(path)
+            except OSError:  # gone already, or the folder holds something else
+                return
 
 
 def start_context(start_method: str | None, fn: Callable[..., Any]):

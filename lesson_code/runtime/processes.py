@@ -20,6 +20,7 @@ import multiprocessing.connection as mp_connection
 import os
 import pickle
 import select
+import shutil
 import signal
 import sys
 import threading
@@ -47,11 +48,12 @@ PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 
 def rank_main(call: bytes, rank, world_size, backend, init_method, timeout_s, writer,
               output_paths: tuple[str, str], stack_path: str,
-              environment: dict[str, str]) -> None:
+              environment: dict[str, str], run_folder: str) -> None:
     """Body of one rank process: join the group, run fn, send back ("ok", bytes) or ("error", text).
 
     `environment` replaces the process's own first: a rank forked by the fork server inherited
-    the server's, from when the server started (`fork_server.rank_environment`).
+    the server's, from when the server started (`fork_server.rank_environment`). `run_folder`
+    holds the run's store and output files; the rank removes it if the caller dies first.
 
     `call` is the pickled (fn, args), unpickled here so that a failure to import fn's module is
     reported with its traceback like any other error of the rank. ("started", None) goes first,
@@ -60,7 +62,7 @@ def rank_main(call: bytes, rank, world_size, backend, init_method, timeout_s, wr
     writes the stacks of its threads to `stack_path` (Python's faulthandler, which answers even
     while the rank is blocked inside a C++ call), for the caller's timeout error.
     """
-    exit_with_caller(writer)
+    exit_with_caller(writer, run_folder)
     os.environ.clear()
     os.environ.update(environment)
     redirect_rank_output(*output_paths)
@@ -97,8 +99,9 @@ def rank_main(call: bytes, rank, world_size, backend, init_method, timeout_s, wr
         os._exit(1)
 
 
-def exit_with_caller(writer) -> None:
-    """Make this rank exit within moments of the process that spawned it dying, SIGKILL included.
+def exit_with_caller(writer, run_folder: str) -> None:
+    """Make this rank exit within moments of the process that spawned it dying, SIGKILL included,
+    removing `run_folder`, which the caller can no longer remove.
 
     A rank blocked in a collective would otherwise live on until its timeout (minutes) after a
     notebook kernel is killed. Two watches: on Linux the kernel sends SIGKILL when the parent
@@ -113,17 +116,26 @@ def exit_with_caller(writer) -> None:
             pass  # the pipe watch below still applies
     if hasattr(select, "poll"):
         watched = os.dup(writer.fileno())  # stays open after the rank closes its writer
-        threading.Thread(target=_exit_when_closed, args=(watched,), name="caller-watch",
-                         daemon=True).start()
+        threading.Thread(target=_exit_when_closed, args=(watched, run_folder),
+                         name="caller-watch", daemon=True).start()
 
 
-def _exit_when_closed(fd: int) -> None:
-    """Block until the reading end of the pipe `fd` writes to is closed, then exit the process."""
+def _exit_when_closed(fd: int, run_folder: str) -> None:
+    """Block until the reading end of the pipe `fd` writes to is closed, then remove
+    `run_folder` and exit the process.
+
+    The caller closes that end only after its ranks have stopped (and removes the folder
+    itself), or when it dies: killed by SIGTERM or SIGKILL, its store and the ranks' output
+    files would stay in the temporary folder. A rank of the fork server outlives the caller by
+    these moments and removes them; a rank of the "spawn" start method on Linux is killed with
+    its caller (its parent) by the kernel first, so a killed caller of that method leaves them.
+    """
     poller = select.poll()
     poller.register(fd, 0)  # no events asked for: POLLERR / POLLHUP come anyway, on close
     while True:
         if any(event & (select.POLLERR | select.POLLHUP | select.POLLNVAL)
                for _, event in poller.poll()):
+            shutil.rmtree(run_folder, ignore_errors=True)  # every rank tries; one suffices
             os._exit(1)
 
 

@@ -6,17 +6,20 @@ sys.path and the modules each rank would otherwise import for itself come in two
 variables (`fork_server.handover`), read and removed here, so that no rank inherits them. A
 module that fails to import is skipped: multiprocessing would stop the server at any error but
 ImportError, and every later run with it; skipped, the error comes from the rank that imports
-the module, which reports it with its traceback. Standard library only.
+the module, which reports it with its traceback. The server's cleanup after a caller killed
+before it is registered here too. Standard library only.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
 import sys
 
-from lesson_code.runtime.fork_server import MODULES_VARIABLE, PATH_VARIABLE
+from lesson_code.runtime.fork_server import (MODULES_VARIABLE, PATH_VARIABLE,
+                                             remove_socket_when_orphaned)
 
 
 def import_handed_over() -> None:
@@ -32,3 +35,4 @@ def import_handed_over() -> None:
 
 
 import_handed_over()
+atexit.register(remove_socket_when_orphaned, os.getppid())

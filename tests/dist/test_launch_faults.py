@@ -84,31 +84,46 @@ def alive(pid):
 
 # --- tests ----------------------------------------------------------------------------------
 
-def test_ranks_exit_within_seconds_when_their_caller_is_killed(tmp_path):
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_ranks_exit_within_seconds_when_their_caller_is_killed(tmp_path, how):
+    """Nothing of the run outlives its caller, however it is killed (SIGKILL as when a notebook
+    kernel is killed, SIGTERM as by `kill <pid>`): no rank, no helper process, and neither the
+    folder of the run's store and output files nor the fork server's socket, which the caller
+    can no longer remove."""
+    pids, temporary = tmp_path / "pids", tmp_path / "tmp"
+    pids.mkdir()
+    temporary.mkdir()
     code = textwrap.dedent(f"""
         from lesson_code import launch
         import test_launch_faults as t
-        launch.spawn(t.block_forever, {str(tmp_path)!r}, world_size=2, timeout_s=600)
+        launch.spawn(t.block_forever, {str(pids)!r}, world_size=2, timeout_s=600)
     """)
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]))
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]),
+                       TMPDIR=str(temporary))
     caller = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=environment)
     try:
         deadline = time.monotonic() + 120
-        while len(written_pids(tmp_path)) < 2 and time.monotonic() < deadline:
+        while len(written_pids(pids)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        ranks = written_pids(tmp_path)
+        ranks = written_pids(pids)
         assert len(ranks) == 2, "the ranks did not start"
+        assert list(temporary.glob("lesson_code_store_*")), "the run's folder is elsewhere"
         helpers = [c.pid for c in psutil.Process(caller.pid).children(recursive=True)]
-        caller.send_signal(signal.SIGKILL)  # as when a notebook kernel is killed
+        caller.send_signal(getattr(signal, how))
         caller.wait(10)
         killed_at = time.monotonic()
-        while any(alive(pid) for pid in ranks + helpers) and time.monotonic() - killed_at < 10:
+        def left():  # multiprocessing's folder (pymp-) holds the fork server's socket
+            return [path.name for path in temporary.iterdir()
+                    if path.name.startswith(("lesson_code_store_", "pymp-"))]
+        while (any(alive(pid) for pid in ranks + helpers) or left()) \
+                and time.monotonic() - killed_at < 10:
             time.sleep(0.1)
         survivors = [pid for pid in ranks + helpers if alive(pid)]
         assert not survivors, f"processes outlived their killed caller by 10 s: {survivors}"
+        assert not left(), f"files of the run outlived their killed caller by 10 s: {left()}"
     finally:
         caller.kill()
-        for pid in written_pids(tmp_path):
+        for pid in written_pids(pids):
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
