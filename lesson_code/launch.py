@@ -92,6 +92,7 @@ def spawn(
         with child_environment():
             for rank in range(world_size):
                 reader, writer = context.Pipe(duplex=False)
+                readers.append(reader)
                 process = context.Process(
                     target=rank_main,
                     args=(call, rank, world_size, backend, init_method, timeout_s, writer,
@@ -99,10 +100,11 @@ def spawn(
                     name=f"rank{rank}",
                     daemon=True,
                 )
-                process.start()
-                writer.close()  # the parent keeps only the reading end, so a dead rank reads as EOF
+                try:
+                    process.start()
+                finally:  # started or not, the parent keeps only the reading end (EOF: rank died)
+                    writer.close()
                 processes.append(process)
-                readers.append(reader)
         results = collect_results(processes, readers, world_size, timeout_s, output)
         completed = True
         return results

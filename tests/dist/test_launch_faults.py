@@ -200,6 +200,46 @@ def test_a_successful_run_shows_what_the_ranks_printed(capsys):
     assert "hello from rank 0" in printed and "hello from rank 1" in printed
 
 
+def test_a_rank_that_fails_to_start_leaves_no_pipe_open(tmp_path):
+    """Out of file descriptors (a notebook that leaked many), a rank's process.start() raises:
+    the ends of that rank's result pipe are closed by then, not left open for as long as
+    something holds the error, as a notebook holds the last one. Each limit on open files is
+    tried, from the files open now up, until a run starts."""
+    code = textwrap.dedent("""
+        import gc, os, resource, traceback
+        from lesson_code import launch
+        import test_launch_faults as t
+
+        def open_files():
+            return set(os.listdir("/dev/fd"))
+
+        launch.spawn(t.print_and_return, world_size=2)  # the fork server runs
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        for limit in range(len(open_files()), len(open_files()) + 60):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+            try:
+                launch.spawn(t.print_and_return, world_size=2, timeout_s=60)
+                error = None
+            except OSError as caught:
+                error = caught  # kept, as a notebook keeps the last error
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            if error is None:
+                break
+            held = open_files()
+            in_start = "start" in [frame.name for frame in traceback.extract_tb(error.__traceback__)]
+            del error
+            gc.collect()
+            print(limit, in_start, sorted(held - open_files()))
+    """)
+    completed = run_python(code, tmp_path, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    tried = [line.split(" ", 2) for line in completed.stdout.splitlines() if line[:1].isdigit()]
+    assert any(in_start == "True" for _, in_start, _ in tried), completed.stdout
+    held_by_the_error = [(limit, files) for limit, _, files in tried if files != "[]"]
+    assert not held_by_the_error, held_by_the_error
+
+
 @pytest.mark.parametrize("function", ["work", "test_launch_faults.print_and_return"])
 def test_a_script_read_from_standard_input_is_told_how_to_run(tmp_path, function):
     # Even a function from a module fails there: every rank re-runs the caller's script.
