@@ -4,8 +4,8 @@
 #               when its code differs from the run stored in it (see BOOK below)
 #   make test   the whole suite: unit, distributed (real gloo ranks), notebooks (nbval), book build, browser
 # and, separately, make selfcheck (each lesson's check on this machine's CPUs or GPUs), make bench
-# (figures, not tests), make notebooks (re-execute, store outputs and run times) and make lab
-# (JupyterLab on the notebooks, with the project's kernel and its widgets).
+# (figures, not tests), make notebooks (store the listings' code, re-execute, store outputs and
+# run times) and make lab (JupyterLab on the notebooks, with the project's kernel and its widgets).
 #
 # Python: torch 2.13.0 ships wheels for 3.10 to 3.14, but the pinned numpy 2.4, pandas 3.1 and
 # matplotlib 3.11 need 3.11 or later, so PYTHON_VERSIONS (pyproject's requires-python, checked
@@ -89,10 +89,12 @@ selfcheck: $(READY)
 bench: $(READY)
 	$(BIN)/python -m lesson_code.bench all
 
-# Executes every notebook in place in its folder, and records in notebooks/run-times.csv how long
+# Stores the current code of lesson_code in every listing cell (the code a lesson shows), then
+# executes every notebook in place in its folder, and records in notebooks/run-times.csv how long
 # each took, on which machine, when, and the hash of the code it ran (the lesson pages quote the
 # time; make book reuses the outputs while the code keeps that hash).
 notebooks: $(READY)
+	$(BIN)/python -m lesson_code.book_build.listings
 	$(BIN)/python -m lesson_code.book_build.run_times notebooks/*/*.ipynb
 
 # JupyterLab on the notebooks, with this environment's python3 kernel (lesson_code and

@@ -1,10 +1,12 @@
 """The Persian and English lessons stay in step: only the prose may differ.
 
 For every notebook in notebooks/fa and notebooks/en: the same file names; the same code cells
-(source and tags) in the same order; the same number of headings at each level; the same MyST
-labels and cross-reference targets; the same number of figures and images; the same number of
-tables (DataFrame or other HTML tables among the outputs, and markdown tables in the prose). `compare_notebooks`
-returns the differences as sentences that name the file, the cell and what differs.
+(source and tags) in the same order; the same listing cells (the code of lesson_code a lesson
+shows, lesson_code/book_build/listings.py: id, the object named, the code) after the same code
+cells; the same number of headings at each level; the same MyST labels and cross-reference
+targets; the same number of figures and images; the same number of tables (DataFrame or other
+HTML tables among the outputs, and markdown tables in the prose). `compare_notebooks` returns the
+differences as sentences that name the file, the cell and what differs.
 
 Sphinx labels are global, so the two editions cannot both define `(ring-all-reduce)=`: labels
 (and `:name:`/`:label:` options) in notebooks/fa start with `fa-` or end with `-fa`, those in
@@ -20,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from lesson_code.book_build.listings import KEY as LISTING
 
 pytestmark = pytest.mark.book
 
@@ -86,9 +90,12 @@ def _without_edition(name: str, lang: str, cell: int, problems: list[str]) -> st
 def _summary(nb: dict, lang: str, problems: list[str]) -> dict:
     """What must match between editions, each item tagged with the cell it came from."""
     code, headings, labels, refs, figures, tables = [], Counter(), {}, {}, [], []
+    listings = []  # (cell, code cells before it, id, object named, source)
     where_headings: dict[int, list[int]] = {}
     for i, cell in enumerate(nb.get("cells", [])):
         text = _source(cell)
+        if LISTING in cell.get("metadata", {}):
+            listings.append((i, len(code), cell.get("id"), cell["metadata"][LISTING], text))
         if cell.get("cell_type") == "code":
             tags = sorted(cell.get("metadata", {}).get("tags", []))
             code.append((i, text, tags))
@@ -114,8 +121,8 @@ def _summary(nb: dict, lang: str, problems: list[str]) -> dict:
                 refs[_without_edition(target, lang, i, problems)] = i
             figures += [i] * len(FIGURE.findall(prose))
             tables += [i] * sum(1 for line in lines if MARKDOWN_TABLE_RULE.match(line))
-    return dict(code=code, headings=headings, where_headings=where_headings, labels=labels,
-                refs=refs, figures=figures, tables=tables)
+    return dict(code=code, listings=listings, headings=headings, where_headings=where_headings,
+                labels=labels, refs=refs, figures=figures, tables=tables)
 
 
 def _first_difference(a: str, b: str) -> str:
@@ -144,6 +151,18 @@ def compare_notebooks(fa: dict, en: dict, name: str = "notebook") -> list[str]:
         cells = [i for i, _, _ in extra["code"][min(len(a["code"]), len(b["code"])):]]
         problems.append(f"fa has {len(a['code'])} code cells, en {len(b['code'])}: "
                         f"extra in {lang} at cells {cells}")
+
+    for k, (la, lb) in enumerate(zip(a["listings"], b["listings"])):
+        where = f"listing #{k} (fa cell {la[0]}, en cell {lb[0]})"
+        if la[1:4] != lb[1:4]:
+            problems.append(f"{where} differs: after code cell #{la[1]}, {la[2]}, {la[3]} in fa; "
+                            f"after code cell #{lb[1]}, {lb[2]}, {lb[3]} in en")
+        elif la[4] != lb[4]:
+            problems.append(f"{where} ({la[3]}) holds other code in each edition: "
+                            "python -m lesson_code.book_build.listings stores the current code in both")
+    if len(a["listings"]) != len(b["listings"]):
+        problems.append(f"fa has {len(a['listings'])} listing cells, en {len(b['listings'])}: "
+                        "both editions show the same code")
 
     for level in sorted(set(a["headings"]) | set(b["headings"])):
         if a["headings"][level] != b["headings"][level]:
@@ -189,22 +208,36 @@ def test_editions_agree_on_everything_but_prose(name: str) -> None:
 
 # --- The checker itself can fail --------------------------------------------------------------
 
+def _cell(kind: str, src: str) -> dict:
+    """A cell of `kind` "code", "markdown" or "listing <path::name>" (a listing cell)."""
+    if kind == "code":
+        return {"cell_type": kind, "source": src, "metadata": {}, "outputs": []}
+    if kind.startswith("listing "):
+        return {"cell_type": "markdown", "source": src, "id": "listing-f",
+                "metadata": {LISTING: kind.split(" ", 1)[1]}}
+    return {"cell_type": kind, "source": src, "metadata": {}}
+
+
 def _nb(*cells: tuple[str, str]) -> dict:
-    return {"cells": [{"cell_type": kind, "source": src, "metadata": {}, "outputs": []}
-                      if kind == "code" else {"cell_type": kind, "source": src, "metadata": {}}
-                      for kind, src in cells]}
+    return {"cells": [_cell(kind, src) for kind, src in cells]}
+
+
+F = "listing lesson_code/m.py::f"
 
 
 FA = _nb(("markdown", "(fa-intro)=\n# درس\n\nبه {ref}`fa-intro` نگاه کنید."),
          ("code", "x = 1\nprint(x)"),
          ("markdown", "## بخش\n\n```{figure} ring.svg\n:name: fa-ring\n```\n\n"
-                      "```python\n# a comment, not a heading\n```"))
+                      "```python\n# a comment, not a heading\n```"),
+         (F, "```python\ndef f():\n    return 1\n```"))
 EN = _nb(("markdown", "(en-intro)=\n# Lesson\n\nSee {ref}`en-intro`."),
          ("code", "x = 1\nprint(x)"),
-         ("markdown", "## Part\n\n```{figure} ring.svg\n:name: en-ring\n```"))
+         ("markdown", "## Part\n\n```{figure} ring.svg\n:name: en-ring\n```"),
+         (F, "```python\ndef f():\n    return 1\n```"))
 EN_SUFFIXED = _nb(("markdown", "(intro-en)=\n# Lesson\n\nSee {ref}`intro-en`."),
                   ("code", "x = 1\nprint(x)"),
-                  ("markdown", "## Part\n\n```{figure} ring.svg\n:name: ring-en\n```"))
+                  ("markdown", "## Part\n\n```{figure} ring.svg\n:name: ring-en\n```"),
+                  (F, "```python\ndef f():\n    return 1\n```"))
 
 
 @pytest.mark.parametrize("en", [EN, EN_SUFFIXED], ids=["prefixed-labels", "suffixed-labels"])
@@ -222,9 +255,14 @@ def test_checker_accepts_editions_that_differ_only_in_prose(en: dict) -> None:
     ({2: ("markdown", "## Part\n\n```{figure} ring.svg\n:name: en-ring\n```\n\n"
                       "| a | b |\n|---|---|\n| 1 | 2 |")}, "tables: fa has 0"),
     ({0: ("markdown", "(intro)=\n# Lesson\n\nSee {ref}`intro`.")}, "should start with 'en-'"),
+    ({3: (F, "```python\ndef f():\n    return 2\n```")},
+     "listing #0 (fa cell 3, en cell 3) (lesson_code/m.py::f) holds other code in each edition"),
+    ({3: ("listing lesson_code/m.py::g", "```python\ndef f():\n    return 1\n```")},
+     "listing #0 (fa cell 3, en cell 3) differs: after code cell #1, listing-f, lesson_code/m.py::f in fa"),
+    ({3: ("markdown", "The end.")}, "fa has 1 listing cells, en 0"),
 ])
 def test_checker_reports_drift(drift: dict, expected: str) -> None:
-    cells = [(c["cell_type"], c["source"]) for c in EN["cells"]]
+    cells = [(F if c["metadata"] else c["cell_type"], c["source"]) for c in EN["cells"]]
     for index, cell in drift.items():
         cells[index] = cell
     problems = compare_notebooks(FA, _nb(*cells), "76-collectives.ipynb")

@@ -3,7 +3,9 @@
 Each notebook runs as a reader or a CI types it, `pytest --nbval notebooks/<lang>/<lesson>.ipynb`
 from the repository root, in its own pytest subprocess, so that a failure shows the cell, its
 traceback and the difference. notebooks/conftest.py gives nbval the shipped sanitize file
-(digests, versions); cells marked `# NBVAL_IGNORE_OUTPUT` run without comparing their output.
+(digests, versions) and adds an item that fails while a listing cell is not the current code;
+cells tagged `nbval-ignore-output` run without comparing their output. The notebooks store the
+kernel that JupyterLab starts for them, so that opening one does not change it.
 """
 
 import subprocess
@@ -15,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*/*.ipynb"))
-MARKERS = ("# NBVAL_CHECK_OUTPUT", "# NBVAL_IGNORE_OUTPUT")
+TAGS = ("nbval-check-output", "nbval-ignore-output")
 
 
 def nbval(*args: str) -> subprocess.CompletedProcess:
@@ -39,12 +41,48 @@ def test_every_lesson_has_both_editions():
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: f"{path.parent.name}/{path.name}")
 def test_every_cell_with_output_says_whether_it_is_compared(notebook):
-    """The first line of each code cell with output is CHECK or IGNORE: --nbval and --nbval-lax
-    then compare the same cells, and a reader sees which outputs change from run to run."""
+    """Each code cell with output carries exactly one of the tags nbval reads, check or ignore:
+    --nbval and --nbval-lax then compare the same cells. Tags, not comments, so that a reader
+    of the book or the lab sees the lesson's code and not the test's markers."""
     cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
-    unmarked = [index for index, cell in enumerate(cells)
-                if cell.outputs and cell.source.splitlines()[0] not in MARKERS]
-    assert not unmarked, f"code cells {unmarked} start with neither of {MARKERS}"
+    unmarked = [index for index, cell in enumerate(cells) if cell.outputs
+                and sum(tag in TAGS for tag in cell.metadata.get("tags", [])) != 1]
+    assert not unmarked, f"code cells {unmarked} carry not exactly one of the tags {TAGS}"
+    commented = [index for index, cell in enumerate(cells) if "# NBVAL_" in cell.source]
+    assert not commented, f"code cells {commented} mark nbval in a comment: use the tags {TAGS}"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_the_stored_kernel_is_the_one_jupyterlab_starts(notebook):
+    """JupyterLab writes the kernel's spec into a notebook's metadata when the kernel starts:
+    a stored spec that differs (a display name "Python 3" for ipykernel's "Python 3 (ipykernel)")
+    marks the lesson modified the moment it opens."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    stored = nbformat.read(notebook, as_version=4).metadata.kernelspec
+    spec = KernelSpecManager().get_kernel_spec(stored.name)
+    assert stored == {"name": stored.name, "display_name": spec.display_name,
+                      "language": spec.language}, f"the kernel JupyterLab starts is {spec.to_dict()}"
+
+
+def test_strict_nbval_fails_while_a_listing_is_stale(tmp_path):
+    """A copy of lesson 78 with a listing edited by hand and one renamed to a method that does
+    not exist: `pytest --nbval` fails its `listings` item naming both (notebooks/conftest.py,
+    loaded here as a plugin, since the copy is not under notebooks/); the lesson as stored passes."""
+    notebook = nbformat.read(ROOT / "notebooks" / "en" / "78-zero.ipynb", as_version=4)
+    shown = {cell.metadata["listing"]: cell for cell in notebook.cells if "listing" in cell.metadata}
+    shown["lesson_code/zero.py::adam_update"].source = "```python\ndef adam_update():\n    pass\n```"
+    shown["lesson_code/zero.py::ZeroOptimizer.step"].metadata["listing"] = \
+        "lesson_code/zero.py::ZeroOptimizer.stride"
+    path = tmp_path / "en" / "78-zero.ipynb"
+    path.parent.mkdir()
+    nbformat.write(notebook, path)
+    stale = nbval("--nbval", "-p", "notebooks.conftest", str(path), "-k", "listings")
+    assert stale.returncode == 1, stale.stdout[-3000:]
+    assert "lesson_code/zero.py::adam_update has changed since it was stored" in stale.stdout
+    assert "no function or class 'stride', so no ZeroOptimizer.stride" in stale.stdout
+    stored = nbval("--nbval", "notebooks/en/78-zero.ipynb", "-k", "listings")
+    assert stored.returncode == 0 and "1 passed" in stored.stdout, stored.stdout[-3000:]
 
 
 def test_the_strict_comparison_catches_a_changed_output(tmp_path):
