@@ -39,6 +39,9 @@ class Precision:
 
 MIXED_ADAM = Precision()                     # bf16/fp16 weights and gradients, fp32 master + moments
 FP32_ADAM = Precision(params=4, grads=4, optimizer=8)  # plain fp32: the weights are the master
+# What lesson 78's optimizers hold for a float32 model: its weights and gradients, and beside
+# them a float32 master copy and two moments (they keep the master whatever the model's dtype).
+FP32_MASTER_ADAM = Precision(params=4, grads=4, optimizer=12)
 
 
 def bytes_per_rank(stage: str, params: float, world_size: int,

@@ -11,6 +11,8 @@ all-reduces the whole gradient and slices, which costs half as much traffic agai
 
 The flat parameter buffer is padded with zeros to a multiple of N so that every shard has the same
 length (`padding` says how many); lesson 80 strips the padding when it saves a checkpoint.
+Stages 2 and 3, which also shard the gradients and then the parameters, build on this module:
+`lesson_code.zero2` and `lesson_code.zero3`.
 Run the lesson's demo: `python -m lesson_code.zero_lab` (4 ranks) or under torchrun.
 """
 
@@ -74,7 +76,7 @@ def storage_bytes(*tensors: torch.Tensor) -> int:
     return sum(t.untyped_storage().nbytes() for t in tensors)
 
 
-def _trainable(module: nn.Module) -> list[torch.Tensor]:
+def trainable_parameters(module: nn.Module) -> list[torch.Tensor]:
     """The parameters that require grad; ValueError if there are none or they mix dtypes."""
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
@@ -84,6 +86,9 @@ def _trainable(module: nn.Module) -> list[torch.Tensor]:
         raise ValueError(f"parameters mix dtypes {sorted(map(str, dtypes))}: cast the model to one "
                          "dtype (e.g. model.to(torch.bfloat16)) before sharding it")
     return params
+
+
+_trainable = trainable_parameters  # the short name this module's code uses
 
 
 def adam_update(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor,
@@ -110,8 +115,10 @@ class ZeroOptimizer:
     bfloat16 (the master shard is always float32). `max_grad_norm` clips the global gradient norm
     as torch.nn.utils.clip_grad_norm_ would on the whole model (`track_grad_norm` computes it
     into `last_grad_norm` without clipping); `stage=2` also drops the full gradients after the
-    reduce-scatter, keeping only this rank's shard. `comm` is "ring" (lesson 76, counted in
-    `ledger`), "builtin", or a Communicator: `world_size` and `rank` must be its group's.
+    reduce-scatter, keeping only this rank's shard (after backward has held them all: stage 2
+    as it runs, during backward, is `lesson_code.zero2.Zero2Optimizer`). `comm` is "ring"
+    (lesson 76, counted in `ledger`), "builtin", or a Communicator: `world_size` and `rank`
+    must be its group's.
     Raises ValueError for a bad world size, rank, learning rate or stage, or a world size or rank
     other than the communicator's group's.
     """
@@ -280,7 +287,16 @@ class NaiveZeroOptimizer(ZeroOptimizer):
 
 
 def _check_arguments(comm: Communicator, world_size: int, rank: int, lr: float, stage: int):
-    """Raise ValueError for a world size, rank, learning rate or stage this optimizer cannot use.
+    """`check_shard_arguments`, and ValueError for a stage ZeroOptimizer does not run."""
+    if stage not in (1, 2):
+        raise ValueError(f"stage={stage!r} is not supported here: use 1 (optimizer state) or 2 "
+                         "(also gradients, dropped in step()); for stages 2 and 3 as they run, "
+                         "use lesson_code.zero2.Zero2Optimizer or lesson_code.zero3.Zero3Optimizer")
+    check_shard_arguments(comm, world_size, rank, lr)
+
+
+def check_shard_arguments(comm: Communicator, world_size: int, rank: int, lr: float) -> None:
+    """Raise ValueError for a world size, rank or learning rate a sharded optimizer cannot use.
 
     `world_size` and `rank` must also be the communicator's group's: the shard layout comes from
     them and the messages go to the group, so a mismatch would exchange shards of other lengths.
@@ -289,9 +305,6 @@ def _check_arguments(comm: Communicator, world_size: int, rank: int, lr: float, 
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"rank={rank!r} is not in 0..{world_size - 1} for world_size={world_size}")
     require_positive("lr", lr, "a learning rate such as 1e-3")
-    if stage not in (1, 2):
-        raise ValueError(f"stage={stage!r} is not supported here: use 1 (optimizer state) or 2 "
-                         "(also gradients); stage 3 shards the parameters too (FSDP)")
     if (comm.world_size, comm.rank) != (world_size, rank):
         raise ValueError(
             f"world_size={world_size}, rank={rank} disagree with the communicator's group, which "

@@ -1,10 +1,15 @@
-"""Rank functions of lesson 78: train with ZeRO-1 and its rivals, measure memory and traffic.
+"""Rank functions of lesson 78: train with ZeRO stages 1-3 and their rivals, measure memory
+and traffic.
 
 The notebook, the tests and the benchmark run these through `launch.spawn` (or torchrun). A
 `ZeroRun` (a frozen `experiment.RunConfig`) says what to train; `train_single_process` is the
-reference. The loop and the timing are the shared harness's (`lesson_code.experiment`).
+reference, and torch's own ZeroRedundancyOptimizer (stage 1) and FSDP2 (`fully_shard`, stage 3)
+are the others. The loop and the timing are the shared harness's (`lesson_code.experiment`).
+`stage_memory_table` measures the peak memory of a step under DDP and each stage beside the
+formulas of `lesson_code.memory`; `stage3_timeline` shows one ZeRO-3 step, layer by layer.
 
-    python -m lesson_code.zero_lab     # an MLP, 20 steps on 4 ranks: losses, then memory
+    python -m lesson_code.zero_lab                      # an MLP, 20 steps on 4 ranks, ZeRO-1
+    python -m lesson_code.zero_lab --optimizer zero3    # the same with ZeRO-3, and its peak
 """
 
 from __future__ import annotations
@@ -12,23 +17,28 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 
+import pandas as pd
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import record_function
 
-from lesson_code import launch
+from lesson_code import launch, memory
 from lesson_code.harness import cli_args
 from lesson_code.collectives.ledger import CommLedger
-from lesson_code.ddp import BucketedDDP, broadcast_parameters
-from lesson_code.ddp_lab import timed_step
+from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
+from lesson_code.ddp_lab import each_run, timed_step
 from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import DTYPES, RunConfig, flat_parameters, train
+from lesson_code.harness.allocations import BEFORE, AllocationTrace
 from lesson_code.harness.timing import PhaseClock
-from lesson_code.models import build_model
+from lesson_code.models import GPTConfig, build_model, count_parameters
 from lesson_code.harness.validate import require_choice, require_positive
 from lesson_code.zero import (MasterAdam, NaiveZeroOptimizer, ZeroOptimizer, flatten_params,
                               storage_bytes)
+from lesson_code.zero2 import Zero2Optimizer
+from lesson_code.zero3 import Zero3Optimizer, default_units
 
-OPTIMIZERS = ("zero", "naive_zero", "torch_zero", "ddp")
+OPTIMIZERS = ("zero", "naive_zero", "torch_zero", "ddp", "naive_ddp", "zero2", "zero3", "fsdp2")
 MODEL_DTYPES = ("float32", "bfloat16")  # of the model's parameters; the master copy is float32
 
 
@@ -39,19 +49,28 @@ class ZeroRun(RunConfig):
     or a learning rate of 0 or less."""
 
     batch_size: int = 24          # divisible by 1, 2, 3 and 4: equal slices on every rank
-    optimizer: str = "zero"       # "zero", "naive_zero", "torch_zero" (ZeroRedundancyOptimizer)
-    #                               or "ddp" (our bucketed DDP + unsharded MasterAdam)
+    optimizer: str = "zero"       # "zero" (ZeRO-1), "naive_zero", "torch_zero"
+    #                               (ZeroRedundancyOptimizer), "ddp" (our bucketed DDP +
+    #                               unsharded MasterAdam), "naive_ddp" (NaiveDDP + MasterAdam),
+    #                               "zero2", "zero3", "fsdp2" (torch's fully_shard + Adam)
     lr: float = 1e-2
     weight_decay: float = 0.0
-    max_grad_norm: float | None = None
-    stage: int = 1
+    max_grad_norm: float | None = None  # "zero", "naive_zero", "ddp", "naive_ddp" only
+    stage: int = 1                # of "zero": 2 drops the full gradients in step() (lesson 78's
+    #                               first cut; "zero2" is stage 2 as it runs, during backward)
     dtype: str = "float32"        # model parameters: "float32" or "bfloat16" (master is fp32)
+    bucket_cap_mb: float = 25.0   # bucket size of "ddp" and "zero2"
 
     def __post_init__(self):
         super().__post_init__()
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
         require_choice("dtype", self.dtype, MODEL_DTYPES)
         require_positive("lr", self.lr)
+        require_positive("bucket_cap_mb", self.bucket_cap_mb)
+        if self.max_grad_norm is not None and self.optimizer in ("zero2", "zero3", "fsdp2"):
+            raise ValueError(f"max_grad_norm={self.max_grad_norm} is not supported with "
+                             f"optimizer={self.optimizer!r}: clip with optimizer='zero' (ZeRO-1), "
+                             "or leave max_grad_norm=None")
 
 
 def run_model(run: ZeroRun, seed_offset: int = 0):
@@ -105,19 +124,58 @@ def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None
         wrapped = DistributedDataParallel(model)
         return wrapped, ZeroRedundancyOptimizer(wrapped.parameters(),
                                                 optimizer_class=torch.optim.Adam, **kwargs)
-    if run.optimizer == "ddp":
-        wrapped = BucketedDDP(model, bucket_cap_mb=25.0, comm=comm)
+    if run.optimizer in ("ddp", "naive_ddp"):
+        wrapped = (BucketedDDP(model, bucket_cap_mb=run.bucket_cap_mb, comm=comm)
+                   if run.optimizer == "ddp" else NaiveDDP(model, comm=comm))
         return wrapped, MasterAdam(model, max_grad_norm=run.max_grad_norm, **kwargs)
     broadcast_parameters(model, comm=comm)
+    if run.optimizer == "fsdp2":
+        return model, fully_sharded_adam(model, world_size, **kwargs)
+    if run.optimizer == "zero2":
+        return model, Zero2Optimizer(model, world_size, rank, bucket_cap_mb=run.bucket_cap_mb,
+                                     comm=comm, **kwargs)
+    if run.optimizer == "zero3":
+        return model, Zero3Optimizer(model, world_size, rank, comm=comm, **kwargs)
     variant = NaiveZeroOptimizer if run.optimizer == "naive_zero" else ZeroOptimizer
     return model, variant(model, world_size, rank, max_grad_norm=run.max_grad_norm,
                           stage=run.stage, comm=comm, **kwargs)
 
 
+def fully_sharded_adam(model, world_size: int, **adam) -> torch.optim.Adam:
+    """torch's ZeRO-3: FSDP2's `fully_shard` on each of the units Zero3Optimizer gathers, then on
+    the whole model, over all ranks on this rank's device; torch.optim.Adam on the DTensor
+    shards. Collective: call on every rank, after the parameters were made equal."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(current_device().type, (world_size,))
+    for unit in default_units(model):
+        fully_shard(unit, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return torch.optim.Adam(model.parameters(), **adam)
+
+
+def gathered_parameters(model, optimizer) -> torch.Tensor:
+    """All trainable parameters in one float64 vector, whole on every rank: gathered from the
+    shards under ZeRO-3 and FSDP2, which makes it a collective there (call on every rank)."""
+    if isinstance(optimizer, Zero3Optimizer):
+        return optimizer.full_parameters().detach().to(torch.float64)
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(p, DTensor) for p in model.parameters()):
+        return torch.cat([p.full_tensor().detach().reshape(-1) for p in model.parameters()
+                          if p.requires_grad]).to(torch.float64)
+    return flat_parameters(model)
+
+
 def parameter_digest(model) -> str:
     """Short sha256 of the parameters' bytes: equal digests mean bitwise-equal parameters."""
-    flat = flatten_params(model).to(torch.float32).cpu().contiguous()
-    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
+    return digest(flatten_params(model).to(torch.float32))
+
+
+def digest(flat: torch.Tensor) -> str:
+    """Short sha256 of a tensor's bytes: equal digests mean bitwise-equal tensors."""
+    return hashlib.sha256(flat.cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
 
 
 def train_on_rank(rank: int, world_size: int, run: ZeroRun) -> dict:
@@ -126,25 +184,28 @@ def train_on_rank(rank: int, world_size: int, run: ZeroRun) -> dict:
     Collective: call on every rank. Models start from seed + rank: only the initial broadcast
     makes them equal. Returns the final parameters (float64), the global mean loss per step, a
     parameter digest per step, this rank's measured optimizer and gradient bytes after the last
-    step, and its ledger totals of one step.
+    step, and its ledger totals of the last step (forward, backward and optimizer step).
     """
     ledger = CommLedger()
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size, ledger)
     inner = getattr(model, "module", model)
-    digests = []
+    digests, last_step = [], {}
 
     def step_loss(step: int) -> torch.Tensor:
-        ledger.clear()  # so that it holds the traffic of the last step only
+        ledger.clear()  # so that it holds the traffic of one step only
         return run_loss(run, model, step, rank, world_size)
 
-    losses = train(step_loss, optimizer, range(run.steps),
-                   after_step=lambda done: digests.append(parameter_digest(inner)))
+    def after_step(done: int) -> None:
+        last_step["ledger"] = ledger.totals()  # before the digest gathers sharded parameters
+        digests.append(digest(gathered_parameters(inner, optimizer).to(torch.float32)))
+
+    losses = train(step_loss, optimizer, range(run.steps), after_step=after_step)
     measured = getattr(optimizer, "optimizer_state_bytes", lambda: None)()
     gradient = getattr(optimizer, "gradient_bytes", lambda: None)()
-    return {"params": flat_parameters(inner), "losses": losses,
+    return {"params": gathered_parameters(inner, optimizer), "losses": losses,
             "digests": digests, "optimizer_bytes": measured, "gradient_bytes": gradient,
             "shard_numel": getattr(optimizer, "shard_numel", None),
-            "padding": getattr(optimizer, "padding", None), "ledger": ledger.totals()}
+            "padding": getattr(optimizer, "padding", None), "ledger": last_step["ledger"]}
 
 
 def resume_matches(rank: int, world_size: int, run: ZeroRun, stop_at: int) -> dict:
@@ -192,9 +253,10 @@ def time_steps(rank: int, world_size: int, run: ZeroRun, warmup: int = 2) -> dic
     this rank sent per step. Collective: call on every rank.
 
     "comm" is the time the communicator's calls themselves took in a step. For "ddp" they run on
-    a background thread during backward (overlapped, lesson 77); for the ZeRO variants the
-    reduce-scatter and all-gather run inside the optimizer step, so its computation alone is
-    optimizer - comm. NaN for "torch_zero", whose gloo calls no ledger sees.
+    a background thread during backward (overlapped, lesson 77); for ZeRO-1 the reduce-scatter
+    and all-gather run inside the optimizer step, so its computation alone is optimizer - comm;
+    ZeRO-2 reduce-scatters during backward and ZeRO-3 also gathers during forward and backward.
+    NaN for "torch_zero" and "fsdp2", whose gloo calls no ledger sees.
     """
     ledger = CommLedger()
     comm = run.communicator(ledger, record_events=True)
@@ -209,7 +271,7 @@ def time_steps(rank: int, world_size: int, run: ZeroRun, warmup: int = 2) -> dic
         stats = getattr(model, "stats", None)  # our DDP reads (and clears) its buckets' events
         seconds = stats["comm_s"] if stats else sum(end - start for _, _, start, end in comm.events)
         clock.samples.setdefault("comm", []).append(
-            float("nan") if run.optimizer == "torch_zero" else seconds)
+            float("nan") if run.optimizer in ("torch_zero", "fsdp2") else seconds)
     return {**clock.medians(), "bytes_sent": ledger.bytes_sent}
 
 
@@ -233,9 +295,145 @@ def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:
             "optimizer": held}
 
 
+STAGE_OPTIMIZERS = {"DDP": "naive_ddp", "ZeRO-1": "zero", "ZeRO-2": "zero2", "ZeRO-3": "zero3"}
+PRECISIONS = {"float32": memory.FP32_MASTER_ADAM, "bfloat16": memory.MIXED_ADAM}
+# A model whose gradients are a large share of a step's memory: 0.8M parameters (3.2 MB of
+# float32 gradients) and few tokens (4 sequences of 8 in all), so that activations stay small.
+# ZeRO-2's buckets of 0.5 MB hold about a third of a block each.
+MEMORY_RUN = ZeroRun(model="gpt", gpt=GPTConfig(context=8, n_layer=4, n_embd=128, n_head=4),
+                     batch_size=4, steps=2, bucket_cap_mb=0.5)
+# Who allocated the bytes live at a step's peak, by the marked range they were allocated in.
+PARTS = {BEFORE: "held", "forward": "forward", "backward": "backward", "gather": "gathered",
+         "reduce-scatter": "reduce-scatter", "optimizer": "optimizer"}
+
+
+def traced_steps(rank: int, world_size: int, run: ZeroRun):
+    """(trace, the last step's range, bytes of the model's buffers): `run.steps` training steps
+    of `run` under an AllocationTrace begun before the model was built; each step marked
+    "step <i>", with its "forward", "backward" and "optimizer" inside, and ended by zero_grad()
+    (so that a step begins holding no gradient). The steps before the last warm up.
+    Collective: call on every rank."""
+    with AllocationTrace(current_device()) as trace:
+        model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size)
+        for step in range(run.steps):
+            with record_function(f"step {step}"):
+                with record_function("forward"):
+                    loss = run_loss(run, model, step, rank, world_size)
+                with record_function("backward"):
+                    loss.backward()
+                with record_function("optimizer"):
+                    optimizer.step()
+                optimizer.zero_grad()
+                del loss
+        buffers = storage_bytes(*getattr(model, "module", model).buffers())
+    return trace, trace.ranges_named(f"step {run.steps - 1}")[0], buffers
+
+
+def peak_memory(rank: int, world_size: int, run: ZeroRun) -> dict:
+    """Bytes this rank allocated over the last step of `run`, measured by an AllocationTrace:
+    the peak of the step and of each phase, the phase the peak fell in, the bytes live at the
+    step's start, the activations (what forward left allocated), what backward left beyond the
+    step's start (the gradients the rank holds, and the loss), the largest unit gathered
+    (ZeRO-3), the model's buffers, and the bytes live at the peak by the part of the step that
+    allocated them (`PARTS`: "held" since before the step, then "forward", "backward",
+    "gathered", "reduce-scatter", "optimizer").
+
+    Collective: call on every rank.
+    """
+    trace, step, buffers = traced_steps(rank, world_size, run)
+    inside = [r for r in trace.ranges if step.contains(r.start_ns) and r is not step]
+    phases = {r.name: r for r in inside if r.name in ("forward", "backward", "optimizer")}
+    peak, when = trace.peak(step.start_ns, step.end_ns)
+    at_peak = dict.fromkeys(PARTS.values(), 0)
+    for name, nbytes in trace.live_by_range(when, since_ns=step.start_ns).items():
+        at_peak[PARTS.get(name if name == BEFORE else name.split()[0], "held")] += nbytes
+    gathers = [r for r in inside if r.name.startswith("gather")]
+    return {"rank": rank, "peak": peak, "at_start": trace.live_at(step.start_ns),
+            "peak_in": next((name for name, r in phases.items() if r.contains(when)), "step"),
+            **{f"peak_{name}": trace.peak(r.start_ns, r.end_ns)[0] for name, r in phases.items()},
+            "activations": (trace.live_at(phases["forward"].end_ns)
+                            - trace.live_at(phases["forward"].start_ns)),
+            "after_backward": (trace.live_at(phases["backward"].end_ns)
+                               - trace.live_at(step.start_ns)),
+            "largest_gather": max((trace.live_at(r.end_ns) - trace.live_at(r.start_ns)
+                                   for r in gathers), default=0),
+            "buffers": buffers, "at_peak": at_peak}
+
+
+def stage_memory_table(run: ZeroRun = MEMORY_RUN, world_sizes=(1, 2, 4)) -> pd.DataFrame:
+    """Measured peak bytes per rank of a training step under DDP and ZeRO stages 1-3, beside
+    the formula of `lesson_code.memory`, for each world size; one spawn per world size.
+
+    Rows (N, stage); columns: formula (parameters, gradients and optimizer state per rank),
+    peak (the highest of the ranks' measured peaks), gap (peak - formula), then that rank's
+    peak_in (the phase), the peak of each phase, at_start, activations, after_backward,
+    largest_gather, buffers, and at_peak_<part>: the bytes live at the peak by the part of the
+    step that allocated them (`PARTS`). DDP is `NaiveDDP` here, whose all-reduces run on
+    the rank's own thread, where the trace sees their buffers.
+    """
+    parameters = count_parameters(run_model(run))
+    rows = []
+    for world_size in world_sizes:
+        runs = [replace(run, optimizer=name) for name in STAGE_OPTIMIZERS.values()]
+        per_rank = launch.spawn(each_run, peak_memory, runs, world_size=world_size)
+        for index, stage in enumerate(STAGE_OPTIMIZERS):
+            worst = max((ranks[index] for ranks in per_rank), key=lambda r: r["peak"])
+            formula = memory.total_bytes(stage, parameters, world_size, PRECISIONS[run.dtype])
+            rows.append({"N": world_size, "stage": stage, "formula": int(formula),
+                         "peak": worst["peak"], "gap": worst["peak"] - int(formula),
+                         **{key: worst[key] for key in (
+                             "peak_in", "peak_forward", "peak_backward", "peak_optimizer",
+                             "at_start", "activations", "after_backward", "largest_gather",
+                             "buffers")},
+                         **{f"at_peak_{part}": nbytes
+                            for part, nbytes in worst["at_peak"].items()}})
+    return pd.DataFrame(rows).set_index(["N", "stage"])
+
+
+def stage3_timeline(rank: int, world_size: int, run: ZeroRun = MEMORY_RUN) -> dict:
+    """One ZeRO-3 step of `run` as it ran on this rank: what each unit did when, and the bytes
+    live on the rank meanwhile (the last of `run.steps` steps, measured by an AllocationTrace).
+
+    Collective: call on every rank. Returns {"events": in time order, each {"unit", "pass"
+    ("forward" or "backward"), "action" ("gather", "compute", "reduce-scatter" or "free"),
+    "start_ms", "end_ms" (from the step's start), "live_start", "live_end" (bytes)}, "memory":
+    [(ms, bytes live)] at the step's start and at each allocation and free, "peak": bytes,
+    "units": the units' names in forward order}. A unit's "compute" is the time between its
+    gather and its next action (the free in forward, the reduce-scatter in backward).
+    """
+    trace, step, _ = traced_steps(rank, world_size, replace(run, optimizer="zero3"))
+    ms = lambda time_ns: (time_ns - step.start_ns) / 1e6  # noqa: E731 - a unit conversion
+    events = []
+    for r in trace.ranges:
+        words = r.name.split()
+        if not (step.contains(r.start_ns) and words[0] in ("gather", "reduce-scatter", "free")):
+            continue
+        action, unit = words[0], words[-1]
+        events.append({"unit": unit, "pass": "backward" if action == "reduce-scatter" else words[1],
+                       "action": action, "start_ns": r.start_ns, "end_ns": r.end_ns})
+    for gather in [e for e in events if e["action"] == "gather"]:
+        after = min((e for e in events if (e["unit"], e["pass"]) == (gather["unit"], gather["pass"])
+                     and e["start_ns"] >= gather["end_ns"]), key=lambda e: e["start_ns"])
+        events.append({**gather, "action": "compute", "start_ns": gather["end_ns"],
+                       "end_ns": after["start_ns"]})
+    events.sort(key=lambda e: (e["start_ns"], e["end_ns"]))
+    rows = [{"unit": e["unit"], "pass": e["pass"], "action": e["action"],
+             "start_ms": ms(e["start_ns"]), "end_ms": ms(e["end_ns"]),
+             "live_start": trace.live_at(e["start_ns"]), "live_end": trace.live_at(e["end_ns"])}
+            for e in events]
+    units = list(dict.fromkeys(row["unit"] for row in rows if row["pass"] == "forward"))
+    return {"events": rows, "units": units, "peak": trace.peak(step.start_ns, step.end_ns)[0],
+            "memory": [(ms(t), live) for t, live in trace.series(step.start_ns, step.end_ns)]}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The lesson's demo: an MLP trained 20 steps on N ranks with ZeRO-1; losses, then memory."""
-    args = cli_args.lab_arguments(argv, "zero_lab", main.__doc__, steps=20, batch_size=ZeroRun().batch_size)
+    """The lesson's demo: an MLP trained 20 steps on N ranks with ZeRO-1 (or --optimizer);
+    losses, then memory."""
+    args = cli_args.lab_arguments(argv, "zero_lab", main.__doc__, steps=20,
+                                  batch_size=ZeroRun().batch_size,
+                                  choices={"optimizer": ("zero", "zero2", "zero3")})
+    if args.optimizer != "zero":
+        return show_stage(args.optimizer, args.steps, args.world_size)
     run = ZeroRun(steps=args.steps)
     results = launch.run(train_on_rank, run, world_size=args.world_size)
     zero = launch.run(memory_profile, run, world_size=args.world_size)
@@ -253,6 +451,31 @@ def main(argv: list[str] | None = None) -> int:
     for z, d in zip(zero, ddp):
         print(f"  rank {z['rank']}        {z['parameters']:10d} {z['gradients']:10d} "
               f"{d['optimizer']:16d} {z['optimizer']:19d} {12 * first['shard_numel']:11d}")
+    return 0 if identical else 1
+
+
+def show_stage(optimizer: str, steps: int, world_size: int) -> int:
+    """The demo under ZeRO-2 or ZeRO-3: the MLP's losses, then the measured peak memory of a
+    step of MEMORY_RUN's MiniGPT beside the formula, per rank."""
+    stage = {name: stage for stage, name in STAGE_OPTIMIZERS.items()}[optimizer]
+    results = launch.run(train_on_rank, ZeroRun(steps=steps, optimizer=optimizer),
+                         world_size=world_size)
+    peaks = launch.run(peak_memory, replace(MEMORY_RUN, optimizer=optimizer), world_size=world_size)
+    if not launch.is_reporting_process():
+        return 0
+    print(f"lesson 78: {stage} on {len(results)} ranks, MLP with {results[0]['params'].numel()} "
+          f"parameters, Adam lr {ZeroRun().lr}")
+    for step, loss in enumerate(results[0]["losses"]):
+        print(f"  step {step:2d}  loss {loss:.4f}")
+    identical = all(r["digests"] == results[0]["digests"] for r in results)
+    print(f"parameters identical on all ranks after every step: {identical}")
+    parameters = count_parameters(run_model(MEMORY_RUN))
+    formula = memory.total_bytes(stage, parameters, len(peaks), memory.FP32_MASTER_ADAM)
+    print(f"one step of a MiniGPT with {parameters} parameters, bytes per rank: formula "
+          f"{formula:,.0f} (parameters, gradients, optimizer state)")
+    for row in peaks:
+        print(f"  rank {row['rank']}  measured peak {row['peak']:,} (during {row['peak_in']}), "
+              f"activations {row['activations']:,}")
     return 0 if identical else 1
 
 

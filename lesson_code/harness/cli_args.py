@@ -97,12 +97,17 @@ def check_divides(parser: argparse.ArgumentParser, name: str, value: int, total:
 
 
 def lab_arguments(argv: list[str] | None, module: str, description: str, steps: int,
-                  batch_size: int) -> argparse.Namespace:
-    """The command line of `python -m lesson_code.<module>`: --world-size (4) and --steps; exits
-    with status 2 for a world size above `batch_size` (each rank needs samples of the batch)."""
+                  batch_size: int, choices: dict[str, tuple[str, ...]] | None = None
+                  ) -> argparse.Namespace:
+    """The command line of `python -m lesson_code.<module>`: --world-size (4) and --steps, and
+    for each `choices` entry ("optimizer": ("zero", ...)) an option --optimizer taking one of
+    them (the first by default); exits with status 2 for a world size above `batch_size` (each
+    rank needs samples of the batch)."""
     parser = argparse.ArgumentParser(prog=f"python -m lesson_code.{module}", description=description)
     parser.add_argument("--world-size", type=positive_int, default=4)
     parser.add_argument("--steps", type=positive_int, default=steps)
+    for name, values in (choices or {}).items():
+        parser.add_argument(f"--{name}", choices=values, default=values[0])
     args = parser.parse_args(argv)
     check_world_size(parser, args.world_size, batch_size,
                               f"each rank needs samples of the global batch of {batch_size}")

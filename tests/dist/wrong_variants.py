@@ -1,8 +1,10 @@
 """Deliberately wrong variants of our DDP and ZeRO, to show that the tests' bounds catch them.
 
 Each is what a plausible bug does: a gradient chunk applied one element off (an index error in
-a reduce-scatter or in a bucket's copy back). Ranks still agree with each other, so only the
-comparison with the reference can catch it.
+a reduce-scatter or in a bucket's copy back); under ZeRO-3, a gather that never happens (each
+rank computes with its own shard and zeros elsewhere) or gradients never reduced (each rank
+updates its shard with its own batch's gradient alone). Ranks still agree with each other, so
+only the comparison with the reference can catch it.
 """
 
 from contextlib import contextmanager
@@ -12,6 +14,7 @@ import torch
 from lesson_code import ddp_lab, zero_lab
 from lesson_code.ddp import BucketedDDP
 from lesson_code.zero import ZeroOptimizer
+from lesson_code.zero3 import Zero3Optimizer
 
 
 class OffByOneZero(ZeroOptimizer):
@@ -30,6 +33,32 @@ class OffByOneBuckets(BucketedDDP):
                 bucket.pending.wait(self.comm.timeout_s)
                 bucket.flat.copy_(torch.roll(bucket.flat, 1))
         super()._synchronise()
+
+
+class UngatheredZero3(Zero3Optimizer):
+    """ZeRO-3 that forgets the all-gather: a unit's full buffer holds this rank's shard and
+    zeros. Every collective of the step still runs (the reduce-scatters), so nothing hangs."""
+
+    def _gather(self, group, when):
+        if group.full.untyped_storage().nbytes():
+            return
+        group.full.untyped_storage().resize_(group.padded * group.full.element_size())
+        group.full.zero_()
+        self._own_chunk(group, group.full).copy_(group.shard)
+        for param, piece in zip(group.params, group.pieces(group.full)):
+            param.data = piece
+
+
+class UnreducedZero3(Zero3Optimizer):
+    """ZeRO-3 that forgets the reduce-scatter: each rank keeps its chunk of its own gradient."""
+
+    def _reduce(self, group):
+        if self.grad_shard is None:
+            self.grad_shard = group.flat_grad.new_zeros(self.master.numel())
+        own = self.grad_shard[group.offset: group.offset + group.shard_numel]
+        own.add_(self._own_chunk(group, group.flat_grad))
+        group.flat_grad = None
+        self._free(group, "backward")
 
 
 @contextmanager
@@ -53,3 +82,12 @@ def train_wrong_ddp(rank, world_size, run):
     """ddp_lab.train_ranks with OffByOneBuckets in place of BucketedDDP."""
     with replaced(ddp_lab, "BucketedDDP", OffByOneBuckets):
         return ddp_lab.train_ranks(rank, world_size, run)
+
+
+WRONG_ZERO3 = {"ungathered": UngatheredZero3, "unreduced": UnreducedZero3}
+
+
+def train_wrong_zero3(rank, world_size, run, variant):
+    """zero_lab.train_on_rank of a "zero3" run, WRONG_ZERO3[variant] in place of Zero3Optimizer."""
+    with replaced(zero_lab, "Zero3Optimizer", WRONG_ZERO3[variant]):
+        return zero_lab.train_on_rank(rank, world_size, run)

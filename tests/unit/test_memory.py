@@ -67,3 +67,10 @@ def test_choosing_a_stage():
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_lesson_78_code_keeps_an_fp32_master_beside_fp32_weights():
+    # 4 + 4 + 12 bytes per parameter: what the lesson's optimizers hold for a float32 model
+    assert memory.total_bytes("DDP", 1, 4, memory.FP32_MASTER_ADAM) == 20
+    assert memory.total_bytes("ZeRO-2", 1, 4, memory.FP32_MASTER_ADAM) == 4 + 16 / 4
+    assert memory.total_bytes("ZeRO-3", 1, 4, memory.FP32_MASTER_ADAM) == 20 / 4

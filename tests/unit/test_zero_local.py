@@ -1,10 +1,14 @@
-"""ZeRO pieces that need no ranks: flatten/unflatten, the Adam update, argument checks."""
+"""ZeRO pieces that need no ranks: flatten/unflatten, the Adam update, argument checks, and the
+allocation trace that measures ZeRO's memory."""
 
 import pytest
 import torch
 
+from lesson_code.harness.allocations import BEFORE, AllocationTrace
 from lesson_code.models import MLP, build_model
 from lesson_code.zero import MasterAdam, ZeroOptimizer, adam_update, flatten_params, unflatten_into
+from lesson_code.zero2 import Zero2Optimizer
+from lesson_code.zero3 import Zero3Optimizer
 
 
 def test_flatten_then_unflatten_is_exact():
@@ -87,3 +91,46 @@ def test_master_adam_on_float32_agrees_with_torch_adam():
 def test_bad_optimizer_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ZeroOptimizer(MLP(), **kwargs)
+
+
+@pytest.mark.parametrize("units, message", [
+    (lambda m: [m.layers[0], m.layers[2]], r"parameters \['layers.4.weight', 'layers.4.bias'\] "
+                                           "belong to no unit"),
+    (lambda m: [m.layers, m.layers[4]], "also belongs to unit layers: units must not nest"),
+    (lambda m: [MLP().layers[0]], r"units \['Linear'\] are not submodules of MLP"),
+])
+def test_zero3_units_must_hold_every_parameter_once(units, message):
+    model = MLP()
+    with pytest.raises(ValueError, match=message):
+        Zero3Optimizer(model, 4, 0, lr=1e-3, units=units(model))
+
+
+def test_zero3_needs_units_for_a_model_it_does_not_know():
+    with pytest.raises(ValueError, match=r"no default units for Sequential: pass units=\[\.\.\.\]"):
+        Zero3Optimizer(torch.nn.Sequential(torch.nn.Linear(2, 2)), 4, 0, lr=1e-3)
+
+
+def test_zero2_refuses_an_empty_bucket():
+    with pytest.raises(ValueError, match="bucket_cap_mb must be positive, got 0"):
+        Zero2Optimizer(MLP(), 4, 0, lr=1e-3, bucket_cap_mb=0)
+
+
+def test_an_allocation_trace_counts_what_is_allocated_and_freed_and_where():
+    with AllocationTrace() as trace:
+        kept = torch.empty(1000)                               # 4000 bytes, outside any range
+        with torch.profiler.record_function("outer"):
+            brief = torch.empty(500)                           # 2000 bytes, freed below
+            with torch.profiler.record_function("inner"):
+                inner = torch.empty(250)                       # 1000 bytes
+            del brief
+        kept.untyped_storage().resize_(0)                      # a resize frees the storage
+    outer, inner_range = trace.ranges_named("outer")[0], trace.ranges_named("inner")[0]
+    assert [block.nbytes for block in trace.allocations] == [4000, 2000, 1000]
+    assert trace.peak() == (7000, trace.allocations[2].allocated_ns)
+    assert trace.live_by_range(inner_range.end_ns) == {BEFORE: 4000, "outer": 2000, "inner": 1000}
+    assert trace.live_by_range(inner_range.end_ns, since_ns=inner_range.start_ns) == {
+        BEFORE: 6000, "inner": 1000}
+    assert trace.live_at(outer.end_ns) == 5000
+    assert trace.series(outer.end_ns, 2 ** 62) == [(outer.end_ns, 5000),
+                                                   (trace.allocations[0].freed_ns, 1000)]
+    assert trace.live_at(2 ** 62) == 4 * inner.numel()  # only `inner` is left
