@@ -1,4 +1,4 @@
-"""Each lesson's core correctness check, on what this machine has: one line per lesson (76-81).
+"""Each lesson's core correctness check, on what this machine has: one line per check (76-81).
 
 On a laptop the ranks are CPU processes talking over gloo; on a machine with a GPU per rank they
 are GPUs talking over NCCL (`launch` chooses; `--backend` forces one). Each check compares a
@@ -16,6 +16,7 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -61,6 +62,20 @@ def zero_matches_adam(rank: int, world_size: int) -> dict:
             "detail": f"ranks identical {identical}, max |param - torch Adam| {diff:.1e} (< 1e-5)"}
 
 
+def zero3_matches_fsdp2_and_adam(rank: int, world_size: int) -> dict:
+    """Lesson 78: ZeRO-3 (MLP, 5 steps) against torch's FSDP2 and one-process torch.optim.Adam."""
+    run = zero_lab.ZeroRun(steps=5, optimizer="zero3")
+    result = zero_lab.train_on_rank(rank, world_size, run)
+    fsdp2 = zero_lab.train_on_rank(rank, world_size, replace(run, optimizer="fsdp2"))
+    reference = zero_lab.train_single_process(run)
+    to_adam = (result["params"] - reference["params"]).abs().max().item()
+    to_fsdp2 = (result["params"] - fsdp2["params"]).abs().max().item()
+    identical = _all_ranks(result["digests"][-1])
+    return {"ok": identical and max(to_adam, to_fsdp2) < 1e-5,
+            "detail": f"ranks identical {identical}, max |param - FSDP2| {to_fsdp2:.1e}, "
+                      f"- torch Adam {to_adam:.1e} (< 1e-5)"}
+
+
 def pipeline_matches_unsplit(rank: int, world_size: int) -> dict:
     """Lesson 79: one 1F1B step (4 micro-batches) against the unsplit model's gradients."""
     run = pipeline_lab.PipeRun()
@@ -95,13 +110,13 @@ def capstone_resumes(rank: int, world_size: int) -> dict:
             "detail": f"loss {losses[0]:.3f} -> {losses[-1]:.3f}, resume verified {verified}"}
 
 
-CHECKS: dict[str, tuple[str, Callable[[int, int], dict]]] = {
-    "76": ("collectives", collectives_within_bound),
-    "77": ("data parallel", ddp_matches_one_process),
-    "78": ("ZeRO-1", zero_matches_adam),
-    "79": ("pipeline", pipeline_matches_unsplit),
-    "80": ("checkpoints", checkpoint_round_trip),
-    "81": ("capstone", capstone_resumes),
+CHECKS: dict[str, list[tuple[str, Callable[[int, int], dict]]]] = {  # lesson: its checks
+    "76": [("collectives", collectives_within_bound)],
+    "77": [("data parallel", ddp_matches_one_process)],
+    "78": [("ZeRO-1", zero_matches_adam), ("ZeRO-3", zero3_matches_fsdp2_and_adam)],
+    "79": [("pipeline", pipeline_matches_unsplit)],
+    "80": [("checkpoints", checkpoint_round_trip)],
+    "81": [("capstone", capstone_resumes)],
 }
 
 
@@ -119,16 +134,16 @@ def _same_on_all_ranks(path: str) -> str:
     return chosen[0]
 
 
-def check_on_every_rank(rank: int, world_size: int, lesson: str) -> dict:
-    """Run lesson `lesson`'s check; add the backend and device it ran on. Collective."""
+def check_on_every_rank(rank: int, world_size: int, lesson: str, index: int = 0) -> dict:
+    """Run check `index` of lesson `lesson`; add the backend and device it ran on. Collective."""
     started = time.perf_counter()
-    result = CHECKS[lesson][1](rank, world_size)
+    result = CHECKS[lesson][index][1](rank, world_size)
     return {**result, "backend": dist.get_backend(), "device": str(current_device()),
             "seconds": time.perf_counter() - started}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every lesson's check, print one line each; exit 0 only when all pass."""
+    """Run every lesson's checks, print one line each; exit 0 only when all pass."""
     parser = argparse.ArgumentParser(prog="python -m lesson_code.selfcheck", description=main.__doc__)
     parser.add_argument("--world-size", type=positive_int, default=None,
                         help="ranks (default: one per GPU, at most 4, else 4 CPU ranks)")
@@ -142,10 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     if gpus == 1 and args.world_size is None and args.backend == "auto":
         print("one GPU: NCCL needs one GPU per rank, so these checks run on 4 CPU ranks (gloo)")
     failures = 0
-    for lesson in args.lessons:
-        name = CHECKS[lesson][0]
+    checks = [(lesson, index, name) for lesson in args.lessons
+              for index, (name, _) in enumerate(CHECKS[lesson])]
+    for lesson, index, name in checks:
         try:
-            results = launch.run(check_on_every_rank, lesson, world_size=world_size,
+            results = launch.run(check_on_every_rank, lesson, index, world_size=world_size,
                                  backend=args.backend, timeout_s=300)
         except (launch.SpawnError, ValueError) as error:
             results = [{"ok": False, "detail": str(error).splitlines()[0], "backend": "-",

@@ -1,4 +1,4 @@
-"""`python -m lesson_code.selfcheck` (make selfcheck): one line per lesson, on this machine's CPU."""
+"""`python -m lesson_code.selfcheck` (make selfcheck): one line per check, on this machine's CPU."""
 
 import os
 import subprocess
@@ -17,7 +17,8 @@ def test_every_lesson_passes_its_check_on_gloo():
     completed = selfcheck("--backend", "gloo")
     assert completed.returncode == 0, completed.stdout + completed.stderr[-3000:]
     lines = completed.stdout.splitlines()
-    assert [line.split()[1] for line in lines] == ["76", "77", "78", "79", "80", "81"]
+    assert [line.split()[1] for line in lines] == ["76", "77", "78", "78", "79", "80", "81"]
+    assert "ZeRO-3" in lines[3] and "FSDP2" in lines[3], lines[3]
     assert all(" PASS  gloo x4 on cpu " in line for line in lines), completed.stdout
 
 
