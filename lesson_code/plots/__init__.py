@@ -22,7 +22,9 @@ from matplotlib import font_manager, ticker, transforms
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-LANGUAGES = ("en", "fa")
+from lesson_code import language
+from lesson_code.language import LANGUAGES, check_language
+
 ASSETS = Path(__file__).with_name("assets")
 FONT_FAMILY = "Vazirmatn"
 
@@ -35,13 +37,6 @@ def page_language(directory: Path | str | None = None) -> str:
     """
     folder = Path(directory) if directory is not None else Path.cwd()
     return "fa" if folder.name == "fa" else "en"
-
-
-def check_language(lang: str) -> str:
-    """Return `lang` if supported; raise ValueError naming the choices otherwise."""
-    if lang not in LANGUAGES:
-        raise ValueError(f"unknown language {lang!r}: use one of {', '.join(LANGUAGES)}")
-    return lang
 
 
 # Sizes in points for a figure at most FIGURE_WIDTH inches wide: the book shows a figure at the
@@ -110,7 +105,10 @@ ISOLATED = re.compile("(\u2066.*?\u2069)")
 
 
 def number(value, lang: str) -> str:
-    """`value` as text in `lang`'s digits ("۱۲" in Persian, "12" in English)."""
+    """`value` as text in `lang`'s digits ("۱۲" in Persian, "12" in English): a number by the
+    course's rule (`language.number`: 3e-06 is «۳ × ۱۰⁻⁶»), text digit by digit."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return language.number(value, lang)
     return str(value).translate(DIGITS.get(check_language(lang), {}))
 
 
@@ -179,7 +177,7 @@ class PersianTicks(ticker.Formatter):
         if "$" in text:
             scale = self.axis.get_scale() if self.axis is not None else ""
             text = (scale == "log" and getattr(self.inner, "_base", 10) == 2 and _binary_size(x)) \
-                or f"{x:g}"
+                or language.number(x, "fa", "g")
         return persian_text(text)
 
 

@@ -3,12 +3,13 @@
 A notebook's code cells are identical in both editions, so a cell builds its table with English
 labels and passes it through its lesson's `table(frame, lang)`, which calls `translate` with the
 lesson's words. Values stay as measured; only labels (column and index names and their values)
-change. A label "stage 3" becomes the word for "stage" followed by the number in Persian digits.
+change. A label "stage 3" becomes the word for "stage" and the number, «مرحلهٔ ۳».
 
 In Persian the result is a `PersianTable` (or `PersianSeries`): the same pandas object, whose
 values the notebook's asserts still read as numbers and booleans, and whose text/plain is
-pandas' own, but whose HTML (what Jupyter and the book show) runs right to left, with Persian
-digits, درست/نادرست for True/False, and the lesson's words for English values it knows.
+pandas' own, but whose HTML (what Jupyter, a code host and the book show) runs right to left,
+with numbers by the course's rule (`lesson_code.language`), درست/نادرست for True/False, the
+lesson's words for English values it knows, and Latin names isolated left to right.
 
     figures.table(pd.DataFrame(rows).set_index("stage"), lang=plots.page_language())
 """
@@ -20,20 +21,19 @@ import re
 
 import pandas as pd
 
-from lesson_code.plots import FREE_NUMBER, split_latin, check_language, number
-
-PERSIAN_DIGITS = str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹")
-
+from lesson_code import language, plots
+from lesson_code.plots import FREE_NUMBER, check_language, number
 
 def translate_label(label, words: dict[str, str]):
-    """One label in the words' language: a known word, a known word and a number, or as it was."""
+    """One label in the words' language: a known word, a known word and its number («مرحلهٔ ۳»,
+    `language.numbered`), or as it was."""
     if not isinstance(label, str):
         return label
     if label in words:
         return words[label]
     numbered = re.fullmatch(r"(.+?) (\d+)", label)
     if numbered and numbered.group(1) in words:
-        return f"{words[numbered.group(1)]} {numbered.group(2).translate(PERSIAN_DIGITS)}"
+        return language.numbered(words[numbered.group(1)], numbered.group(2))
     return label
 
 
@@ -64,31 +64,70 @@ def _renamed(frame, mapping: dict[str, str]):
     return frame
 
 
-BOOLEANS = {"True": "درست", "False": "نادرست"}
-NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?|nan|inf|-inf")
+BOOLEANS = {"True": "درست", "False": "نادرست", "None": "هیچ"}
+NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?|nan|NaN|inf|-inf")
 TEXT_NODE = re.compile(r">([^<>]+)<")
+SEQUENCE = re.compile(r"[(\[](?:[^()\[\]A-Za-z]*)[)\]]")  # (6, 1.5), [12, 11, 2, 4]
+NOT_PERSIAN_LETTERS = re.compile(r"[^\u0600-\u065f\u066e-\u06ef\u06fa-\u06ff]+")
+EDGE_SPACE = re.compile(r"^(\s*)(.*?)(\s*)$", re.S)
 
 
 def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
-    """One table cell as the Persian edition shows it, as HTML: a number in Persian digits (kept
-    left to right, so a sign or an exponent stays in place), True/False as درست/نادرست, an English
-    value the lesson's `words` know in Persian, and else its free numbers in Persian digits
-    (names such as ZeRO-1 keep theirs)."""
+    """One table cell as the Persian edition shows it, as HTML: a number by the course's rule
+    (`language.number`: Persian digits, «−», «۳٫۸۱ × ۱۰⁻⁶», isolated where it holds a sign or a
+    power), True/False/None as درست/نادرست/هیچ, an English value the lesson's `words` know (alone,
+    numbered as "block 3", or in a list "embedding, block 0") in Persian, a tuple or list of
+    numbers with the Persian comma, and else its free numbers in Persian digits and its Latin
+    names (ZeRO-1, .step-00000002.tmp) isolated left to right."""
     stripped = text.strip()
+    words = words or {}
     if not stripped:
         return html.escape(text, quote=False)
     if stripped in BOOLEANS:
         return BOOLEANS[stripped]
     if NUMBER.fullmatch(stripped):
-        persian = number(stripped.replace(",", "٬"), "fa")
-        return persian if stripped[0].isdigit() and "e" not in stripped \
-            else f'<bdi dir="ltr">{html.escape(persian, quote=False)}</bdi>'
-    if words and stripped in words:
-        return html.escape(words[stripped], quote=False)
-    pieces = split_latin(stripped)
-    return html.escape("".join(
-        FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), piece) if index % 2 == 0 else piece
-        for index, piece in enumerate(pieces)), quote=False)
+        return language.persian_number_text(stripped, html=True)
+    known = _known(stripped, words)
+    if known is not None:
+        return html.escape(known, quote=False)
+    if SEQUENCE.fullmatch(stripped) and NUMBER.search(stripped):
+        items = [item.strip() for item in stripped[1:-1].split(",") if item.strip()]
+        if all(NUMBER.fullmatch(item) for item in items):
+            shown = f"{language.PERSIAN_COMMA} ".join(
+                language.persian_number_text(item, html=True) for item in items)
+            return f"{stripped[0]}{shown}{stripped[-1]}"
+    return _isolated_latin(stripped)
+
+
+def _known(text: str, words: dict[str, str]) -> str | None:
+    """`text` in Persian when `words` know it: a word, a numbered word, or a list of them."""
+    if text in words:
+        return words[text]
+    items = [item.strip() for item in text.split(", ")]
+    shown = [translate_label(item, words) for item in items]
+    if all(a != b for a, b in zip(items, shown)):
+        return f"{language.PERSIAN_COMMA} ".join(shown)
+    return None
+
+
+def _isolated_latin(text: str) -> str:
+    """`text` as HTML: Latin names isolated left to right (the whole cell when it has no Persian
+    letter), the numbers outside them in Persian digits."""
+    if not plots.PERSIAN_LETTER.search(text):
+        if not plots.LATIN_LETTER.search(text):
+            return html.escape(FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), text), quote=False)
+        return f'<bdi dir="ltr">{html.escape(text, quote=False)}</bdi>'
+    pieces, last = [], 0
+    for run in NOT_PERSIAN_LETTERS.finditer(text):
+        pieces.append(html.escape(text[last:run.start()], quote=False))
+        before, core, after = EDGE_SPACE.fullmatch(run.group()).groups()
+        if plots.LATIN_LETTER.search(core):
+            shown = f'<bdi dir="ltr">{html.escape(core, quote=False)}</bdi>'
+        else:
+            shown = html.escape(FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), core), quote=False)
+        pieces.append(before + shown + after)
+        last = run.end()
+    return "".join(pieces) + html.escape(text[last:], quote=False)
 
 
 def persian_html(table_html: str, words: dict[str, str] | None = None) -> str:
@@ -127,8 +166,9 @@ class PersianTable(pd.DataFrame):
 
 
 class PersianSeries(pd.Series):
-    """A Series of the Persian edition. Its display is pandas' (text only, as in the English
-    edition); `to_frame()` gives a `PersianTable`."""
+    """A Series of the Persian edition: pandas in every way, shown in HTML as a one-column
+    table that runs right to left, its name as the column's heading (no "Name:" or "dtype:"
+    lines); `to_frame()` gives a `PersianTable`."""
 
     _metadata = ["words"]
     words: dict[str, str] = {}
@@ -140,3 +180,8 @@ class PersianSeries(pd.Series):
     @property
     def _constructor_expanddim(self):
         return PersianTable
+
+    def _repr_html_(self) -> str | None:
+        frame = pd.Series(self).to_frame(name="" if self.name is None else self.name)
+        table_html = frame._repr_html_()
+        return None if table_html is None else persian_html(table_html, self.words)

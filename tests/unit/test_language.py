@@ -1,0 +1,57 @@
+"""How the Persian edition writes a number (lesson_code.language), and which language a command
+speaks when it is not told."""
+
+import pytest
+
+from lesson_code import language
+
+LRI, PDI = "\u2066", "\u2069"
+
+
+@pytest.mark.parametrize("value, spec, shown", [
+    (3.814697e-06, "", f"{LRI}۳٫۸۱ × ۱۰⁻⁶{PDI}"),  # small: three digits times a power of ten
+    (1e-08, "", f"{LRI}۱۰⁻⁸{PDI}"),
+    (0.25, "", "۰٫۲۵"),
+    (9.676828e-03, ".6e", "۰٫۰۰۹۶۸"),  # written plainly from 0.001 up, whatever the spec
+    (2.5e7 + 0.5, ".1f", f"{LRI}۲٫۵ × ۱۰⁷{PDI}"),  # large and not whole
+    (4788224, "", "۴۷۸۸۲۲۴"),  # a whole number stays whole
+    (4788224, ",", "۴٬۷۸۸٬۲۲۴"),  # grouped with the Persian thousands mark
+    (-0.41, ".2f", f"{LRI}−۰٫۴۱{PDI}"),  # the minus sign, isolated so it stays on the left
+    (-0.0, ".1f", "۰٫۰"),
+    (float("nan"), "", "—"),
+    (0.125, ".1%", "۱۲٫۵٪"),
+])
+def test_a_number_in_persian_follows_one_rule(value, spec, shown):
+    assert language.number(value, "fa", spec) == shown
+    assert language.number(value, "en", spec) == format(value, spec)  # English: as formatted
+
+
+def test_in_html_the_power_is_raised_and_the_isolate_is_a_bdi():
+    assert language.number(-1.2e-05, "fa", html=True) == '<bdi dir="ltr">−۱٫۲ × ۱۰<sup>−۵</sup></bdi>'
+    assert language.number(12, "fa", html=True) == "۱۲"
+
+
+def test_text_that_is_not_one_number_and_an_unknown_language_are_refused():
+    with pytest.raises(ValueError, match="'1 2' is not a number"):
+        language.persian_number_text("1 2")
+    with pytest.raises(ValueError, match="unknown language 'de': use one of en, fa"):
+        language.number(1, "de")
+
+
+def test_words_with_numbers_and_lists_take_the_persian_forms():
+    assert language.numbered("رتبه", 2) == "رتبهٔ ۲"  # ezafe after a silent ه
+    assert language.numbered("گام", 10) == "گام ۱۰"
+    assert language.numbered("rank", 2, "en") == "rank 2"
+    assert language.listed([1, 2, 3], "fa") == "1، 2، 3"
+    assert language.listed(["a", "b"], "en") == "a, b"
+
+
+@pytest.mark.parametrize("environ, lang", [
+    ({}, "en"), ({"LANG": "fa"}, "fa"), ({"LANG": "fa_IR.UTF-8"}, "fa"),
+    ({"LANG": "en_US.UTF-8"}, "en"), ({"LANG": "C.UTF-8"}, "en"),
+    ({"LANGUAGE": "fa:en", "LANG": "en_US.UTF-8"}, "fa"),  # gettext's order: LANGUAGE first
+    ({"LC_ALL": "en_GB.UTF-8", "LANG": "fa"}, "en"),
+    ({"LANGUAGE": "", "LANG": "fa_IR"}, "fa"),  # an empty variable does not decide
+])
+def test_the_language_a_command_speaks_comes_from_the_locale(environ, lang):
+    assert language.language_from_environment(environ) == lang
