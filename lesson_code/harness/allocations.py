@@ -81,8 +81,10 @@ class AllocationTrace:
         # into every rank's output, unless its log level, read when a process first profiles,
         # is above 5. A level the reader set is left alone.
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-        self._profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                                profile_memory=True)
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._profiler = torch.profiler.profile(activities=activities, profile_memory=True)
         self._profiler.__enter__()
         return self
 
