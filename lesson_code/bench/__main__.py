@@ -20,9 +20,9 @@ from lesson_code.harness.cli_args import positive_int
 from lesson_code.collectives import choose
 
 BENCHMARKS = {"collectives": collectives_bench.run, "ddp": ddp_bench.run, "zero": zero_bench.run,
-              "pipeline": pipeline_bench.run,
+              "zero_stages": zero_bench.run_stages, "pipeline": pipeline_bench.run,
               "capstone": capstone_bench.run, "launch": launch_bench.run}
-STORING = ("collectives", "ddp", "zero", "pipeline", "capstone")  # their full runs store a table
+STORING = ("collectives", "ddp", "zero", "zero_stages", "pipeline", "capstone")  # store a table
 REPEATING = ("pipeline", "capstone")  # they take --repeats
 
 

@@ -1,8 +1,9 @@
 """Benchmark tables stored with the package, with the machine and the date they were measured on.
 
 A lesson cannot run a long measurement while its page is built, so it reads the table that
-`python -m lesson_code.bench ddp` (or `zero`) measured, `lesson_code/measured_<name>.csv` (package
-data), headed by comment lines that say when, where and with which command it was measured.
+`python -m lesson_code.bench ddp` (or `zero`, `zero_stages`) measured,
+`lesson_code/measured_<name>.csv` (package data), headed by comment lines that say when, where
+and with which command it was measured.
 Run on your machine, a benchmark writes its table into bench-results/ and leaves the package's
 alone; `--into-package` replaces the package's (for whoever refreshes the book's figures).
 
@@ -21,7 +22,7 @@ from lesson_code.harness.files import replacing
 from lesson_code.harness.timing import machine_line
 
 STORED = Path(__file__).resolve().parents[1]  # lesson_code/, whose measured_*.csv ship with it
-NAMES = ("ddp", "zero")
+NAMES = ("ddp", "zero", "zero_stages")
 
 
 def path_of(name: str, folder: Path | None = None) -> Path:

@@ -37,7 +37,8 @@ def git_status() -> str:
 
 def test_a_full_benchmark_run_stores_into_its_results_folder_and_leaves_the_checkout_clean(tmp_path):
     before_tables, before_status = package_tables(), git_status()
-    assert len(before_tables) == 8  # ddp, zero, pipeline, capstone and its curve; three collectives
+    assert len(before_tables) == 9  # ddp, zero, zero_stages, pipeline, capstone and its curve;
+    #                                 three collectives
     done = subprocess.run([sys.executable, "-m", "lesson_code.bench", "capstone", "--world-size",
                            "2", "--repeats", "1", "--out-dir", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)

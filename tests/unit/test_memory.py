@@ -1,8 +1,9 @@
-"""memory: the ZeRO paper's numbers and lesson 78's, exactly."""
+"""memory: the ZeRO paper's numbers and lesson 78's, exactly; and the measured peaks beside them."""
 
 import pytest
 
 from lesson_code import memory
+from lesson_code.bench import stored
 
 GB = 1e9
 
@@ -74,3 +75,15 @@ def test_lesson_78_code_keeps_an_fp32_master_beside_fp32_weights():
     assert memory.total_bytes("DDP", 1, 4, memory.FP32_MASTER_ADAM) == 20
     assert memory.total_bytes("ZeRO-2", 1, 4, memory.FP32_MASTER_ADAM) == 4 + 16 / 4
     assert memory.total_bytes("ZeRO-3", 1, 4, memory.FP32_MASTER_ADAM) == 20 / 4
+
+
+def test_the_stored_stage_table_sets_each_measured_peak_beside_this_module_s_formula():
+    table, note = stored.load("zero_stages")
+    assert "torch's allocator" in note["description"]
+    assert set(table.index) == {1, 2, 4} and set(table.stage) == set(memory.STAGES)
+    for n, row in table.iterrows():
+        formula = memory.total_bytes(row.stage, row.parameters, n, memory.FP32_MASTER_ADAM)
+        assert row.formula == int(formula) and row.gap == row.peak - row.formula > 0
+    zero3 = table[table.stage == "ZeRO-3"]
+    # between steps a ZeRO-3 rank holds 16 bytes of each parameter it owns, and the buffers
+    assert (zero3.at_start == 16 * zero3.parameters // zero3.index + zero3.buffers).all()

@@ -12,6 +12,9 @@ COLUMNS = {  # what the lessons' cells read from each table
             "vs_torch", "parameters"},
     "zero": {"forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "step_ms", "vs_our_ddp",
              "parameters"},
+    "zero_stages": {"stage", "formula", "peak", "gap", "peak_in", "at_start", "activations",
+                    "after_backward", "largest_gather", "at_peak_gathered", "step_ms", "vs_ddp",
+                    "parameters"},
 }
 
 
