@@ -5,7 +5,8 @@
 #   make test   the whole suite: unit, distributed (real gloo ranks), notebooks (nbval), book build, browser
 # and, separately, make selfcheck (each lesson's check on this machine's CPUs or GPUs), make bench
 # (figures, not tests), make notebooks (store the listings' code, re-execute, store outputs and
-# run times) and make lab (JupyterLab on the notebooks, with the project's kernel and its widgets).
+# run times) and make lab (JupyterLab on the repository, opening on the notebooks, with the
+# project's kernel and its widgets).
 #
 # Python: torch 2.13.0 ships wheels for 3.10 to 3.14, but the pinned numpy 2.4, pandas 3.1 and
 # matplotlib 3.11 need 3.11 or later, so PYTHON_VERSIONS (pyproject's requires-python, checked
@@ -97,13 +98,20 @@ notebooks: $(READY)
 	$(BIN)/python -m lesson_code.book_build.listings
 	$(BIN)/python -m lesson_code.book_build.run_times notebooks/*/*.ipynb
 
-# JupyterLab on the notebooks, with this environment's python3 kernel (lesson_code and
-# ipywidgets installed) and jupyterlab-myst (the lessons' MyST rendered, not shown as typed), on
-# localhost only, without the extension manager's calls to a package index. Stop it with Ctrl+C.
-# As root (a container), Jupyter refuses to start without --allow-root, so it is passed then.
+# JupyterLab on the repository (so lesson_code's files open beside the lessons), opening on
+# notebooks/, with this environment's python3 kernel (lesson_code and ipywidgets installed) and
+# jupyterlab-myst (the lessons' MyST rendered, not shown as typed), on localhost only, without
+# the extension manager's calls to a package index. Stop it with Ctrl+C. First `jupyter trust`
+# signs the course's notebooks (their stored outputs show as stored, and the server does not
+# call them untrusted); Jupyter's data folder, which holds the signatures and the running
+# kernels' files, is $(LAB_DATA), so nothing is written outside the checkout. As root (a
+# container), Jupyter refuses to start without --allow-root, so it is passed then.
+LAB_DATA := $(LAB_CONFIG)/data
 lab: $(LAB_READY)
-	JUPYTER_CONFIG_DIR=$(CURDIR)/$(LAB_CONFIG) $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 \
-		--ServerApp.root_dir=$(CURDIR)/notebooks --LabApp.custom_css=True \
+	JUPYTER_DATA_DIR=$(CURDIR)/$(LAB_DATA) $(BIN)/jupyter trust notebooks/*/*.ipynb
+	JUPYTER_CONFIG_DIR=$(CURDIR)/$(LAB_CONFIG) JUPYTER_DATA_DIR=$(CURDIR)/$(LAB_DATA) \
+		$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR) \
+		--LabApp.default_url=/lab/tree/notebooks --LabApp.custom_css=True \
 		--LabApp.extension_manager=readonly $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:

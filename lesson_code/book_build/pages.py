@@ -9,7 +9,8 @@ book/_templates/layout.html what the page needs:
 - `edition`: lang and dir of the page, the same page in the other edition (the language switch and
   the <link rel="alternate" hreflang> tags), and on Persian pages the theme's strings in Persian
   from book/_templates/theme.fa.po (the themes ship no Persian translation);
-- `run_lesson` on lesson pages: how to run the notebook, how long its last run took (from the
+- `run_lesson` on lesson pages: how to run the notebook (in JupyterLab, or without a browser into
+  _build/executed), how long its last run took (from the
   CSV that `make notebooks` writes, read by lesson_code.book_build.run_times) and where to download it;
 - `explorer_scripts` on lesson pages: the scripts of the lesson's offline explorers in
   book/static (EXPLORERS), each filling the page's <div class="explorer" data-explorer="NN">
@@ -35,6 +36,7 @@ from lesson_code.book_build import run_times
 CATALOG = "_templates/theme.fa.po"  # relative to the source folder, book/
 EDITIONS = ("fa", "en")
 LESSONS = "notebooks"  # the folder of the lesson pages, inside the source folder
+EXECUTED = "_build/executed"  # where the run box's command writes an executed lesson
 DIRECTION = {"fa": "rtl", "en": "ltr"}
 LANGUAGE_NAME = {"fa": "فارسی", "en": "English"}
 PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
@@ -107,13 +109,21 @@ def translator(messages: dict[str, str]):
 
 
 def run_box(docname: str, times: dict[str, dict], pathto) -> dict | None:
-    """What the "Run this lesson" box of a lesson page says, or None on other pages."""
+    """What the "Run this lesson" box of a lesson page says, or None on other pages.
+
+    `execute` runs the lesson without a browser, from the repository root, in the notebook's
+    folder as JupyterLab does, and writes the notebook with its outputs to `executed`, inside
+    the git-ignored _build/: the lesson's own file, and the checkout, stay as they were.
+    """
     folder, edition, name = _split(docname) or ("", "", "")
     if folder != LESSONS:
         return None
     notebook = f"{edition}/{name}.ipynb"
     measured = times.get(notebook)
     box = {"folder": f"notebooks/{edition}", "file": f"{name}.ipynb",
+           "execute": (f".venv/bin/jupyter nbconvert --to notebook --execute --output-dir "
+                       f"{EXECUTED}/{edition} notebooks/{notebook}"),
+           "executed": f"{EXECUTED}/{notebook}",
            "download": pathto(f"_sources/notebooks/{notebook}", 1), "measured": measured}
     if measured and edition == "fa":
         box["measured"] = {**measured, "seconds": persian_digits(measured["seconds"]),

@@ -313,6 +313,29 @@ def test_the_memory_calculator_works_offline(browser, site: str, edition: str, f
         v.page.context.close()
 
 
+@pytest.mark.parametrize("edition", ["fa", "en"])
+def test_the_implementation_section_shows_its_code_left_to_right(browser, site: str, edition: str):
+    """Lesson 78's listings, in both editions: highlighted Python read left to right (in the
+    Persian article too), where the prose introduces them. A screenshot of the section."""
+    v = open_page(browser, f"{site}/notebooks/{edition}/78-zero.html")
+    try:
+        step = v.page.locator("div.highlight-python pre", has_text="def step(self)").first
+        step.wait_for()
+        assert step.evaluate("e => getComputedStyle(e).direction") == "ltr"
+        assert step.locator("span.k", has_text="def").count() and step.locator("span.nf").count()
+        step.evaluate("e => e.setAttribute('data-test-listing', '')")
+        xy = v.page.evaluate(WORD_XY, ["[data-test-listing]", {"def": {"text": "def"},
+                                                                "step": {"text": "step"}}])
+        assert reading_order(xy, "ltr") == ["def", "step"], xy
+        heading = v.page.locator("article h2", has_text="پیاده‌سازی" if edition == "fa"
+                                 else "The implementation").first
+        heading.evaluate("e => e.scrollIntoView({block: 'start'})")
+        shoot(v, f"book-{edition}-78-implementation")
+        assert_offline_and_complete(v)
+    finally:
+        v.page.context.close()
+
+
 @pytest.mark.parametrize("edition, word", [("fa", "حافظه"), ("en", "memory")])
 def test_search_finds_the_word_in_the_edition_it_was_asked_from(browser, site, edition, word):
     v = open_page(browser, f"{site}/notebooks/{edition}/78-zero.html")

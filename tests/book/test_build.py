@@ -8,12 +8,15 @@ things in a real browser.
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 import yaml
+
+from lesson_code.book_build.listings import KEY as LISTING
 
 pytestmark = pytest.mark.book
 
@@ -222,13 +225,38 @@ def test_persian_pages_speak_persian_in_the_theme(book_html: Path, page: str):
 
 
 @pytest.mark.parametrize("page", [p for p in edition_pages() if p.startswith("notebooks/")])
+def test_each_lesson_shows_its_listings_as_highlighted_code_and_no_test_markers(book_html: Path,
+                                                                                 page: str):
+    """Every listing cell of the notebook is a Python block of the page, its `def` or `class`
+    line highlighted by Pygments (a method's name among them), in the notebook's order; no code
+    cell shows the comments that once told nbval what to compare."""
+    html = (book_html / f"{page}.html").read_text(encoding="utf-8")
+    cells = json.loads((ROOT / f"{page}.ipynb").read_text(encoding="utf-8"))["cells"]
+    names = [cell["metadata"][LISTING].rsplit("::", 1)[1].rsplit(".", 1)[-1] for cell in cells
+             if cell["cell_type"] == "markdown" and LISTING in cell.get("metadata", {})]
+    assert names, f"{page} shows no listing"
+    blocks = re.findall(r'<div class="highlight-python notranslate">(.*?)</pre>', html, re.DOTALL)
+    defined = [match.group(1) for block in blocks for match in re.finditer(
+        r'<span class="k">(?:def|class)</span>(?:\s|<span class="w">\s*</span>)*'
+        r'<span class="(?:nf|nc|fm)">(\w+)</span>', block)]
+    found = iter(defined)
+    missing = [name for name in names if name not in found]  # in order: `in` advances the iterator
+    assert not missing, f"{page}: no highlighted definition of {missing} (in order) among {defined}"
+    assert "NBVAL" not in html, f"{page} shows nbval's markers"
+
+
+@pytest.mark.parametrize("page", [p for p in edition_pages() if p.startswith("notebooks/")])
 def test_each_lesson_says_how_to_run_it_and_offers_its_notebook(book_html: Path, page: str):
     html = (book_html / f"{page}.html").read_text(encoding="utf-8")
     folder, name = page.rsplit("/", 1)
     assert "make lab" in html and f"<code>{folder}/{name}.ipynb</code>" in html
     box = re.search(r'<aside class="run-lesson.*?</aside>', html, flags=re.DOTALL).group(0)
     commands = re.findall(r'<pre class="run-lesson__command" dir="ltr"><code>(.*?)</code></pre>', box)
-    assert commands == ["make lab", f"cd {folder} &amp;&amp; ../../.venv/bin/jupyter execute {name}.ipynb"]
+    edition = folder.rsplit("/", 1)[1]
+    assert commands == ["make lab", ".venv/bin/jupyter nbconvert --to notebook --execute "
+                        f"--output-dir _build/executed/{edition} {folder}/{name}.ipynb"]
+    # ... and says where that command leaves the executed lesson
+    assert f"<code>_build/executed/{edition}/{name}.ipynb</code>" in box
     sentences = re.findall(r"<p>(.*?)</p>", box, flags=re.DOTALL)
     inline = [code for p in sentences for code in re.findall(r"<code>(.*?)</code>", p) if " " in code]
     assert not inline, f"{page}: commands inside a sentence, where bidi can reorder them: {inline}"

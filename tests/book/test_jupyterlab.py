@@ -1,15 +1,26 @@
-"""The lessons in JupyterLab, in headless Chromium: prose right-to-left, MyST rendered, the widget live.
+"""The lessons in JupyterLab, in headless Chromium, as `make lab` serves them: every lesson of both
+editions shows its code, reads in its direction, and opens unmodified and trusted.
 
 JupyterLab has no right-to-left setting: Persian notebooks wrap each markdown cell's prose in
 <div dir="rtl"> ... </div> (a blank line after the opening tag and before the closing one), and
 `make lab` loads book/static/jupyterlab-rtl.css as JupyterLab's custom.css, which aligns that
 prose to the right. jupyterlab-myst (the lab extra) renders the lessons' MyST: no label line,
 directive option, role or fence is shown as typed. Inside the Persian wrapper it draws plain HTML
-(formulas as TeX, admonitions without its styling), which custom.css keeps in order and styles,
-and the lesson's title is shown once; JupyterLab does not ask to fetch its news from the
-internet (book/static/jupyterlab-settings.json). The server runs here as `make lab` runs it, on
-a copy of the lesson (running a cell must not rewrite the repository's notebook), with every
-request to another host blocked. Screenshots go to _build/screenshots/.
+(formulas as TeX, admonitions without its styling), which custom.css keeps in reading order and
+styles, and the lesson's title is shown once. The code a lesson shows is in listing cells of
+their own, outside the wrapper (lesson_code/book_build/listings.py), which jupyterlab-myst draws
+as code and custom.css colours as JupyterLab colours a code cell.
+
+Each lesson opens once and is checked for all of that: the `def` line of every listing on the
+page and highlighted, no MyST shown as typed, Persian prose right-to-left and each formula's
+characters left to right by their positions on screen, the document not marked modified once its
+kernel is up and every cell drawn, and the server not calling it untrusted (`make lab` signs the
+course's notebooks with `jupyter trust`). JupyterLab does not ask to fetch its news from the
+internet (book/static/jupyterlab-settings.json), serves the repository so that lesson_code opens
+beside the lessons, and starts in notebooks/. The server runs as `make lab` runs it (the test
+checks the Makefile passes the same options), on a scratch copy of the repository's notebooks
+(running a cell must not rewrite them), with every request to another host blocked.
+Screenshots go to _build/screenshots/.
 
 Skipped, with the reason, when JupyterLab, Playwright or Chromium is missing on a developer
 machine; fails instead when the environment variable CI is set.
@@ -19,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import socket
@@ -27,21 +39,29 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
+from lesson_code.book_build.listings import KEY as LISTING
+
 pytestmark = pytest.mark.book
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON = ROOT / "notebooks" / "fa" / "78-zero.ipynb"
+LESSONS = [(edition, path.name) for edition in ("fa", "en")
+           for path in sorted((ROOT / "notebooks" / edition).glob("*.ipynb"))]
 CHROMIUM = Path("/usr/bin/chromium-headless-shell")
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 SETTINGS = ROOT / "book" / "static" / "jupyterlab-settings.json"  # make lab's defaults
 TOKEN = "lesson-code-test"
 START_TIMEOUT_S = 120
 KERNEL_TIMEOUT_MS = 240_000  # the lesson's imports (torch, pandas) on a busy 2-core machine
+# The options of `make lab`'s jupyter lab besides the folder it serves (the Makefile's $(CURDIR))
+LAB_OPTIONS = ["--ServerApp.ip=127.0.0.1", "--LabApp.default_url=/lab/tree/notebooks",
+               "--LabApp.custom_css=True", "--LabApp.extension_manager=readonly"]
 WRAPPER = '<div dir="rtl">'
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook on screen
 # a rendered markdown cell: JupyterLab's renderer, or jupyterlab-myst's (class "myst")
@@ -49,6 +69,9 @@ MARKDOWN = f"{PANEL} :is(.jp-MarkdownOutput, .jp-MarkdownCell .myst)"
 # MyST as typed, in the text a reader sees: a label line "(lesson-78-fa)=", a directive's option
 # ":class: tip", a fence "```{admonition}" or ":::{note}", a role "{doc}`...`"
 RAW_MYST = re.compile(r"^\([\w-]+\)=\s*$|^:[a-z-]+:(\s|$)|^(`{3,}|:{3,})\{|\{[a-z-]+\}`", re.MULTILINE)
+DEFINITION = re.compile(r"(?:async\s+def|def|class)\s")
+LINE_TOLERANCE_PX = 8  # two characters whose middles are this close in height share a line
+PERSIAN = re.compile("[\u0600-\u06FF\u200C\uFB50-\uFDFF\uFE70-\uFEFF]")  # and the ZWNJ
 
 
 def _unavailable(reason: str) -> None:
@@ -57,10 +80,14 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def is_listing(cell: dict) -> bool:
+    return cell["cell_type"] == "markdown" and LISTING in cell.get("metadata", {})
+
+
 def wrap_prose(notebook: dict) -> dict:
-    """The notebook with every markdown cell wrapped as the Persian lessons wrap their prose."""
+    """The notebook with every prose cell wrapped as the Persian lessons wrap their prose."""
     for cell in notebook["cells"]:
-        if cell["cell_type"] == "markdown":
+        if cell["cell_type"] == "markdown" and not is_listing(cell):
             source = "".join(cell["source"])
             if not source.startswith(WRAPPER):
                 cell["source"] = f"{WRAPPER}\n\n{source}\n\n</div>"
@@ -68,35 +95,66 @@ def wrap_prose(notebook: dict) -> dict:
 
 
 def is_wrapped(notebook: dict) -> bool:
-    return all("".join(c["source"]).startswith(WRAPPER)
+    """Every prose cell is wrapped; listings, code read left to right, are not."""
+    return all("".join(c["source"]).startswith(WRAPPER) != is_listing(c)
                for c in notebook["cells"] if c["cell_type"] == "markdown")
 
 
+def as_this_python_runs_it(notebook: dict) -> dict:
+    """The notebook with the Python version JupyterLab's kernel reports here.
+
+    JupyterLab writes the kernel's language_info into the notebook when the kernel starts; the
+    notebooks store the version they were run with (nbclient records it). On another patch
+    version that one field changes and the notebook shows as modified, a difference of this
+    machine's and not of the lesson, so the scratch copy takes this machine's version (the
+    kernel is this environment's Python, which the server runs for the python3 kernel).
+    """
+    notebook["metadata"]["language_info"]["version"] = platform.python_version()
+    return notebook
+
+
+@dataclass
+class Lab:
+    base: str  # the server's address
+    root: Path  # the folder it serves: a scratch copy of the repository's notebooks/ and more
+    log: Path
+
+
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """JupyterLab as `make lab` starts it, on a scratch root; yields (base URL, root)."""
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """JupyterLab as `make lab` starts it, on a scratch repository: notebooks/ holds copies of the
+    lessons (signed by `jupyter trust`, as make lab signs them), lesson_code/ a copy of zero.py."""
     jupyter = Path(sys.executable).with_name("jupyter")
     try:
         import jupyterlab  # noqa: F401
         import jupyterlab_myst  # noqa: F401
     except ImportError:
         _unavailable('JupyterLab or jupyterlab-myst is not installed (make lab, or pip install -e ".[lab]")')
-    root = tmp_path_factory.mktemp("lab")
-    config = root / "config"
+    scratch = tmp_path_factory.mktemp("lab")
+    config, root = scratch / "config", scratch / "repository"
     (config / "custom").mkdir(parents=True)
     shutil.copy(ROOT / "book" / "static" / "jupyterlab-rtl.css", config / "custom" / "custom.css")
     (config / "labconfig").mkdir()
     shutil.copy(SETTINGS, config / "labconfig" / "default_setting_overrides.json")
+    (root / "lesson_code").mkdir(parents=True)
+    shutil.copy(ROOT / "lesson_code" / "zero.py", root / "lesson_code" / "zero.py")
+    for edition, name in LESSONS:
+        notebook = json.loads((ROOT / "notebooks" / edition / name).read_text(encoding="utf-8"))
+        (root / "notebooks" / edition).mkdir(parents=True, exist_ok=True)
+        (root / "notebooks" / edition / name).write_text(
+            json.dumps(as_this_python_runs_it(notebook), ensure_ascii=False, indent=1) + "\n",
+            encoding="utf-8")
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_DATA_DIR": str(scratch / "data")}
+    trust(root.glob("notebooks/*/*.ipynb"), env)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    (root / "notebooks" / "fa").mkdir(parents=True)
-    log = (root / "server.log").open("w")
+    log_path = scratch / "server.log"
+    log = log_path.open("w")
     server = subprocess.Popen(
-        [str(jupyter), "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root / 'notebooks'}",
-         "--LabApp.custom_css=True", "--LabApp.extension_manager=readonly", "--allow-root"],
-        env={**os.environ, "JUPYTER_CONFIG_DIR": str(config)}, stdout=log, stderr=log,
+        [str(jupyter), "lab", "--no-browser", f"--port={port}", f"--IdentityProvider.token={TOKEN}",
+         f"--ServerApp.root_dir={root}", *LAB_OPTIONS, "--allow-root"],
+        env=env, stdout=log, stderr=log,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -107,10 +165,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
                 server.kill()
-                _unavailable(f"JupyterLab did not start: {(root / 'server.log').read_text()[-2000:]}")
+                _unavailable(f"JupyterLab did not start: {log_path.read_text()[-2000:]}")
             time.sleep(0.5)
     try:
-        yield base, root / "notebooks"
+        yield Lab(base, root, log_path)
     finally:
         server.terminate()
         try:
@@ -118,6 +176,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
         except subprocess.TimeoutExpired:
             server.kill()
         log.close()
+
+
+def trust(paths, env: dict) -> None:
+    """Sign `paths` as `make lab` signs the course's notebooks, into JUPYTER_DATA_DIR of `env`."""
+    jupyter = Path(sys.executable).with_name("jupyter")
+    subprocess.run([str(jupyter), "trust", *map(str, paths)], env=env, check=True,
+                   capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +199,19 @@ def browser() -> Iterator[object]:
         browser.close()
 
 
-def open_notebook(browser, base: str, path: str, blocked: list[str]):
-    """A page with `path` open in JupyterLab, its markdown rendered; other hosts blocked."""
+def shut_down_kernels(lab: Lab) -> None:
+    """End every session of the server, with its kernel: each notebook opened starts one, and a
+    closed page leaves it running."""
+    with urllib.request.urlopen(f"{lab.base}/api/sessions?token={TOKEN}", timeout=30) as response:
+        sessions = json.load(response)
+    for session in sessions:
+        request = urllib.request.Request(f"{lab.base}/api/sessions/{session['id']}?token={TOKEN}",
+                                         method="DELETE")
+        urllib.request.urlopen(request, timeout=60).close()
+
+
+def open_page(browser, url: str, blocked: list[str]):
+    """A page at `url` of the lab (fresh workspace), every other host blocked and recorded."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     def route(r) -> None:
@@ -147,7 +223,13 @@ def open_notebook(browser, base: str, path: str, blocked: list[str]):
 
     page.route("**/*", route)
     # reset: a fresh workspace, so that no notebook of an earlier test is restored beside it
-    page.goto(f"{base}/lab/tree/{path}?reset&token={TOKEN}")
+    page.goto(f"{url}{'&' if '?' in url else '?'}reset&token={TOKEN}")
+    return page
+
+
+def open_notebook(browser, base: str, path: str, blocked: list[str]):
+    """A page with `path` open in JupyterLab, its markdown rendered; other hosts blocked."""
+    page = open_page(browser, f"{base}/lab/tree/{path}", blocked)
     page.wait_for_selector(f"{MARKDOWN} p", timeout=START_TIMEOUT_S * 1000)
     return page
 
@@ -172,11 +254,11 @@ def assert_persian_prose_right_to_left(page) -> None:
 
 
 def test_wrapped_persian_prose_is_right_to_left_and_the_calculator_runs(lab, browser) -> None:
-    base, root = lab
     notebook = wrap_prose(json.loads(LESSON.read_text(encoding="utf-8")))
-    (root / "fa" / "wrapped.ipynb").write_text(json.dumps(notebook, ensure_ascii=False), "utf-8")
+    (lab.root / "notebooks" / "fa" / "wrapped.ipynb").write_text(
+        json.dumps(notebook, ensure_ascii=False), "utf-8")
     blocked: list[str] = []
-    page = open_notebook(browser, base, "fa/wrapped.ipynb", blocked)
+    page = open_notebook(browser, lab.base, "notebooks/fa/wrapped.ipynb", blocked)
     try:
         assert_persian_prose_right_to_left(page)
         assert page.evaluate("getComputedStyle(document.querySelector('.jp-CodeCell .cm-content')).direction") == "ltr"
@@ -187,40 +269,30 @@ def test_wrapped_persian_prose_is_right_to_left_and_the_calculator_runs(lab, bro
         assert not blocked, f"JupyterLab tried to reach other hosts: {blocked}"
     finally:
         page.close()
+        shut_down_kernels(lab)
 
 
 @pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks" / "fa").glob("*.ipynb")),
                          ids=lambda path: path.name)
 def test_every_persian_notebook_wraps_its_prose(notebook: Path) -> None:
     assert is_wrapped(json.loads(notebook.read_text(encoding="utf-8"))), (
-        f"wrap each markdown cell of {notebook.name} in {WRAPPER} ... </div>, as the others are")
+        f"wrap each prose cell of {notebook.name} in {WRAPPER} ... </div>, as the others are, "
+        "and leave its listings unwrapped")
 
 
 def test_the_check_finds_a_cell_that_is_not_wrapped() -> None:
-    cells = [{"cell_type": "markdown", "source": f"{WRAPPER}\n\nمتن\n\n</div>"},
-             {"cell_type": "markdown", "source": "متن"}]
-    assert is_wrapped({"cells": cells[:1]}) and not is_wrapped({"cells": cells})
-
-
-def test_the_persian_lesson_reads_right_to_left(lab, browser) -> None:
-    base, root = lab
-    shutil.copy(LESSON, root / "fa" / LESSON.name)
-    blocked: list[str] = []
-    page = open_notebook(browser, base, f"fa/{LESSON.name}", blocked)
-    try:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / "jupyterlab-fa-78.png"))
-        assert not blocked, f"JupyterLab tried to reach other hosts: {blocked}"
-        assert_persian_prose_right_to_left(page)
-    finally:
-        page.close()
+    wrapped = {"cell_type": "markdown", "source": f"{WRAPPER}\n\nمتن\n\n</div>"}
+    listing = {"cell_type": "markdown", "source": "```python\nx = 1\n```",
+               "metadata": {LISTING: "lesson_code/m.py::f"}}
+    assert is_wrapped({"cells": [wrapped, listing]})
+    assert not is_wrapped({"cells": [wrapped, {"cell_type": "markdown", "source": "متن"}]})
+    assert not is_wrapped({"cells": [{**listing, "source": f"{WRAPPER}\n\nx\n\n</div>"}]})
 
 
 def test_jupyterlab_neither_asks_to_fetch_news_nor_checks_for_updates(lab) -> None:
     """The settings JupyterLab's front end receives are make lab's defaults: no toast asking to
-    fetch Jupyter's news from the internet covers the lesson (it would in the screenshots above)."""
-    base, _ = lab
-    url = f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={TOKEN}"
+    fetch Jupyter's news from the internet covers the lesson (it would in the screenshots)."""
+    url = f"{lab.base}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={TOKEN}"
     with urllib.request.urlopen(url, timeout=30) as response:
         plugin = json.load(response)
     # Overrides become the schema's defaults; the reader's own settings (none here) win over them.
@@ -229,6 +301,34 @@ def test_jupyterlab_neither_asks_to_fetch_news_nor_checks_for_updates(lab) -> No
     wanted = json.loads(SETTINGS.read_text(encoding="utf-8"))["@jupyterlab/apputils-extension:notification"]
     assert {key: shown[key] for key in wanted} == wanted == {"fetchNews": "false",
                                                              "checkForUpdates": False}, shown
+
+
+def test_make_lab_starts_the_server_as_this_module_does() -> None:
+    """The Makefile's lab recipe serves the repository with the options the fixture uses, and
+    signs the notebooks into the data folder the server reads."""
+    recipe = re.search(r"^lab: .*?(?=^\S|\Z)", (ROOT / "Makefile").read_text(), re.M | re.S).group(0)
+    for option in [*LAB_OPTIONS, "--ServerApp.root_dir=$(CURDIR) "]:
+        assert option in recipe, f"make lab does not pass {option.strip()}"
+    assert re.search(r"JUPYTER_DATA_DIR=(\S+) \$\(BIN\)/jupyter trust notebooks/\*/\*\.ipynb", recipe)
+    assert recipe.count("JUPYTER_DATA_DIR=$(CURDIR)/$(LAB_DATA)") == 2, recipe
+
+
+def test_the_lab_opens_on_the_notebooks_with_the_package_beside_them(lab, browser) -> None:
+    """The server's front page leads to notebooks/, and lesson_code's files open from the lab."""
+    blocked: list[str] = []
+    page = open_page(browser, lab.base + "/", blocked)
+    try:
+        page.wait_for_selector(".jp-DirListing-item", timeout=START_TIMEOUT_S * 1000)
+        page.wait_for_function("() => document.querySelector('.jp-BreadCrumbs').innerText"
+                               ".includes('notebooks')", timeout=START_TIMEOUT_S * 1000)
+        names = page.locator(".jp-DirListing-itemText").all_inner_texts()
+        assert sorted(names) == ["en", "fa"], names
+        page.goto(f"{lab.base}/lab/tree/lesson_code/zero.py?reset&token={TOKEN}")
+        page.locator(".jp-FileEditor .cm-content", has_text="def flatten_params").wait_for(
+            timeout=START_TIMEOUT_S * 1000)
+        assert not blocked, f"JupyterLab tried to reach other hosts: {blocked}"
+    finally:
+        page.close()
 
 
 def run_cell(page, cell) -> None:
@@ -260,12 +360,15 @@ def run_calculator(page) -> None:
     cell.scroll_into_view_if_needed()
 
 
-# Every markdown cell's shown text, scrolling the notebook from top to bottom (JupyterLab renders
-# only the cells near the view): [[cell index, text], ...]. After each half-screen scroll it waits
-# until the markdown cells in view have drawn their text and their number has held for two polls
-# (JupyterLab adds the cells on a later frame, jupyterlab-myst renders them after that), at most
-# STEP_MS; a cell missed there is caught by the count the test compares.
-SHOWN_MARKDOWN = f"""async () => {{
+# The notebook as drawn, scrolling it from top to bottom (JupyterLab renders only the cells near
+# the view): each markdown cell's shown text, [[cell index, text], ...]; for each code block of a
+# markdown cell, its cell, whether it is empty and whether its keywords have a colour of their
+# own; and each formula inside the Persian wrapper, with where each of its characters is drawn.
+# After each half-screen scroll it waits until the markdown cells in view have drawn their text
+# and their number has held for two polls (JupyterLab adds the cells on a later frame,
+# jupyterlab-myst renders them after that), at most STEP_MS; a cell missed there is caught by
+# the count the test compares.
+SHOWN = f"""async () => {{
   const STEP_MS = 3000, POLL_MS = 40;
   const panel = document.querySelector("{PANEL}");
   const scroller = panel.querySelector(".jp-WindowedPanel-outer");
@@ -278,7 +381,13 @@ SHOWN_MARKDOWN = f"""async () => {{
   }};
   const shown = cell => cell.querySelector(".myst, .jp-MarkdownOutput");
   const drawn = cell => Boolean(shown(cell) && shown(cell).innerText.trim());
-  const seen = new Map();
+  const index = node => node.closest(".jp-Cell").getAttribute("data-windowed-list-index");
+  const where = (node, i) => {{
+    const range = document.createRange(); range.setStart(node, i); range.setEnd(node, i + 1);
+    const box = range.getBoundingClientRect();
+    return [box.left + box.width / 2, box.top + box.height / 2];
+  }};
+  const seen = new Map(), code = new Map(), formulas = new Map();
   for (let top = 0; ; top += scroller.clientHeight / 2) {{
     scroller.scrollTop = top;
     await frame(); await frame();
@@ -289,16 +398,41 @@ SHOWN_MARKDOWN = f"""async () => {{
       await new Promise(done => setTimeout(done, POLL_MS));
     }}
     panel.querySelectorAll(".jp-MarkdownCell").forEach(cell => {{
-      if (drawn(cell)) seen.set(cell.getAttribute("data-windowed-list-index"), shown(cell).innerText);
+      if (drawn(cell)) seen.set(index(cell), shown(cell).innerText);
     }});
+    for (const cell of inView().filter(drawn)) {{
+      shown(cell).querySelectorAll("pre").forEach((pre, k) => {{
+        const keyword = pre.querySelector(".hljs-keyword");
+        code.set(index(cell) + ":" + k, [index(cell), !pre.innerText.trim(), Boolean(keyword
+          && getComputedStyle(keyword).color !== getComputedStyle(pre).color)]);
+      }});
+      shown(cell).querySelectorAll('[dir="rtl"] :is(.math-inline, .math-display)').forEach((m, k) => {{
+        const chars = [];
+        const walker = document.createTreeWalker(m, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode())
+          for (let i = 0; i < node.data.length; i++)
+            if (node.data[i].trim()) chars.push([node.data[i], ...where(node, i)]);
+        formulas.set(index(cell) + ":" + k, [index(cell), m.textContent, chars]);
+      }});
+    }}
     if (top + scroller.clientHeight >= scroller.scrollHeight) break;
   }}
-  return [...seen.entries()];
+  return {{markdown: [...seen.entries()], code: [...code.values()], formulas: [...formulas.values()]}};
 }}"""
 
 
-# The first markdown cell as drawn: the headings a reader sees (display: none ones left out),
-# the direction of each inline formula, and the width of the admonition's bar.
+def out_of_order(chars: list[list]) -> list[str]:
+    """Pairs of a formula's characters, next to each other in its TeX and drawn on one line,
+    whose second is drawn left of the first: the TeX does not read left to right there. A
+    Persian word inside it (\text{حلقه}) reads right to left, as it should: its letters are
+    left out."""
+    latin = [c for c in chars if not PERSIAN.match(c[0])]
+    return [f"{a[0]}{b[0]}" for a, b in zip(latin, latin[1:])
+            if abs(a[2] - b[2]) < LINE_TOLERANCE_PX and b[1] < a[1]]
+
+
+# The first markdown cell as drawn: the headings a reader sees (display: none ones left out) and
+# the width of the admonition's bar.
 FIRST_MARKDOWN = f'{PANEL} .jp-MarkdownCell[data-windowed-list-index="0"]'
 FIRST_CELL = f"""() => {{
   const cell = document.querySelector('{FIRST_MARKDOWN}');
@@ -306,28 +440,29 @@ FIRST_CELL = f"""() => {{
   return {{
     titles: [...cell.querySelectorAll("h1")].filter(h => h.getClientRects().length)
       .map(h => h.textContent.trim()),
-    formulas: [...cell.querySelectorAll(".math-inline")].map(m => getComputedStyle(m).direction),
     admonition_bar: aside ? getComputedStyle(aside).borderInlineStartWidth : "",
   }};
 }}"""
+# Lesson 78's implementation section: its heading's cell, then the listing of ZeroOptimizer.step
+IMPLEMENTATION = ("c14", "listing-zero-zerooptimizer-step")
 
 
-@pytest.mark.parametrize("edition", ["fa", "en"])
-def test_no_raw_myst_is_shown(lab, browser, edition: str) -> None:
-    """Lesson 78 (a label, an admonition, literalinclude, {doc} links) in each edition: every
-    markdown cell rendered by jupyterlab-myst, none showing MyST as typed, the title once; in
-    Persian, the first cell's formulas left-to-right and its admonition with a bar."""
-    base, root = lab
-    lesson = ROOT / "notebooks" / edition / LESSON.name
-    (root / edition).mkdir(exist_ok=True)
-    shutil.copy(lesson, root / edition / LESSON.name)
-    cells = json.loads(lesson.read_text(encoding="utf-8"))["cells"]
-    markdown_cells = sum(c["cell_type"] == "markdown" for c in cells)
-    title = next((line[2:].strip() for line in "".join(cells[0]["source"]).splitlines()
-                  if line.startswith("# ")), None)
-    assert title, f"{edition}/{LESSON.name}: its first cell has no '# ' title line"
+@pytest.mark.parametrize("edition, name", LESSONS, ids=[f"{e}/{n}" for e, n in LESSONS])
+def test_each_lesson_shows_its_code_reads_in_order_and_opens_unmodified(lab, browser, edition: str,
+                                                                         name: str) -> None:
+    """Every listing's `def` or `class` line shown and coloured as code; no MyST as typed; in
+    Persian the prose right-to-left and each formula left to right; not marked modified once the
+    kernel is up and every cell drawn; not called untrusted. Lesson 78 (a label, an admonition,
+    {doc} links) also shows its title once, its admonition with a bar in Persian, and is
+    photographed: its top and its implementation section."""
+    path = f"notebooks/{edition}/{name}"
+    cells = json.loads((ROOT / path).read_text(encoding="utf-8"))["cells"]
+    listings = {index: next(line for line in "".join(cell["source"]).splitlines()
+                            if DEFINITION.match(line))
+                for index, cell in enumerate(cells) if is_listing(cell)}
+    assert listings, f"{path} shows no listing of lesson_code"
     blocked: list[str] = []
-    page = open_notebook(browser, base, f"{edition}/{LESSON.name}", blocked)
+    page = open_notebook(browser, lab.base, path, blocked)
     try:
         from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -335,34 +470,73 @@ def test_no_raw_myst_is_shown(lab, browser, edition: str) -> None:
             try:
                 page.locator(selector).first.wait_for(timeout=START_TIMEOUT_S * 1000)
             except PlaywrightTimeout:
-                pytest.fail(f"{edition}/{LESSON.name}: {missing} ({selector})")
+                pytest.fail(f"{path}: {missing} ({selector})")
 
-        for what, selector in (("markdown rendered by jupyterlab-myst", ".jp-MarkdownCell .myst"),
-                               ("the learning goals' admonition",  # React, or inside <div dir>
-                                ".jp-MarkdownCell aside:is(.myst-admonition, .admonition)")):
-            wait_shown(f"{PANEL} {selector}", f"no {what}")
-        shown = page.evaluate(SHOWN_MARKDOWN)
+        wait_shown(f"{PANEL} .jp-MarkdownCell .myst", "no markdown rendered by jupyterlab-myst")
+        # JupyterLab writes the kernel's spec and language into the notebook once it is up
+        wait_shown(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status='idle']", "no kernel")
+        if edition == "fa":
+            assert_persian_prose_right_to_left(page)
+        drawn = page.evaluate(SHOWN)
+        shown = dict(drawn["markdown"])
+        markdown_cells = sum(c["cell_type"] == "markdown" for c in cells)
         assert len(shown) == markdown_cells, f"saw {len(shown)} of {markdown_cells} markdown cells"
-        raw = [(index, match.group()) for index, text in shown
-               for match in RAW_MYST.finditer(text)]
-        assert not raw, f"raw MyST shown in {edition}/{LESSON.name}: {raw[:5]}"
-        page.evaluate(f"""() => document.querySelector("{PANEL} .jp-WindowedPanel-outer").scrollTop = 0""")
-        # a JupyterLab that drops the cells out of view draws the first one again on a later frame
-        wait_shown(f"{FIRST_MARKDOWN} .myst h1:visible",
-                   "back at the top, the first cell shows no title")
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"jupyterlab-{edition}-78-myst.png"))
-        first = page.evaluate(FIRST_CELL)
-        assert first["titles"] == [title], (
-            f"the lesson's title should be shown once, but the first cell shows {first['titles']}")
-        if edition == "fa":  # prose drawn as plain HTML inside the wrapper (jupyterlab-rtl.css)
-            assert first["formulas"] and set(first["formulas"]) == {"ltr"}, (
-                f"the first cell's formulas should read left to right: {first['formulas']}")
-            assert first["admonition_bar"] not in ("", "0px"), (
-                f"the learning goals' admonition should have a bar: {first}")
+
+        words = lambda text: " ".join(text.split())
+        hidden = [f"cell {i}: {line}" for i, line in listings.items()
+                  if words(line) not in words(shown.get(str(i), ""))]
+        assert not hidden, f"{path}: these listings are not on the page: {hidden}"
+        plain = [f"cell {i}" for i, empty, coloured in drawn["code"]
+                 if int(i) in listings and (empty or not coloured)]
+        empty = [f"cell {i}" for i, is_empty, _ in drawn["code"] if is_empty]
+        assert not empty and not plain, f"{path}: code blocks empty {empty}, not highlighted {plain}"
+        raw = [(index, match.group()) for index, text in drawn["markdown"]
+               if int(index) not in listings for match in RAW_MYST.finditer(text)]
+        assert not raw, f"raw MyST shown in {path}: {raw[:5]}"
+        if edition == "fa":
+            formulas = drawn["formulas"]
+            assert formulas, f"{path}: no formula drawn inside the Persian wrapper"
+            backwards = [(cell, tex, out_of_order(chars)) for cell, tex, chars in formulas
+                         if out_of_order(chars)]
+            assert not backwards, (f"{path}: {len(backwards)} of {len(formulas)} formulas do not "
+                                   f"read left to right, e.g. {backwards[:3]}")
+
+        dirty = page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").count()
+        assert not dirty, f"{path} shows as modified in JupyterLab, before any edit"
+        untrusted = f"Notebook {path} is not trusted"
+        assert untrusted not in lab.log.read_text(encoding="utf-8"), untrusted
         assert not blocked, f"JupyterLab tried to reach other hosts: {blocked}"
+        if name == LESSON.name:
+            check_lesson_78(page, cells, edition, wait_shown)
     finally:
         page.close()
+        shut_down_kernels(lab)
+
+
+def check_lesson_78(page, cells: list[dict], edition: str, wait_shown) -> None:
+    """The title once and, in Persian, the admonition's bar; screenshots of the top and of the
+    implementation section."""
+    title = next((line[2:].strip() for line in "".join(cells[0]["source"]).splitlines()
+                  if line.startswith("# ")), None)
+    assert title, f"{edition}/78: its first cell has no '# ' title line"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    ids = [cell.get("id") for cell in cells]
+    heading, listing = (ids.index(cell_id) for cell_id in IMPLEMENTATION)
+    page.evaluate(f"""() => document.querySelector('{PANEL} .jp-Cell[data-windowed-list-index="{heading}"]')
+                            .scrollIntoView({{block: "start"}})""")
+    wait_shown(f'{PANEL} .jp-Cell[data-windowed-list-index="{listing}"] .myst-code .hljs-keyword',
+               "the implementation section's listing is not drawn")
+    page.screenshot(path=str(SCREENSHOTS / f"jupyterlab-{edition}-78-implementation.png"))
+    page.evaluate(f"""() => document.querySelector("{PANEL} .jp-WindowedPanel-outer").scrollTop = 0""")
+    # a JupyterLab that drops the cells out of view draws the first one again on a later frame
+    wait_shown(f"{FIRST_MARKDOWN} .myst h1:visible", "back at the top, the first cell shows no title")
+    page.screenshot(path=str(SCREENSHOTS / f"jupyterlab-{edition}-78-myst.png"))
+    first = page.evaluate(FIRST_CELL)
+    assert first["titles"] == [title], (
+        f"the lesson's title should be shown once, but the first cell shows {first['titles']}")
+    if edition == "fa":  # drawn as plain HTML inside the wrapper: jupyterlab-rtl.css adds the bar
+        assert first["admonition_bar"] not in ("", "0px"), (
+            f"the learning goals' admonition should have a bar: {first}")
 
 
 def test_the_raw_myst_check_finds_what_jupyterlab_showed_before() -> None:
@@ -372,3 +546,13 @@ def test_the_raw_myst_check_finds_what_jupyterlab_showed_before() -> None:
         assert RAW_MYST.search(raw), raw
     for fine in ["نسبت: ۱۲ بایت", "a set {0, 1}", "ratio: 12 bytes", r"\\lceil \\Psi/N \\rceil"]:
         assert not RAW_MYST.search(fine), fine
+
+
+def test_the_order_check_finds_a_formula_drawn_backwards() -> None:
+    """`%\\65.6` as the bidi algorithm drew 65.6\\% in a Persian sentence: found; in order, or
+    wrapped onto the next line, not."""
+    backwards = [["6", 50, 10], ["5", 40, 10], [".", 35, 10], ["6", 30, 10], ["\\", 20, 10], ["%", 10, 10]]
+    assert out_of_order(backwards) == ["65", "5.", ".6", "6\\", "\\%"]
+    assert out_of_order([[c, 10 * i, 10] for i, c in enumerate("65.6\\%")]) == []
+    assert out_of_order([["N", 900, 10], ["=", 20, 40], ["8", 30, 40]]) == []
+    assert out_of_order([["T", 10, 10], ["ح", 60, 10], ["ل", 50, 10], ["=", 70, 10]]) == []

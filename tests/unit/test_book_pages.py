@@ -68,6 +68,17 @@ def test_the_run_box_of_a_persian_lesson_quotes_its_time_in_persian_digits():
     assert book_pages.run_box("fa/intro", times, lambda t, r: t) is None
 
 
+def test_the_readme_runs_a_lesson_as_the_run_box_does():
+    """The README's command for running a lesson without a browser, in both of its languages,
+    is the lesson page's, and says where the executed notebook goes (into the ignored _build/)."""
+    box = book_pages.run_box("notebooks/en/78-zero", {}, lambda target, resource: target)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    english, persian = readme.split("\n## فارسی\n")
+    for text in (english, persian):
+        assert f"`{box['execute']}`" in text and f"`{box['executed']}`" in text
+    assert box["executed"].startswith("_build/") and "_build/" in (ROOT / ".gitignore").read_text()
+
+
 def test_the_jupyterlab_wrappers_leave_the_persian_doctree_and_nothing_else():
     from docutils import nodes
     from docutils.frontend import get_default_settings
