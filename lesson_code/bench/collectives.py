@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from lesson_code import collectives_lab, launch
+from lesson_code.bench import stored
 from lesson_code.collectives import choose, cost_model
 from lesson_code.harness.timing import machine_line
 
@@ -117,11 +118,10 @@ def store_all(rows: list[dict], world_size: int, trials: int, folder: Path) -> N
 
 def machine_note(world_size: int, trials: int, collective: str = "all_reduce") -> str:
     """Where and when: for the comment lines of the stored times."""
-    what = collective.replace("_", "-")
-    return (f"{what} times of {world_size} gloo ranks, median of {trials} trials (auto and gloo: "
-            f"the better of two such medians, timed in turn), measured "
-            f"{datetime.date.today().isoformat()} by python -m lesson_code.bench collectives\n"
-            f"machine: {machine_line()}")
+    return (stored.description("collectives", collective=collective.replace("_", "-"),
+                               ranks=world_size, trials=trials,
+                               date=datetime.date.today().isoformat())
+            + f"\nmachine: {machine_line()}")
 
 
 def run(world_size: int, out_dir: Path, quick: bool = False,

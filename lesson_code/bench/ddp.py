@@ -52,8 +52,8 @@ def run(world_size: int, out_dir: Path, quick: bool = False,
     table["parameters"] = parameters
     path = Path(out_dir) / "ddp.csv"
     table.to_csv(path, index=False)
-    title = (f"lesson 77 benchmark: MiniGPT with {parameters:,} parameters, {world_size} ranks, "
-             f"batch 8 per rank, Adam; slowest rank's median per phase over {base.steps} steps")
+    title = stored.description("ddp", parameters=f"{parameters:,}", ranks=world_size, batch=8,
+                               steps=base.steps)
     print(title)
     with pd.option_context("display.width", 200):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))

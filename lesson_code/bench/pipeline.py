@@ -21,6 +21,7 @@ import pandas as pd
 from lesson_code import launch, pipeline_lab
 from lesson_code.pipeline import theoretical_bubble
 from lesson_code.pipeline_lab import WIDE_GPT, PipeRun
+from lesson_code.bench import stored
 from lesson_code.harness.files import replacing
 from lesson_code.harness.timing import machine_line
 
@@ -55,10 +56,10 @@ def measure(stages: tuple[int, ...] = STAGES, micro_batches: tuple[int, ...] = M
 
 def machine_note(repeats: int) -> str:
     """Where and when, for the comment lines of the stored table."""
-    return (f"pipeline bubble of 1F1B steps, median of {repeats} steps after {WARMUP} warm-up, "
-            f"{SEQUENCES_PER_MICRO_BATCH} sequences per micro-batch, measured "
-            f"{datetime.date.today().isoformat()} by python -m lesson_code.bench pipeline\n"
-            f"machine: {machine_line()}")
+    return (stored.description("pipeline", repeats=repeats, warmup=WARMUP,
+                               sequences=SEQUENCES_PER_MICRO_BATCH,
+                               date=datetime.date.today().isoformat())
+            + f"\nmachine: {machine_line()}")
 
 
 def store(table: pd.DataFrame, note: str, path: Path | str = STORED) -> Path:

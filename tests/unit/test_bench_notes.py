@@ -1,0 +1,66 @@
+"""Every stored benchmark table says what, when and where it measured in both editions
+(bench.stored.note_text): the English as its benchmark wrote it, the Persian from the same facts."""
+
+import re
+
+import pytest
+
+from lesson_code.bench import capstone as capstone_bench
+from lesson_code.bench import collectives as collectives_bench
+from lesson_code.bench import pipeline as pipeline_bench
+from lesson_code.bench import stored
+from lesson_code.collectives import choose
+
+NAMES = ["ddp", "zero", "zero_stages"]
+FILES = {"collectives " + name: path for name, path in choose.STORED_FILES.items()} | {
+    "pipeline": pipeline_bench.STORED, "capstone": capstone_bench.STORED,
+    "capstone curve": capstone_bench.CURVE}
+# The Latin a Persian note keeps: names of models, optimizers, libraries, dtypes, schedules.
+NAMES_KEPT = {"MiniGPT", "Adam", "DDP", "NaiveDDP", "ZeRO", "gloo", "torch", "float32", "fp32",
+              "F1B"}
+
+
+def latin_words(text: str) -> set[str]:
+    """Latin words of a Persian note outside `code` and left-to-right isolates."""
+    text = re.sub("`[^`]*`|\u2066[^\u2069]*\u2069", " ", text)
+    return set(re.findall(r"[A-Za-z][A-Za-z0-9]*", text)) - NAMES_KEPT
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_stored_tables_note_reads_in_both_editions(name):
+    _, note = stored.load(name)
+    english = stored.note_text(note, "en")
+    assert english == f"{note['description']}\nmeasured {note['measured']} on {note['machine']}"
+    persian = stored.note_text(note, "fa")
+    assert len(persian.splitlines()) == 2 and not latin_words(persian), persian
+    assert "اندازه‌گیری‌شده در \u2066" in persian and "هسته" in persian  # date, machine
+
+
+@pytest.mark.parametrize("label", sorted(FILES))
+def test_a_tables_comment_lines_read_in_both_editions(label):
+    lines = stored.comment_lines(FILES[label])
+    assert stored.note_text(lines, "en") == "\n".join(lines)
+    persian = stored.note_text(lines, "fa")
+    assert not latin_words(persian), persian
+    assert persian.splitlines()[-1].startswith("دستگاه: ") and "`python -m lesson_code.bench" in persian
+
+
+def test_the_benchmarks_write_the_sentences_the_notes_read():
+    for line in (collectives_bench.machine_note(4, 7, "reduce_scatter"),
+                 pipeline_bench.machine_note(5)):
+        persian = stored.note_text(line.splitlines(), "fa")
+        assert not latin_words(persian), persian
+    assert "کاهش و پخش" in stored.note_text(
+        collectives_bench.machine_note(4, 7, "reduce_scatter").splitlines(), "fa")
+    assert stored.description("ddp", parameters="1,000", ranks=2, batch=8, steps=3).startswith(
+        "lesson 77 benchmark: MiniGPT with 1,000 parameters, 2 ranks")
+
+
+def test_numbers_follow_the_rule_and_an_unknown_line_stays_as_it_is():
+    persian = stored.note_text(["lesson 77 benchmark: MiniGPT with 4,788,224 parameters, 4 ranks, "
+                                "batch 8 per rank, Adam; slowest rank's median per phase over 8 steps"],
+                               "fa")
+    assert "۴٬۷۸۸٬۲۲۴ پارامتر روی ۴ رتبه" in persian
+    assert stored.note_text(["something else"], "fa") == "something else"
+    with pytest.raises(ValueError, match="unknown language 'de'"):
+        stored.note_text(["x"], "de")
