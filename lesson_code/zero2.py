@@ -79,8 +79,9 @@ class Zero2Optimizer:
     and are reduced in that order on every rank. Parameters may be float32 or bfloat16 (the
     master chunks are float32). `comm`: "ring" (counted in `ledger`), "builtin", or a
     Communicator whose group has `world_size` ranks with this process as `rank`.
-    Raises ValueError for a bad world size, rank, learning rate or bucket size; `step()` raises
-    RuntimeError when backward left a parameter without a gradient.
+    Raises ValueError for a bad world size, rank, learning rate or bucket size. Backward raises
+    RuntimeError when it leaves a parameter without a gradient (its bucket is never reduced);
+    `step()` raises it when no backward ran since `zero_grad()`.
     """
 
     def __init__(self, model: nn.Module, world_size: int, rank: int, lr: float,
@@ -196,10 +197,11 @@ class Zero2Optimizer:
         if unreduced:
             names = [group.name for group in unreduced]
             raise RuntimeError(
-                f"backward left {', '.join(names[:5])} without every gradient, so they were "
-                "not reduce-scattered and the other ranks wait for them. Every trainable "
-                "parameter must take part in the loss on every rank (freeze unused ones with "
-                "requires_grad_(False) before building the optimizer)")
+                f"backward left {', '.join(names[:5])} without every gradient, so this rank did "
+                "not reduce-scatter them (a rank whose backward reached them waits for it until "
+                "its communicator times out). Every trainable parameter must take part in the "
+                "loss on every rank (freeze unused ones with requires_grad_(False) before "
+                "building the optimizer)")
 
     def _reset_groups(self) -> None:
         self._next_to_reduce, self._in_backward = 0, False

@@ -84,7 +84,8 @@ class Zero3Optimizer(Zero2Optimizer):
         return storage_bytes(*(g.shard for g in self.groups), *(g.full for g in self.groups))
 
     def _make_groups(self, cap_bytes: int) -> list[ShardedGroup]:
-        """One group per unit, in the order backward reaches them (a unit is stage 2's bucket)."""
+        """One group per unit, in the order backward reaches them: a unit is stage 2's bucket
+        (`bucket_cap_mb` plays no part)."""
         names = {id(module): name for name, module in self.model.named_modules()}
         return self._groups_of([(names[id(unit)], _trainable_of(unit))
                                 for unit in reversed(self.units)])
