@@ -143,8 +143,8 @@ def test_stage_2_peaks_below_stage_1_by_the_gradients_it_does_not_hold(measured)
         assert peak["DDP"] > peak["ZeRO-1"] > peak["ZeRO-2"] > peak["ZeRO-3"], peak
         for stage, row in rank["peaks"].items():  # the formula leaves things out, never more
             assert row["peak"] > memory.total_bytes(stage, p, n, memory.FP32_MASTER_ADAM)
-        zero3 = rank["peaks"]["ZeRO-3"]
-        assert zero3["largest_gather"] == 4 * 198272  # a block, gathered whole (P/N each rank)
+        block = 4 * 198272  # a block's bytes: gathered whole, from P/N on each rank
+        assert 0 <= rank["peaks"]["ZeRO-3"]["largest_gather"] - block <= SLACK
 
 
 def test_stage_3_moves_one_and_a_half_times_what_ddp_moves(measured):
