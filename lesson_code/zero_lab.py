@@ -399,7 +399,9 @@ def stage3_timeline(rank: int, world_size: int, run: ZeroRun = MEMORY_RUN) -> di
     "start_ms", "end_ms" (from the step's start), "live_start", "live_end" (bytes)}, "memory":
     [(ms, bytes live)] at the step's start and at each allocation and free, "peak": bytes,
     "units": the units' names in forward order}. A unit's "compute" is the time between its
-    gather and its next action (the free in forward, the reduce-scatter in backward).
+    gather and its next action (the free in forward, the reduce-scatter in backward). The
+    times are taken under the profiler, which slows every operation: their order and shares
+    are the step's, their sum is more than its time (`time_steps` measures that).
     """
     trace, step, _ = traced_steps(rank, world_size, replace(run, optimizer="zero3"))
     ms = lambda time_ns: (time_ns - step.start_ns) / 1e6  # noqa: E731 - a unit conversion
