@@ -28,6 +28,8 @@ from typing import Iterator
 
 import torch
 
+from lesson_code import language
+
 FORMAT_VERSION = 2  # 2: the manifest's sha256 in manifest.sha256 (1 kept it inside)
 MANIFEST = "manifest.json"
 MANIFEST_SHA256 = "manifest.sha256"
@@ -36,7 +38,38 @@ LOCK_TIMEOUT_S = 60.0
 
 
 class CheckpointError(Exception):
-    """Base of every error a checkpoint can raise; each names the file and what is wrong."""
+    """Base of every error a checkpoint can raise; each names the file and what is wrong.
+
+    Its message is English, as Python's are; the error also keeps the facts it states: `path`,
+    the file or folder at fault, `fault`, what is wrong (a key of FAULTS), and `facts`, the
+    numbers and names of the message. `explain("fa")` says the same in Persian from these
+    (lesson 80's Persian edition prints it beside the error's name); `explain("en")` is the
+    message."""
+
+    def __init__(self, message: str = "", *, path: Path | str | None = None,
+                 fault: str | None = None, **facts):
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+        self.fault = fault
+        self.facts = facts
+
+    def explain(self, lang: str = "fa") -> str:
+        """What is wrong, in `lang`: the message in English; in Persian the sentence FAULTS
+        holds for `fault`, with the path left to right and numbers by `language.number` (the
+        message itself where the error has no known fault)."""
+        if language.check_language(lang) == "en" or self.fault not in FAULTS:
+            return str(self)
+        facts = {key: language.isolated(value) if key in ISOLATED_FACTS else value
+                 for key, value in self.facts.items()}
+        sentence = language.fill(FAULTS[self.fault], "fa", path=language.isolated(self.path),
+                                 **facts)
+        found_by = self.facts.get("found_by")
+        if found_by:
+            sentence += language.fill(" (رتبه‌های {ranks} آن را یافتند)"
+                                      if len(found_by) > 1 else " (رتبهٔ {ranks} آن را یافت)",
+                                      "fa", ranks=language.listed(
+                                          [language.number(r, "fa") for r in found_by], "fa"))
+        return sentence
 
 
 class ManifestMissingError(CheckpointError):
@@ -65,6 +98,45 @@ class ShardCorruptedError(CheckpointError):
 
 class FolderNotSharedError(CheckpointError):
     """The ranks do not all see the same checkpoint folder (no shared filesystem)."""
+
+
+SHARED_FOLDER_FA = ("همهٔ رتبه‌ها باید یک پوشه را ببینند: یک سامانهٔ فایل مشترک (NFS، Lustre، ...) "
+                    "به کار ببرید که روی هر گره در همان مسیر سوار شده باشد")
+# What each fault of a CheckpointError says in Persian (CheckpointError.explain); {path} is the
+# error's path, the other fields its facts.
+FAULTS = {
+    "manifest_missing": "{path} وجود ندارد: {folder} چکپوینت کاملی نیست (ذخیره‌ای که نیمه‌کاره "
+                        "ماند هرگز آن را نمی‌نویسد)؛ گامی پیش‌تر را بارگذاری کنید، "
+                        "`latest_checkpoint()` را ببینید",
+    "checksum_unreadable": "{checksum} نیست یا چکیدهٔ sha256 خوانایی در آن نیست، پس {path} را "
+                           "نمی‌توان وارسی کرد: هر دو را از یک رونوشت برگردانید، یا چکپوینتی "
+                           "پیش‌تر را بارگذاری کنید",
+    "manifest_changed": "{path} آسیب دیده است: چکیدهٔ sha256 آن {digest} است ولی {checksum} "
+                        "چکیدهٔ {recorded} را ثبت کرده؛ این فایل پس از ذخیره بریده، وارونه یا "
+                        "ویرایش شده است. آن را از یک رونوشت برگردانید، یا چکپوینتی پیش‌تر را "
+                        "بارگذاری کنید",
+    "not_json": "{path} با چکیده‌اش جور است ولی JSON نیست: این کد آن را ننوشته است؛ چکپوینت "
+                "دیگری را بارگذاری کنید",
+    "format_version": "قالب {path} نسخهٔ {version} است ولی این کد نسخهٔ {expected} را می‌خواند: آن "
+                      "را با همان نسخه‌ای از `lesson_code` بارگذاری کنید که نوشته‌اش",
+    "shard_missing": "{path} در مانیفست آمده ولی وجود ندارد: چکپوینت ناقص است؛ فایل را برگردانید "
+                     "یا چکپوینت دیگری را بارگذاری کنید",
+    "shard_size": "{path} {size} بایت است ولی مانیفست {expected} بایت ثبت کرده: فایل بریده یا "
+                  "بازنویسی شده است",
+    "shard_changed": "چکیدهٔ sha256 فایل {path} برابر {digest} است ولی مانیفست {recorded} را ثبت "
+                     "کرده: بایت‌هایش پس از ذخیره تغییر کرده‌اند",
+    "world_size": "{path} را {saved} رتبه ذخیره کرده‌اند ولی `world_size` برابر {world_size} است: "
+                  "نخست آن را بازشاردبندی کنید، با `reshard`",
+    "staging_not_seen": "رتبهٔ ۰ پوشهٔ {path} را برای این ذخیره ساخت ولی رتبهٔ {rank} آن را "
+                        "نمی‌بیند: " + SHARED_FOLDER_FA,
+    "different_views": "رتبه‌ها در {path} چکپوینت یکسانی نمی‌بینند: " + SHARED_FOLDER_FA,
+    "locked": "قفل {path} پس از {timeout_s:.0f} ثانیه هنوز در دست دیگری است: اگر آن فرایند از "
+              "اجرای دیگری است، به هر اجرا پوشهٔ خودش را بدهید؛ اگر خوانندگان این پوشه‌اند، "
+              "بگذارید کارشان تمام شود و دوباره ذخیره کنید",
+    "io": "کار روی {path} ناکام ماند ({reason}): دیسک (فضا، دسترسی‌ها) را وارسی کنید و اینکه همهٔ "
+          "رتبه‌ها پوشهٔ آن را می‌بینند",
+}
+ISOLATED_FACTS = ("folder", "checksum", "digest", "recorded", "reason")  # Latin, left to right
 
 
 class Disk:
@@ -173,26 +245,31 @@ def read_manifest(folder: Path | str) -> dict:
     except FileNotFoundError:
         raise ManifestMissingError(
             f"{path} does not exist: {Path(folder).name} is not a complete checkpoint (a save that "
-            "was interrupted never writes it); load an earlier step, see latest_checkpoint()"
-        ) from None
+            "was interrupted never writes it); load an earlier step, see latest_checkpoint()",
+            path=path, fault="manifest_missing", folder=Path(folder).name) from None
     try:
         recorded = (Path(folder) / MANIFEST_SHA256).read_text(encoding="ascii").split()[0]
     except (FileNotFoundError, IndexError, UnicodeDecodeError):
         _refuse_another_version(path, payload)
         raise ManifestDamagedError(
             f"{Path(folder) / MANIFEST_SHA256} is missing or holds no readable sha256, so {path} "
-            "cannot be checked: restore both from a copy, or load an earlier checkpoint") from None
+            "cannot be checked: restore both from a copy, or load an earlier checkpoint",
+            path=path, fault="checksum_unreadable", checksum=str(Path(folder) / MANIFEST_SHA256)
+        ) from None
     digest = hashlib.sha256(payload).hexdigest()
     if digest != recorded:
         raise ManifestDamagedError(
             f"{path} is damaged: its sha256 is {digest[:16]}... but {MANIFEST_SHA256} records "
             f"{recorded[:16]}...; the file was cut short, flipped or edited since the save. "
-            "Restore it from a copy, or load an earlier checkpoint")
+            "Restore it from a copy, or load an earlier checkpoint", path=path,
+            fault="manifest_changed", digest=digest[:16] + "...", recorded=recorded[:16] + "...",
+            checksum=MANIFEST_SHA256)
     try:
         manifest = json.loads(payload)
     except ValueError as error:
         raise ManifestDamagedError(f"{path} matches its sha256 but is not JSON ({error}): it was "
-                                   "not written by this code; load another checkpoint") from None
+                                   "not written by this code; load another checkpoint",
+                                   path=path, fault="not_json") from None
     _refuse_another_version(path, payload)
     return manifest
 
@@ -210,7 +287,8 @@ def _refuse_another_version(path: Path, payload: bytes) -> None:
     if version != FORMAT_VERSION:
         raise FormatVersionError(
             f"{path} has format version {version!r}; this code reads version {FORMAT_VERSION}: "
-            "load it with the lesson_code version that wrote it")
+            "load it with the lesson_code version that wrote it", path=path,
+            fault="format_version", version=version, expected=FORMAT_VERSION)
 
 
 def check_entry(folder: Path, entry: dict, payload: bytes | None = None) -> None:
@@ -223,14 +301,19 @@ def check_entry(folder: Path, entry: dict, payload: bytes | None = None) -> None
         payload = _bytes_or_none(path)
     if payload is None:
         raise ShardMissingError(f"{path} is listed in the manifest but missing: the checkpoint is "
-                                "incomplete; restore the file or load another checkpoint")
+                                "incomplete; restore the file or load another checkpoint",
+                                path=path, fault="shard_missing")
     if len(payload) != entry["bytes"]:
         raise ShardCorruptedError(f"{path} is {len(payload)} bytes but the manifest says "
-                                  f"{entry['bytes']}: the file was truncated or overwritten")
+                                  f"{entry['bytes']}: the file was truncated or overwritten",
+                                  path=path, fault="shard_size", size=len(payload),
+                                  expected=entry["bytes"])
     digest = hashlib.sha256(payload).hexdigest()
     if digest != entry["sha256"]:
         raise ShardCorruptedError(f"{path} has sha256 {digest[:16]}..., the manifest "
-                                  f"{entry['sha256'][:16]}...: its bytes changed since the save")
+                                  f"{entry['sha256'][:16]}...: its bytes changed since the save",
+                                  path=path, fault="shard_changed", digest=digest[:16] + "...",
+                                  recorded=entry["sha256"][:16] + "...")
 
 
 def _bytes_or_none(path: Path) -> bytes | None:
@@ -304,7 +387,8 @@ def locked(root: Path | str, doing: str, *, shared: bool = False,
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise CheckpointError(
-                        _still_held(root, handle.fileno(), shared, timeout_s)) from None
+                        _still_held(root, handle.fileno(), shared, timeout_s),
+                        path=root / LOCK, fault="locked", timeout_s=timeout_s) from None
                 time.sleep(0.05)
         try:
             with _recorded(root, doing, shared):

@@ -125,7 +125,8 @@ def _write_shard(staging: Path, began: tuple[str, str], shard: dict, rank: int, 
     if seen != token:
         raise FolderNotSharedError(
             f"rank 0 created {zero_sees} for this save but rank {rank} does not see it (it looked "
-            f"in {staging}): {SHARED_FOLDER_HINT}")
+            f"in {staging}): {SHARED_FOLDER_HINT}", path=zero_sees, fault="staging_not_seen",
+            rank=rank)
     entry = write_file(staging, shard_name(rank, world_size), shard, disk)
     return {**entry, "rank": rank, "layout": layout or {}}
 
@@ -173,7 +174,9 @@ def _read_rank(folder: Path, rank: int, world_size: int, replicated: bool) -> tu
     if manifest["world_size"] != world_size:
         raise WorldSizeMismatchError(
             f"{folder / MANIFEST} was saved by {manifest['world_size']} ranks, but world_size is "
-            f"{world_size}: reshard it first, e.g. reshard({str(folder)!r}, dst, {world_size})")
+            f"{world_size}: reshard it first, e.g. reshard({str(folder)!r}, dst, {world_size})",
+            path=folder / MANIFEST, fault="world_size", saved=manifest["world_size"],
+            world_size=world_size)
     entries = {entry["name"]: entry for entry in manifest["files"]}
     shard = read_verified(folder, entries[shard_name(rank, world_size)])
     both = read_verified(folder, entries[REPLICATED]) if replicated and REPLICATED in entries else {}
@@ -201,7 +204,8 @@ def _check_same_checkpoint(folder: Path, group) -> None:
            if fingerprint else f"see{'' if len(ranks) > 1 else 's'} no {MANIFEST}")
         for fingerprint, ranks in views.items())
     raise FolderNotSharedError(f"the ranks do not see the same checkpoint in {seen[0][0]} "
-                               f"({described}): {SHARED_FOLDER_HINT}")
+                               f"({described}): {SHARED_FOLDER_HINT}", path=seen[0][0],
+                               fault="different_views")
 
 
 def agree(failure: BaseException | None, group=None) -> None:
@@ -218,13 +222,22 @@ def _raise_agreed(verdicts: list, failure: BaseException | None) -> None:
     failed = [rank for rank, verdict in enumerate(verdicts) if verdict is not None]
     if not failed:
         return
-    name, message = verdicts[failed[0]]
+    name, message, facts = verdicts[failed[0]]
     found = f"rank{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))}"
-    raise ERRORS.get(name, CheckpointError)(f"{message} [found by {found}]") from failure
+    error = ERRORS.get(name, CheckpointError)
+    if not issubclass(error, CheckpointError):
+        raise error(f"{message} [found by {found}]") from failure
+    raise error(f"{message} [found by {found}]", **facts, found_by=failed) from failure
 
 
-def _verdict(failure: BaseException | None) -> tuple[str, str] | None:
-    return None if failure is None else (type(failure).__name__, str(failure))
+def _verdict(failure: BaseException | None) -> tuple[str, str, dict] | None:
+    """What the other ranks need to raise `failure` too: its class's name, its message, and
+    (a CheckpointError's) path, fault and facts."""
+    if failure is None:
+        return None
+    facts = ({"path": failure.path, "fault": failure.fault, **failure.facts}
+             if isinstance(failure, CheckpointError) else {})
+    return type(failure).__name__, str(failure), facts
 
 
 def _gather(value: Any, group) -> list:
@@ -241,9 +254,11 @@ def _attempt(action: Callable[[], Any], what: str, path: Path) -> tuple[Any, Exc
         return None, error
     except OSError as error:
         return None, CheckpointError(f"could not {what} {path}: {error}; check the disk (space, "
-                                     f"permissions) and that every rank sees {path.parent}")
+                                     f"permissions) and that every rank sees {path.parent}",
+                                     path=path, fault="io", reason=str(error))
     except Exception as error:  # noqa: BLE001 - any failure must reach the other ranks' agreement
-        return None, CheckpointError(f"could not {what} {path}: {type(error).__name__}: {error}")
+        return None, CheckpointError(f"could not {what} {path}: {type(error).__name__}: {error}",
+                                     path=path, fault="io", reason=f"{type(error).__name__}: {error}")
 
 
 def _check_rank(rank: int, world_size: Any, group) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from lesson_code import language
 from lesson_code.checkpoint.files import (CheckpointError, ManifestMissingError, locked,
                                           read_manifest, read_verified, verify_checkpoint,
                                           write_file)
@@ -28,6 +29,29 @@ from lesson_code.harness.validate import require_positive_int
 
 STEP_FOLDER = re.compile(r"^step-(\d{8})$")
 HIDDEN_COPY = re.compile(r"^\.step-(\d{8})\.(tmp|replaced)$")
+
+
+class Skipped(str):
+    """One line of what `latest_checkpoint` skipped, "<folder>: <why>", which also keeps the
+    folder's name and the CheckpointError that ruled it out (`interrupted`: a hidden copy with no
+    manifest), so that `explain("fa")` says it in Persian from those facts."""
+
+    def __new__(cls, folder: str, error: CheckpointError, interrupted: bool):
+        why = "an interrupted save, never published" if interrupted else str(error)
+        made = super().__new__(cls, f"{folder}: {why}")
+        made.folder, made.error, made.interrupted = folder, error, interrupted
+        return made
+
+    def __reduce__(self):
+        return Skipped, (self.folder, self.error, self.interrupted)
+
+    def explain(self, lang: str = "fa") -> str:
+        """The line in `lang`: as it is in English; in Persian the folder, then why."""
+        if language.check_language(lang) == "en":
+            return str(self)
+        why = ("ذخیره‌ای نیمه‌کاره که هرگز منتشر نشد" if self.interrupted
+               else self.error.explain("fa"))
+        return f"{language.isolated(self.folder)}: {why}"
 
 
 def list_checkpoints(root: Path | str) -> list[tuple[int, Path]]:
@@ -61,7 +85,7 @@ def latest_checkpoint(root: Path | str) -> tuple[Path | None, list[str]]:
     .step-N.replaced). Each is verified like verify_checkpoint, every file's size and sha256 (so
     this reads every byte of the newest one); the first that passes is returned, with one line
     per candidate skipped, e.g. ".step-00000004.tmp: an interrupted save, never published" or
-    "step-00000015: <the error>". It holds root/.lock while it looks, shared with other readers,
+    "step-00000015: <the error>" (each a `Skipped`, whose explain("fa") says it in Persian). It holds root/.lock while it looks, shared with other readers,
     so it never sees a save half-way (a save holds the lock alone, and waits for the readers). A
     hidden copy it chooses is published under its step's name (recover_step) and that name
     returned, never a folder a running save is about to rename: to publish, it takes the lock
@@ -96,8 +120,7 @@ def _newest_verified(root: Path, publish: bool) -> tuple[Path | None, list[str]]
             verify_checkpoint(folder)
         except CheckpointError as error:
             hidden = folder.name.startswith(".") and isinstance(error, ManifestMissingError)
-            skipped.append(f"{folder.name}: " + ("an interrupted save, never published"
-                                                 if hidden else str(error)))
+            skipped.append(Skipped(folder.name, error, interrupted=hidden))
             continue
         if publish and folder.name.startswith("."):
             folder = recover_step(step_folder(root, step)) or folder

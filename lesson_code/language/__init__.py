@@ -19,6 +19,7 @@ The rule for a number in Persian text, a table cell or a figure (`number`):
     language.number(3.814697e-06, "fa")         # '\u2066۳٫۸۱ × ۱۰⁻⁶\u2069'
     language.number(0.25, "fa")                 # '۰٫۲۵'
     language.numbered("رتبه", 2)                # 'رتبهٔ ۲'
+    language.fill("{n} ranks, {ms:.1f} ms", "fa", n=4, ms=2.25)  # '۴ ranks, ۲٫۲ ms'
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import string
 from collections.abc import Mapping
 
 LANGUAGES = ("en", "fa")
@@ -164,3 +166,35 @@ def numbered(word: str, value, lang: str = "fa") -> str:
         return f"{word} {value}"
     shown = number(value, "fa") if isinstance(value, (int, float)) else persian_digits(str(value))
     return f"{word}{'ٔ' if word.endswith('ه') else ''} {shown}"
+
+
+BOOLEANS = {"en": {True: "True", False: "False"}, "fa": {True: "درست", False: "نادرست"}}
+
+
+class _Filler(string.Formatter):
+    """str.format for a sentence of `lang`: numbers by the rule, True/False in its words, a list
+    of numbers with its comma; anything else as str.format writes it."""
+
+    def __init__(self, lang: str):
+        super().__init__()
+        self.lang = check_language(lang)
+
+    def format_field(self, value, format_spec: str) -> str:
+        if self.lang == "en":
+            return format(value, format_spec)
+        if isinstance(value, bool):
+            return BOOLEANS["fa"][value]
+        if isinstance(value, (int, float)):
+            return number(value, "fa", format_spec)
+        if isinstance(value, (list, tuple)) and value and all(
+                isinstance(item, (int, float)) and not isinstance(item, bool) for item in value):
+            shown = listed((number(item, "fa", format_spec) for item in value), "fa")
+            return f"[{shown}]" if isinstance(value, list) else f"({shown})"
+        return format(value, format_spec)
+
+
+def fill(template: str, lang: str, **values) -> str:
+    """`template.format(**values)` as a sentence of `lang`: in Persian, numbers by the course's
+    rule (a format spec such as {ms:.1f} still applies), True/False as درست/نادرست, lists of
+    numbers with «،». In English, exactly `template.format(**values)`."""
+    return _Filler(lang).format(template, **values)
