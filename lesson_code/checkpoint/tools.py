@@ -85,12 +85,13 @@ def latest_checkpoint(root: Path | str) -> tuple[Path | None, list[str]]:
     .step-N.replaced). Each is verified like verify_checkpoint, every file's size and sha256 (so
     this reads every byte of the newest one); the first that passes is returned, with one line
     per candidate skipped, e.g. ".step-00000004.tmp: an interrupted save, never published" or
-    "step-00000015: <the error>" (each a `Skipped`, whose explain("fa") says it in Persian). It holds root/.lock while it looks, shared with other readers,
-    so it never sees a save half-way (a save holds the lock alone, and waits for the readers). A
-    hidden copy it chooses is published under its step's name (recover_step) and that name
-    returned, never a folder a running save is about to rename: to publish, it takes the lock
-    alone and looks again. In a folder this process may not write (no lock can be taken there,
-    and no save of its own runs) it looks without the lock and returns a hidden copy as it is.
+    "step-00000015: <the error>" (each a `Skipped`, whose explain("fa") says it in Persian). It
+    holds root/.lock while it looks, shared with other readers, so it never sees a save half-way
+    (a save holds the lock alone, and waits for the readers). A hidden copy it chooses is
+    published under its step's name (recover_step) and that name returned, never a folder a
+    running save is about to rename: to publish, it takes the lock alone and looks again. In a
+    folder this process may not write (no lock can be taken there, and no save of its own runs)
+    it looks without the lock and returns a hidden copy as it is.
     """
     root = Path(root)
     if not root.is_dir():

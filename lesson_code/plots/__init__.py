@@ -241,7 +241,7 @@ def legend_below(ax, ncol: int = 2, below: float = 0.7, **options):
 
 def label_ranks(fig, ax, ranks: list[int], labels: dict[str, str], ylabel: str, lang: str):
     """Finish a bar chart with a bar per rank: rank ticks, the y label, legend, layout."""
-    ax.set_xticks(ranks, [f"{labels['rank']} {number(r, lang)}" for r in ranks])
+    ax.set_xticks(ranks, [language.numbered(labels["rank"], r, lang) for r in ranks])
     ax.set_ylabel(ylabel)
     legend_below(ax, below=0.45)  # no x label: the rank names are the ticks
     fig.tight_layout()

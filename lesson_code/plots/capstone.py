@@ -38,6 +38,7 @@ TABLE_WORDS = {"fa": {
     "final loss, resumed from step 10": "زیان پایانی، ادامه از چکپوینت گام ۱۰",
     "rollback": "بازگشت به چکپوینت", "previous_loss": "زیان گام قبل",
     "limit": "مرز محافظ",
+    "lesson_code.capstone (ours)": "lesson_code.capstone (کد ما)",
 }}
 
 

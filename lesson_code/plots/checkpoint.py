@@ -10,6 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from lesson_code import language
 from lesson_code.plots import FIGURE_WIDTH, legend_below, number, start_figure
 from lesson_code.plots.tables import translate
 
@@ -33,9 +34,11 @@ TABLE_WORDS = {"fa": {
     "no manifest": "بدون مانیفست", "missing shard": "شارد گم‌شده", "truncated shard": "شارد بریده",
     "manifest edited": "مانیفست ویرایش‌شده", "another world size": "تعداد رتبهٔ دیگر",
     "max_diff_after_10_more_steps": "بیشینهٔ اختلاف پس از ۱۰ گام دیگر", "format": "قالب",
-    "count": "شمار", "sum": "جمع", "seconds": "ثانیه", "raised": "خطای برخاسته",
+    "count": "شمار", "sum": "جمع", "seconds": "ثانیه", "raised": "خطای رخ‌داده",
     "max_abs_change": "بیشینهٔ تغییر مطلق", "ours": "قالب ما", "dcp": "DCP",
     "change": "تغییر", "loads": "بارگذاری می‌شود", "skipped": "کنار گذاشته",
+    "folders": "پوشه‌ها", "latest complete": "آخرین چکپوینت کامل", "value": "مقدار",
+    "holds": "برقرار است",
 }}
 
 
@@ -67,7 +70,7 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
             else:
                 ax.axvline(1e3 * end, color=COLOURS[kind], linestyle="--", label=label)
     ranks = [r["rank"] for r in results]
-    ax.set_yticks(ranks, [f"{labels['rank']} {number(r, lang)}" for r in ranks])
+    ax.set_yticks(ranks, [language.numbered(labels["rank"], r, lang) for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel(labels["time"])
     legend_below(ax, ncol=2)
@@ -88,7 +91,7 @@ def reshard_layout_figure(layouts: list[list[dict]], numel: int, lang: str = "en
             real = shard["length"] - shard["padding"]
             ax.barh(row, real, left=shard["start"], color=colours[shard["rank"] % 10],
                     edgecolor="white", height=0.6)
-            ax.text(shard["start"] + real / 2, row, f"{labels['rank']} {number(shard['rank'], lang)}",
+            ax.text(shard["start"] + real / 2, row, language.numbered(labels["rank"], shard["rank"], lang),
                     ha="center", va="center", fontsize=11, color="white")
             if shard["padding"]:  # a few elements: hatched, and named beside the bar
                 ax.barh(row, shard["padding"], left=shard["start"] + real, color="white",

@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 
 from lesson_code.collectives import cost_model
 from lesson_code.collectives import ring_chunk_indices
-from lesson_code.plots import FIGURE_WIDTH, legend_below, start_figure
+from lesson_code.plots import FIGURE_WIDTH, check_language, legend_below, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
@@ -39,13 +39,29 @@ LABELS = {
         "busiest": "بایت‌های عبوری از پرکارترین رتبه (× اندازهٔ تنسور)",
         "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه هست؛\n"
                       "قاب پررنگ = ارسال در همین گام",
-        "fit": "{op}: α = {alpha:.0f} µs، 1/β = {bw:.0f} MB/s",
-        "naive": "ساده (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "مستقیم (یک دور)",
+        # the formulas isolated left to right, in Latin digits as every formula of a figure
+        # (libraqm reorders Persian digits inside an isolate): "α = 1955 µs" keeps its order
+        "fit": "{op}: \u2066α = {alpha:.0f} µs\u2069، \u20661/β = {bw:.0f} MB/s\u2069",
+        "naive": "ساده‌لوحانه (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "مستقیم (یک دور)",
         "shared_memory": "حافظهٔ مشترک (یک دستگاه)",
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
         "model": "خط‌ها: مدل برازش‌شده؛ نقطه‌ها: اندازه‌گیری",
     },
 }
+
+
+# The operations the timing figures draw (collectives_lab.time_primitives' names), as a legend
+# names them: in English as measured, in Persian the glossary's terms.
+OPERATIONS = {
+    "en": {},
+    "fa": {"ring all_reduce": "کاهش همگانی حلقه‌ای", "gloo all_reduce": "کاهش همگانی gloo",
+           "naive all_reduce": "کاهش همگانی ساده‌لوحانه", "auto all_reduce": "کاهش همگانی auto"},
+}
+
+
+def operation(op: str, lang: str) -> str:
+    """The name of a timed operation ("ring all_reduce") as a figure of `lang` shows it."""
+    return OPERATIONS[check_language(lang)].get(op, op)
 
 
 def _measured(rows: list[dict], op: str) -> list[tuple[int, float]]:
@@ -131,7 +147,7 @@ def bandwidth_figure(rows: list[dict], world_size: int, lang: str = "en",
             continue
         algorithm = op.split()[-1]
         busbw = [cost_model.bandwidths(algorithm, n, t, world_size)[1] / 1e6 for n, t in points]
-        ax.plot([n for n, _ in points], busbw, marker="o", label=op)
+        ax.plot([n for n, _ in points], busbw, marker="o", label=operation(op, lang))
     ax.set_xscale("log", base=2)
     return _finish(fig, ax, labels["size"], labels["busbw"])
 
@@ -147,7 +163,8 @@ def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
         line, = ax.plot(sizes, [1e3 * t for _, t in points], "o")
         ax.plot(sizes, [1e3 * cost_model.predict(algorithm, n, world_size, fit.alpha, fit.beta)
                         for n in sizes], "-", color=line.get_color(),
-                label=labels["fit"].format(op=op, alpha=fit.alpha * 1e6, bw=fit.bandwidth / 1e6))
+                label=labels["fit"].format(op=operation(op, lang), alpha=fit.alpha * 1e6,
+                                           bw=fit.bandwidth / 1e6))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     return _finish(fig, ax, labels["size"], labels["time"])

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from lesson_code.plots import FIGURE_WIDTH, legend_below, number, start_figure
+from lesson_code import language
+from lesson_code.plots import FIGURE_WIDTH, legend_below, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"forward": "forward", "backward": "backward", "wait": "waiting for buckets",
            "comm": "bucket all-reduce (ring thread)", "ready": "bucket ready",
            "optimizer": "optimizer", "time": "time since the step began (ms)", "rank": "rank",
-           "ms": "milliseconds per step", "wrapper": "wrapper"},
+           "ms": "milliseconds per step", "wrapper": "wrapper",
+           "naive": "naive", "bucketed": "bucketed", "torch": "torch"},
     "fa": {"forward": "گذر رفت", "backward": "گذر برگشت", "wait": "انتظار برای باکت‌ها",
            "comm": "کاهش همگانی باکت (رشتهٔ حلقه)", "ready": "باکت آماده",
            "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)", "rank": "رتبه",
-           "ms": "میلی‌ثانیه در هر گام", "wrapper": "پوشاننده"},
+           "ms": "میلی‌ثانیه در هر گام", "wrapper": "پوشاننده",
+           "naive": "ساده‌لوحانه", "bucketed": "باکت‌دار", "torch": "DDP در PyTorch"},
 }
 COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "comm": "#ff9f4a",
            "optimizer": "#2ca02c"}
@@ -41,7 +44,7 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
             ax.plot(1e3 * bucket["ready"], y + 0.5, "k|", markersize=10,
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
     ax.set_yticks([rank * 2.5 + 0.5 for rank in range(len(timelines))],
-                  [f"{labels['rank']} {number(rank, lang)}" for rank in range(len(timelines))])
+                  [language.numbered(labels["rank"], rank, lang) for rank in range(len(timelines))])
     ax.invert_yaxis()
     ax.set_xlabel(labels["time"])
     legend_below(ax, ncol=2)
@@ -61,8 +64,9 @@ def phase_breakdown_figure(phases: dict[str, dict[str, float]], lang: str = "en"
     for phase in ("forward", "backward", "wait", "optimizer"):
         heights = [1e3 * phases[name][phase] if phases[name][phase] == phases[name][phase] else 0.0
                    for name in names]
-        ax.bar(names, heights, bottom=bottoms, color=COLOURS[phase], label=labels[phase])
+        ax.bar(range(len(names)), heights, bottom=bottoms, color=COLOURS[phase], label=labels[phase])
         bottoms = [b + h for b, h in zip(bottoms, heights)]
+    ax.set_xticks(range(len(names)), [labels.get(name, name) for name in names])
     ax.set_ylabel(labels["ms"])
     ax.set_xlabel(labels["wrapper"])
     legend_below(ax, ncol=2)
@@ -81,12 +85,15 @@ TABLE_LABELS = {
     "hidden comm": "ارتباطات پنهان‌شده", "naive": "ساده‌لوحانه", "bucketed": "باکت‌دار",
     "all-reduce calls": "فراخوانی‌های کاهش همگانی", "messages sent": "پیام‌های فرستاده",
     "bytes sent": "بایت‌های فرستاده", "bucket MB": "اندازهٔ باکت (MB)",
-    "vs torch": "نسبت به torch", "communicator": "ارتباط‌دهنده", "parameters": "پارامترها", "figure": "کمیت", "value": "مقدار",
-    "key-bias gradient": "گرادیان بایاس کلید", "Adam eps": "eps در Adam",
-    "first step / lr": "گام نخست / lr", "smallest max_param_diff": "کمینهٔ بیشینهٔ اختلاف پارامتر",
+    "vs torch": "نسبت به DDP در PyTorch", "communicator": "ارتباط‌دهنده", "parameters": "پارامترها", "figure": "کمیت", "value": "مقدار",
+    "key-bias gradient": "گرادیان بایاس کلید", "Adam eps": "`eps` در Adam",
+    "first step / lr": "گام نخست / `lr`", "smallest max_param_diff": "کمینهٔ بیشینهٔ اختلاف پارامتر",
     "largest max_param_diff": "بیشینهٔ بیشینهٔ اختلاف پارامتر",
     "buckets": "تعداد باکت‌ها", "exposed comm, model (ms)": "ارتباط پس از گذر برگشت، مدل (ms)",
     "wait, measured (ms)": "انتظار، اندازه‌گیری‌شده (ms)",
+    # values: models, optimizers, wrappers and communicators as the runs name them
+    "mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "torch": "DDP در PyTorch",
+    "ring": "حلقه", "builtin": "توکار",
 }
 
 

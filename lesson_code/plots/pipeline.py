@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from lesson_code.pipeline import theoretical_bubble
+from lesson_code import language
 from lesson_code.plots import FIGURE_WIDTH, legend_below, number, start_figure
 from lesson_code.plots.tables import translate
 
@@ -18,7 +19,7 @@ LABELS = {
            "micro": "micro-batches m", "bubble": "bubble (idle fraction)",
            "measured": "measured, P = {p}", "formula": "(P − 1)/(m + P − 1), P = {p}",
            "floor": "imbalance floor, P = {p}"},
-    "fa": {"stage": "مرحله", "time": "زمان (ms)", "slots": "زمان (خانه‌ها: هر گذر رفت ۱ و هر گذر برگشت ۲)", "F": "گذر رفت", "B": "گذر برگشت",
+    "fa": {"stage": "مرحله", "time": "زمان (ms)", "slots": "زمان (بازه‌ها: هر گذر رفت ۱ بازه و هر گذر برگشت ۲ بازه)", "F": "گذر رفت", "B": "گذر برگشت",
            "micro": "تعداد میکرودسته‌ها m", "bubble": "حباب (کسر زمان بیکاری)",
            "measured": "اندازه‌گیری‌شده، P = {p}", "formula": "(P − 1)/(m + P − 1)، P = {p}",
            "floor": "کف ناترازی، P = {p}"},
@@ -34,6 +35,9 @@ TABLE_WORDS = {"fa": {
     "bubble, 5 + 3 layers": "حباب، ۵ + ۳ لایه", "micro-batches": "میکرودسته‌ها",
     "stage 0 under GPipe": "مرحلهٔ ۰ زیر GPipe", "stage 0 under 1F1B": "مرحلهٔ ۰ زیر 1F1B",
     "value": "مقدار", "balanced": "متوازن", "5 + 3 layers": "۵ + ۳ لایه", "floor": "کف ناترازی",
+    # values: the schedules as pipeline.SCHEDULES names them, and the layers of MiniGPT
+    "gpipe": "GPipe", "1f1b": "1F1B", "embedding": "لایهٔ جاسازی", "block": "بلوک",
+    "head": "لایهٔ خروجی",
 }}
 
 
@@ -61,7 +65,7 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
                     color=COLOURS[kind], edgecolor="white")
             ax.text(scale * (start + end) / 2, stage, number(micro, lang), ha="center", va="center",
                     fontsize=10, color="black" if kind == "F" else "white")
-        ax.set_yticks(stages, [f"{labels['stage']} {number(s, lang)}" for s in stages])
+        ax.set_yticks(stages, [language.numbered(labels["stage"], s, lang) for s in stages])
         ax.invert_yaxis()
         ax.set_title(title)
         ax.set_xlabel(labels["slots" if slots else "time"])

@@ -78,7 +78,8 @@ def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
     power), True/False/None as درست/نادرست/هیچ, an English value the lesson's `words` know (alone,
     numbered as "block 3", or in a list "embedding, block 0") in Persian, a tuple or list of
     numbers with the Persian comma, and else its free numbers in Persian digits and its Latin
-    names (ZeRO-1, .step-00000002.tmp) isolated left to right."""
+    names (ZeRO-1, .step-00000002.tmp) isolated left to right; a `name` in backticks (in a
+    label of `words` too) is code: <code>name</code>."""
     stripped = text.strip()
     words = words or {}
     if not stripped:
@@ -89,14 +90,25 @@ def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
         return language.persian_number_text(stripped, html=True)
     known = _known(stripped, words)
     if known is not None:
-        return html.escape(known, quote=False)
+        return _with_code(known)
     if SEQUENCE.fullmatch(stripped) and NUMBER.search(stripped):
         items = [item.strip() for item in stripped[1:-1].split(",") if item.strip()]
         if all(NUMBER.fullmatch(item) for item in items):
             shown = f"{language.PERSIAN_COMMA} ".join(
                 language.persian_number_text(item, html=True) for item in items)
             return f"{stripped[0]}{shown}{stripped[-1]}"
-    return _isolated_latin(stripped)
+    return _with_code(stripped) if "`" in stripped else _isolated_latin(stripped)
+
+
+def _with_code(text: str) -> str:
+    """`text` as HTML, each `name` in backticks as <code>name</code> (code font, left to right),
+    the rest with its Latin names isolated."""
+    pieces = text.split("`")
+    if len(pieces) % 2 == 0:  # an unmatched backtick: no code in it
+        return _isolated_latin(text)
+    return "".join(f"<code>{html.escape(piece, quote=False)}</code>" if index % 2
+                   else _isolated_latin(piece) if piece.strip() else html.escape(piece, quote=False)
+                   for index, piece in enumerate(pieces))
 
 
 def _known(text: str, words: dict[str, str]) -> str | None:

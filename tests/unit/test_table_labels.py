@@ -15,7 +15,8 @@ from lesson_code.plots import collectives, ddp, zero
 PERSIAN_LETTER = re.compile(r"[\u0600-\u06FF]")
 MODULES = [pytest.param(collectives, id="lesson 76"), pytest.param(ddp, id="lesson 77"),
            pytest.param(zero, id="lesson 78")]
-KEPT_AS_NAMES = {"DDP", "ZeRO-1", "ZeroRedundancyOptimizer", "auto / gloo", "N ="}  # not words
+KEPT_AS_NAMES = {"DDP", "ZeRO-1", "ZeroRedundancyOptimizer", "auto / gloo", "N =",  # not words
+                 "MLP", "MiniGPT", "SGD", "Adam"}
 
 
 @pytest.mark.parametrize("module", MODULES)
