@@ -84,8 +84,9 @@ TEST_WORKERS ?= $(shell n=$$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2); \
 test: $(LAB_READY)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
+# In Persian with make selfcheck LANG=fa, or on a Persian desktop (LANG=fa_IR.UTF-8).
 selfcheck: $(READY)
-	$(BIN)/python -m lesson_code.selfcheck
+	$(BIN)/python -m lesson_code.selfcheck $(if $(filter fa%,$(LANG)),--lang fa)
 
 bench: $(READY)
 	$(BIN)/python -m lesson_code.bench all

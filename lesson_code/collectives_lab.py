@@ -10,6 +10,7 @@ so results cross process boundaries by value.
     launch.spawn(collectives_lab.compare_with_builtin, 1001, "float32", world_size=4)
 
     python -m lesson_code.collectives_lab          # every primitive against torch.distributed
+    python -m lesson_code.collectives_lab --lang fa  # the same, reported in Persian
     torchrun --standalone --nproc-per-node=4 -m lesson_code.collectives_lab
 """
 
@@ -21,7 +22,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from lesson_code import collectives
+from lesson_code import collectives, language
 from lesson_code.collectives import choose
 from lesson_code.collectives.comm import builtin_all_gather
 from lesson_code.collectives.ledger import CommLedger
@@ -291,6 +292,62 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
     return rows
 
 
+# What lesson 76 prints (the command's report, and lines of the notebook), in each edition;
+# `say` fills them, with numbers by the Persian rule in Persian (`language.fill`).
+SAY = {
+    "en": {
+        "title": "lesson 76: ring primitives against torch.distributed, {ranks} ranks, "
+                 "{length} elements",
+        "difference": "{op}={diff:.2g}", "outside": "  OUTSIDE THE BOUND",
+        "equal": "all results equal the built-ins within the float summation bound",
+        "mismatch": "mismatch for {failures}",
+        "crossover": "model: ring faster above {kib:.0f} KiB; measured ring faster at {sizes} bytes",
+        "switches": "predicted switches (bytes, from, to): {switches}",
+        "switch": "", "worst": "worst ratio of each: {worst}",
+        "without": "without shared memory, from 4 MiB up: {low:.2f}x to {high:.2f}x",
+    },
+    "fa": {
+        "title": "درس ۷۶: عملیات حلقه‌ای در برابر torch.distributed، {ranks} رتبه، {length} عنصر",
+        "difference": "{op} {diff:.2g}", "outside": "  بیرون از کران",
+        "equal": "همهٔ نتیجه‌ها، در کران خطای جمع اعشاری، با عملیات توکار برابرند",
+        "mismatch": "ناهمخوانی در {failures}",
+        "crossover": "مدل: حلقه از {kib:.0f} KiB به بالا سریع‌تر است؛ اندازه‌گیری: حلقه در {sizes} "
+                     "بایت سریع‌تر بود",
+        "switches": "جابه‌جایی‌های پیش‌بینی‌شده: {switches}",
+        "switch": "در {nbytes} بایت از {before} به {after}", "worst": "بدترین نسبت هر کدام: {worst}",
+        "without": "بدون حافظهٔ مشترک، از ۴ MiB به بالا: {low:.2f} تا {high:.2f} برابر",
+    },
+}
+# The primitives and algorithms by their glossary words (book/fa/glossary.md).
+WORDS = {"all_reduce": "کاهش همگانی", "reduce_scatter": "کاهش و پخش", "all_gather": "گردآوری همگانی",
+         "broadcast": "بازپخش", "naive_all_reduce": "کاهش همگانی ساده‌لوحانه", "naive": "ساده‌لوحانه",
+         "ring": "حلقه", "direct": "مستقیم", "shared_memory": "حافظهٔ مشترک",
+         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی"}
+
+
+def say(key: str, lang: str, **values) -> str:
+    """Line `key` of SAY in edition `lang`, filled with `values` (`language.fill`)."""
+    return language.fill(SAY[language.check_language(lang)][key], lang, **values)
+
+
+def switches_line(switches: list[tuple[int, str, str]], lang: str) -> str:
+    """`choose.predicted_switches`' (bytes, from, to) as a line of `lang`."""
+    if lang == "en":
+        return say("switches", lang, switches=switches)
+    return say("switches", lang, switches="؛ ".join(
+        say("switch", lang, nbytes=nbytes, before=WORDS.get(before, before),
+            after=WORDS.get(after, after)) for nbytes, before, after in switches))
+
+
+def worst_line(worst: dict[str, float], lang: str) -> str:
+    """The worst ratio of each collective ({"all_reduce": 0.78, ...}) as a line of `lang`."""
+    if lang == "en":
+        return say("worst", lang, worst=worst)
+    return say("worst", lang, worst=language.listed(
+        (f"{WORDS.get(name, name)} {language.number(ratio, 'fa')}" for name, ratio in worst.items()),
+        "fa"))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Check every primitive against torch.distributed on N ranks and print one line per dtype."""
     import argparse
@@ -304,19 +361,20 @@ def main(argv: list[str] | None = None) -> int:
                         "spawn (ignored under torchrun, which decides)")
     parser.add_argument("--length", type=cli_args.positive_int, default=1001,
                         help="elements per tensor")
+    cli_args.add_language(parser)
     args = parser.parse_args(argv)
     results = launch.run(compare_all_dtypes, args.length,
                          world_size=args.world_size)
     if not launch.is_reporting_process():
         return 0
-    failures = failing_dtypes(results)
-    print(f"lesson 76: ring primitives against torch.distributed, {len(results)} ranks, "
-          f"{args.length} elements")
+    failures, lang = failing_dtypes(results), args.lang
+    print(say("title", lang, ranks=len(results), length=args.length))
+    words = WORDS if lang == "fa" else {}
     for dtype, worst in worst_differences(results).items():
-        print(f"  {dtype:9s} " + "  ".join(f"{op}={diff:.2g}" for op, diff in worst.items())
-              + ("  OUTSIDE THE BOUND" if dtype in failures else ""))
-    print("all results equal the built-ins within the float summation bound" if not failures
-          else f"mismatch for {failures}")
+        print(f"  {dtype:9s} " + ("  " if lang == "en" else "، ").join(
+            say("difference", lang, op=words.get(op, op), diff=diff) for op, diff in worst.items())
+              + (say("outside", lang) if dtype in failures else ""))
+    print(say("equal", lang) if not failures else say("mismatch", lang, failures=failures))
     return 1 if failures else 0
 
 

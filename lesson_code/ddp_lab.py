@@ -5,6 +5,7 @@ compare with `train_single_process`, one process on the full batch. A `DDPRun` (
 `experiment.RunConfig`) says what to train; the loop and the timing are `lesson_code.experiment`'s.
 
     python -m lesson_code.ddp_lab          # 4 ranks: our wrappers and torch DDP vs one process
+    python -m lesson_code.ddp_lab --lang fa  # the same, reported in Persian
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from lesson_code import launch
+from lesson_code import language, launch
 from lesson_code.harness import cli_args
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives import cost_model
@@ -305,6 +306,33 @@ def compare_all_on_rank(rank: int, world_size: int, runs: list[DDPRun]) -> list[
     return rows
 
 
+# What lesson 77 prints (the command's report, a line of the notebook) in each edition, filled
+# by `language.fill`; WORDS names the runs' models, optimizers, wrappers and communicators in
+# Persian (the glossary's words; plots.ddp's tables show the same).
+SAY = {
+    "en": {"title": "lesson 77: data-parallel training on {ranks} ranks vs one process, {steps} steps",
+           "row": "  {model:3s} {optimizer:4s} {wrapper:8s} ranks identical: {identical}  max |param diff| "
+                  "{param_diff:.1e}  max |loss diff| {loss_diff:.1e}  loss {first:.3f} -> {last:.3f}",
+           "gradients": "gradients: {mb:.1f} MB per rank"},
+    "fa": {"title": "درس ۷۷: آموزش با موازی‌سازی داده روی {ranks} رتبه در برابر یک فرایند، {steps} گام",
+           "row": "  {model} {optimizer} {wrapper}: رتبه‌ها یکسان: {identical}، بیشینهٔ |اختلاف پارامتر| "
+                  "{param_diff:.1e}، بیشینهٔ |اختلاف زیان| {loss_diff:.1e}، زیان از {first:.3f} به "
+                  "{last:.3f}",
+           "gradients": "گرادیان‌ها: {mb:.1f} MB در هر رتبه"},
+}
+WORDS = {"mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "naive": "ساده‌لوحانه",
+         "bucketed": "باکت‌دار", "torch": "DDP در PyTorch", "ring": "حلقه", "builtin": "توکار"}
+
+
+def say(key: str, lang: str, **values) -> str:
+    """Line `key` of SAY in edition `lang`, filled with `values` (`language.fill`); in Persian,
+    a value that names a model, optimizer or wrapper takes its word in WORDS."""
+    if language.check_language(lang) == "fa":
+        values = {name: WORDS.get(value, value) if isinstance(value, str) else value
+                  for name, value in values.items()}
+    return language.fill(SAY[lang][key], lang, **values)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train MLP and MiniGPT with each wrapper on N ranks and print the differences from one process."""
     args = cli_args.lab_arguments(argv, "ddp_lab", main.__doc__, steps=10, batch_size=DDPRun().batch_size)
@@ -312,13 +340,12 @@ def main(argv: list[str] | None = None) -> int:
             for m in ("mlp", "gpt") for o in OPTIMIZERS for w in WRAPPERS]
     rows = launch.run(compare_all_on_rank, runs, world_size=args.world_size)[0]
     if launch.is_reporting_process():
-        print(f"lesson 77: data-parallel training on {args.world_size} ranks vs one process, "
-              f"{args.steps} steps")
+        print(say("title", args.lang, ranks=args.world_size, steps=args.steps))
         for row in rows:
-            print(f"  {row['model']:3s} {row['optimizer']:4s} {row['wrapper']:8s} ranks identical: "
-                  f"{row['ranks_identical']}  max |param diff| {row['max_param_diff']:.1e}  "
-                  f"max |loss diff| {row['max_loss_diff']:.1e}  loss {row['first_loss']:.3f} -> "
-                  f"{row['last_loss']:.3f}")
+            print(say("row", args.lang, model=row["model"], optimizer=row["optimizer"],
+                      wrapper=row["wrapper"], identical=row["ranks_identical"],
+                      param_diff=row["max_param_diff"], loss_diff=row["max_loss_diff"],
+                      first=row["first_loss"], last=row["last_loss"]))
     return 0 if all(row["ranks_identical"] for row in rows) else 1
 
 

@@ -7,17 +7,20 @@ algorithm itself is `lesson_code.pipeline`.
 
     python -m lesson_code.pipeline_lab                  # 4 stages, GPipe and 1F1B, checked
     python -m lesson_code.pipeline_lab --world-size 2
+    python -m lesson_code.pipeline_lab --lang fa       # the same, reported in Persian
 """
 
 from __future__ import annotations
 
 import statistics
+import traceback
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from lesson_code import language
 from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.runtime.devices import current_device
@@ -216,6 +219,55 @@ def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
             "stage": pipeline.stage, "loss": loss}
 
 
+# What lesson 79 prints (the command's report) in each edition, filled by `language.fill`.
+SAY = {
+    "en": {"title": "lesson 79: MiniGPT on {stages} pipeline stages vs the unsplit model",
+           "row": "  {schedule:5s} m={m}: max |grad diff| {grad_diff:.1e}, |loss diff| "
+                  "{loss_diff:.1e}, activations stored at most {stored}, bytes sent {sent} per stage"},
+    "fa": {"title": "درس ۷۹: MiniGPT روی {stages} مرحلهٔ پایپلاین در برابر مدل تقسیم‌نشده",
+           "row": "  {schedule} با m = {m}: بیشینهٔ |اختلاف گرادیان| {grad_diff:.1e}، |اختلاف زیان| "
+                  "{loss_diff:.1e}، فعال‌سازی‌های نگه‌داشته در هر مرحله حداکثر {stored}، بایت‌های "
+                  "فرستادهٔ هر مرحله {sent}"},
+}
+SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
+
+
+def _refused_partition(facts: dict) -> str:
+    if facts["num_stages"] > facts["count"]:
+        return ("{num_stages} مرحله ولی فقط {count} لایه: هر مرحله دست‌کم یک لایه لازم دارد، پس "
+                "حداکثر {count} مرحله (رتبه) به کار ببرید")
+    return "تقسیم {partition} باید {num_stages} شمار مثبت از لایه‌ها بدهد که جمعشان {count} شود"
+
+
+# Why lesson 79's functions refuse their arguments, in Persian, from the values each checked.
+REFUSALS = {
+    "partition_layers": _refused_partition,
+    "split_micro_batches": lambda facts: ("{micro_batches} میکرودسته دستهٔ {size}تایی را به "
+                                          "بخش‌های برابر تقسیم نمی‌کند: یکی از مقسوم‌علیه‌های {size} "
+                                          "را به کار ببرید"),
+}
+
+
+def explain_refusal(error: ValueError, lang: str = "fa") -> str:
+    """Why `pipeline.partition_layers` or `pipeline.split_micro_batches` refused its arguments,
+    in `lang`: the error's message in English; in Persian a sentence made from the values the
+    refusing function checked (the locals of the innermost frame of the error's traceback, the
+    facts its English message states). Another error keeps its message."""
+    frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
+    if language.check_language(lang) == "en" or not frames or frames[-1].name not in REFUSALS:
+        return str(error)
+    innermost = error.__traceback__
+    while innermost.tb_next is not None:
+        innermost = innermost.tb_next
+    facts = {name: value for name, value in innermost.tb_frame.f_locals.items()
+             if _is_count(value) or isinstance(value, tuple) and all(map(_is_count, value))}
+    return language.fill(REFUSALS[frames[-1].name](facts), "fa", **facts)
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Check both schedules on N stages against the unsplit model; print what each stage stored."""
     import argparse
@@ -228,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=main.__doc__)
     parser.add_argument("--world-size", type=cli_args.positive_int, default=4,
                         help="pipeline stages, one per rank")
+    cli_args.add_language(parser)
     args = parser.parse_args(argv)
     layers = len(as_layers(build_model("gpt", 0, PipeRun().gpt)))
     cli_args.check_world_size(parser, args.world_size, layers,
@@ -237,23 +290,24 @@ def main(argv: list[str] | None = None) -> int:
     if not launch.is_reporting_process():
         return 0
     ok = True
-    print(f"lesson 79: MiniGPT on {args.world_size} pipeline stages vs the unsplit model")
+    print(language.fill(SAY[args.lang]["title"], args.lang, stages=args.world_size))
     for index, run in enumerate(runs):
         stages = [rank_results[index] for rank_results in per_rank]
         check = compare_with_reference(stages, in_one_rank(reference_step, run))
         ok &= check["max_grad_diff"] < 1e-5 and check["all_layers_once"]
-        print(report_line(run, check, stages))
+        print(report_line(run, check, stages, args.lang))
     return 0 if ok else 1
 
 
-def report_line(run: PipeRun, check: dict[str, float], stages: list[dict]) -> str:
-    """One line of the command's report: the check against the reference, and each stage's
-    peak stored activations and bytes sent."""
-    stored = [stage["peak_stored"] for stage in stages]
-    sent = [stage["traffic"]["bytes_sent"] for stage in stages]
-    return (f"  {run.schedule:5s} m={run.micro_batches}: max |grad diff| "
-            f"{check['max_grad_diff']:.1e}, |loss diff| {check['loss_diff']:.1e}, activations "
-            f"stored at most {stored}, bytes sent {sent} per stage")
+def report_line(run: PipeRun, check: dict[str, float], stages: list[dict], lang: str = "en") -> str:
+    """One line of the command's report in `lang`: the check against the reference, and each
+    stage's peak stored activations and bytes sent."""
+    schedule = SCHEDULE_NAMES[run.schedule] if lang == "fa" else run.schedule
+    return language.fill(SAY[language.check_language(lang)]["row"], lang, schedule=schedule,
+                         m=run.micro_batches, grad_diff=check["max_grad_diff"],
+                         loss_diff=check["loss_diff"],
+                         stored=[stage["peak_stored"] for stage in stages],
+                         sent=[stage["traffic"]["bytes_sent"] for stage in stages])
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ tolerance its tests use, so a pass here means the lesson's claims hold on this m
 
     python -m lesson_code.selfcheck                  # 4 ranks (one per GPU where there are 2 or more)
     python -m lesson_code.selfcheck --backend gloo   # the CPU path, even on a GPU machine
-    make selfcheck
+    python -m lesson_code.selfcheck --lang fa        # the lines in Persian
+    make selfcheck                                   # make selfcheck LANG=fa: in Persian
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from lesson_code import collectives_lab, ddp_lab, launch, pipeline_lab, zero_lab
+from lesson_code import collectives_lab, ddp_lab, language, launch, pipeline_lab, zero_lab
 from lesson_code.capstone import CapstoneConfig, run_rank
 from lesson_code.checkpoint_lab import round_trip
-from lesson_code.harness.cli_args import positive_int
+from lesson_code.harness.cli_args import add_language, positive_int
 from lesson_code.runtime.devices import current_device
 
 
@@ -39,16 +40,14 @@ def collectives_within_bound(rank: int, world_size: int) -> dict:
     worst = max(op["max_abs_diff"] for result in results for op in result.values())
     checked = len(results[0]) + len(results[2])  # per dtype: primitives, then algorithms
     return {"ok": all(op["within"] for result in results for op in result.values()),
-            "detail": f"{checked} primitives and algorithms x 2 dtypes within the summation "
-                      f"bound, max |diff| {worst:.1e}"}
+            "facts": {"checked": checked, "worst": worst}}
 
 
 def ddp_matches_one_process(rank: int, world_size: int) -> dict:
     """Lesson 77: bucketed DDP (SGD, MLP, 5 steps) against one process on the whole batch."""
     row = ddp_lab.compare_all_on_rank(rank, world_size, [ddp_lab.DDPRun(steps=5)])[0]
     return {"ok": row["ranks_identical"] and row["max_param_diff"] < 1e-6,
-            "detail": f"ranks identical {row['ranks_identical']}, "
-                      f"max |param - one process| {row['max_param_diff']:.1e} (< 1e-6)"}
+            "facts": {"identical": row["ranks_identical"], "diff": row["max_param_diff"]}}
 
 
 def zero_matches_adam(rank: int, world_size: int) -> dict:
@@ -58,8 +57,7 @@ def zero_matches_adam(rank: int, world_size: int) -> dict:
     reference = zero_lab.train_single_process(run)
     diff = (result["params"] - reference["params"]).abs().max().item()
     identical = _all_ranks(result["digests"][-1])
-    return {"ok": identical and diff < 1e-5,
-            "detail": f"ranks identical {identical}, max |param - torch Adam| {diff:.1e} (< 1e-5)"}
+    return {"ok": identical and diff < 1e-5, "facts": {"identical": identical, "diff": diff}}
 
 
 def zero3_matches_fsdp2_and_adam(rank: int, world_size: int) -> dict:
@@ -72,8 +70,7 @@ def zero3_matches_fsdp2_and_adam(rank: int, world_size: int) -> dict:
     to_fsdp2 = (result["params"] - fsdp2["params"]).abs().max().item()
     identical = _all_ranks(result["digests"][-1])
     return {"ok": identical and max(to_adam, to_fsdp2) < 1e-5,
-            "detail": f"ranks identical {identical}, max |param - FSDP2| {to_fsdp2:.1e}, "
-                      f"- torch Adam {to_adam:.1e} (< 1e-5)"}
+            "facts": {"identical": identical, "to_fsdp2": to_fsdp2, "to_adam": to_adam}}
 
 
 def pipeline_matches_unsplit(rank: int, world_size: int) -> dict:
@@ -84,8 +81,7 @@ def pipeline_matches_unsplit(rank: int, world_size: int) -> dict:
     local = max((grad - reference[name]).abs().max().item() for name, grad in stage["grads"].items())
     worst = torch.tensor([local], device=current_device())
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-    return {"ok": worst.item() < 1e-6,
-            "detail": f"max |grad - unsplit model| {worst.item():.1e} over all stages (< 1e-6)"}
+    return {"ok": worst.item() < 1e-6, "facts": {"diff": worst.item()}}
 
 
 def checkpoint_round_trip(rank: int, world_size: int) -> dict:
@@ -95,7 +91,7 @@ def checkpoint_round_trip(rank: int, world_size: int) -> dict:
         equal = round_trip(rank, world_size, zero_lab.ZeroRun(steps=3), folder)
         dist.barrier()  # nobody deletes the folder while another rank still reads it
     ok = _all_ranks(all(equal.values()))
-    return {"ok": ok, "detail": f"parameters, master, moments, RNG and step restored bit for bit: {ok}"}
+    return {"ok": ok, "facts": {"ok": ok}}
 
 
 def capstone_resumes(rank: int, world_size: int) -> dict:
@@ -107,7 +103,56 @@ def capstone_resumes(rank: int, world_size: int) -> dict:
     losses = [row["loss"] for row in result["records"]]
     verified = _all_ranks(all(result["resume_verified"].values()))
     return {"ok": verified and losses[-1] < losses[0] - 1.0,
-            "detail": f"loss {losses[0]:.3f} -> {losses[-1]:.3f}, resume verified {verified}"}
+            "facts": {"first": losses[0], "last": losses[-1], "verified": verified}}
+
+
+# What each check's line says after its verdict, from the facts it returned, in each language.
+DETAILS = {
+    "collectives": ("{checked} primitives and algorithms x 2 dtypes within the summation bound, "
+                    "max |diff| {worst:.1e}",
+                    "{checked} عملیات و الگوریتم × ۲ نوع داده در کران خطای جمع، بیشینهٔ |اختلاف| "
+                    "{worst:.1e}"),
+    "data parallel": ("ranks identical {identical}, max |param - one process| {diff:.1e} (< 1e-6)",
+                      "رتبه‌ها یکسان: {identical}، بیشینهٔ |پارامتر − یک فرایند| {diff:.1e} "
+                      "(کمتر از ⁦۱۰⁻⁶⁩)"),
+    "ZeRO-1": ("ranks identical {identical}, max |param - torch Adam| {diff:.1e} (< 1e-5)",
+               "رتبه‌ها یکسان: {identical}، بیشینهٔ |پارامتر − Adam در torch| {diff:.1e} "
+               "(کمتر از ⁦۱۰⁻⁵⁩)"),
+    "ZeRO-3": ("ranks identical {identical}, max |param - FSDP2| {to_fsdp2:.1e}, - torch Adam "
+               "{to_adam:.1e} (< 1e-5)",
+               "رتبه‌ها یکسان: {identical}، بیشینهٔ |پارامتر − FSDP2| {to_fsdp2:.1e} و "
+               "|پارامتر − Adam در torch| {to_adam:.1e} (کمتر از ⁦۱۰⁻⁵⁩)"),
+    "pipeline": ("max |grad - unsplit model| {diff:.1e} over all stages (< 1e-6)",
+                 "بیشینهٔ |گرادیان − مدل تقسیم‌نشده| در همهٔ مرحله‌ها {diff:.1e} (کمتر از ⁦۱۰⁻⁶⁩)"),
+    "checkpoints": ("parameters, master, moments, RNG and step restored bit for bit: {ok}",
+                    "پارامترها، وزن‌های اصلی، گشتاورها، وضعیت مولد تصادفی و گام بیت‌به‌بیت "
+                    "بازگشتند: {ok}"),
+    "capstone": ("loss {first:.3f} -> {last:.3f}, resume verified {verified}",
+                 "زیان از {first:.3f} به {last:.3f}، ادامهٔ آموزش وارسی شد: {verified}"),
+}
+LINE = ("lesson {lesson} {name:14s} {verdict}  {backend} x{ranks} on {device:6s}  {detail}  "
+        "({seconds:.1f} s)",
+        "درس {lesson} {name} {verdict}  {backend} ×{ranks} روی {device}  {detail}  ({seconds:.1f} "
+        "ثانیه)")
+VERDICTS = {"en": ("PASS", "FAIL"), "fa": ("قبول", "رد")}
+NAMES_FA = {"collectives": "عملیات جمعی", "data parallel": "موازی‌سازی داده", "pipeline": "پایپلاین",
+            "checkpoints": "چکپوینت", "capstone": "پروژهٔ پایانی"}  # ZeRO-1 and ZeRO-3 are names
+ONE_GPU = ("one GPU: NCCL needs one GPU per rank, so these checks run on 4 CPU ranks (gloo)",
+           "یک GPU: NCCL برای هر رتبه یک GPU می‌خواهد، پس این وارسی‌ها روی ۴ رتبهٔ CPU (gloo) اجرا "
+           "می‌شوند")
+
+
+def report_line(lesson: str, name: str, results: list[dict], lang: str) -> str:
+    """The line of one check in `lang`: lesson, check, verdict, where it ran, what it found."""
+    first, index = results[0], language.LANGUAGES.index(language.check_language(lang))
+    detail = first["error"] if "error" in first else language.fill(
+        DETAILS[name][index], lang, **first["facts"])
+    return language.fill(LINE[index], lang, lesson=int(lesson),
+                         name=NAMES_FA.get(name, name) if lang == "fa" else name,
+                         verdict=VERDICTS[lang][not all(r["ok"] for r in results)],
+                         backend=first["backend"], ranks=len(results),
+                         device=language.isolated(first["device"]) if lang == "fa" else first["device"],
+                         detail=detail, seconds=first["seconds"])
 
 
 CHECKS: dict[str, list[tuple[str, Callable[[int, int], dict]]]] = {  # lesson: its checks
@@ -149,13 +194,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="ranks (default: one per GPU, at most 4, else 4 CPU ranks)")
     parser.add_argument("--backend", choices=launch.BACKENDS, default="auto")
     parser.add_argument("--lessons", nargs="+", choices=list(CHECKS), default=list(CHECKS))
+    add_language(parser)
     args = parser.parse_args(argv)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     # NCCL needs a GPU per rank: with one GPU the distributed paths need more ranks than GPUs,
     # so the default is then 4 CPU ranks (--backend nccl --world-size 1 uses the GPU alone).
     world_size = args.world_size or (min(gpus, 4) if gpus >= 2 and args.backend != "gloo" else 4)
     if gpus == 1 and args.world_size is None and args.backend == "auto":
-        print("one GPU: NCCL needs one GPU per rank, so these checks run on 4 CPU ranks (gloo)")
+        print(ONE_GPU[language.LANGUAGES.index(args.lang)])
     failures = 0
     checks = [(lesson, index, name) for lesson in args.lessons
               for index, (name, _) in enumerate(CHECKS[lesson])]
@@ -164,14 +210,12 @@ def main(argv: list[str] | None = None) -> int:
             results = launch.run(check_on_every_rank, lesson, index, world_size=world_size,
                                  backend=args.backend, timeout_s=300)
         except (launch.SpawnError, ValueError) as error:
-            results = [{"ok": False, "detail": str(error).splitlines()[0], "backend": "-",
+            said = error.explain(args.lang) if isinstance(error, launch.SpawnError) else str(error)
+            results = [{"ok": False, "error": said.splitlines()[0], "backend": "-",
                         "device": "-", "seconds": float("nan")}]
-        first = results[0]
         failures += not all(r["ok"] for r in results)
         if launch.is_reporting_process():
-            verdict = "PASS" if all(r["ok"] for r in results) else "FAIL"
-            print(f"lesson {lesson} {name:14s} {verdict}  {first['backend']} x{len(results)} on "
-                  f"{first['device']:6s}  {first['detail']}  ({first['seconds']:.1f} s)", flush=True)
+            print(report_line(lesson, name, results, args.lang), flush=True)
     return 1 if failures else 0
 
 

@@ -16,6 +16,7 @@ import argparse
 import os
 
 from lesson_code import launch
+from lesson_code.language import LANGUAGES
 
 SEED_MAX = 2**32 - 1  # torch takes 64-bit seeds; runs add rank and replica offsets to this one
 
@@ -96,16 +97,23 @@ def check_divides(parser: argparse.ArgumentParser, name: str, value: int, total:
         parser.error(f"{name} {value} does not divide {what} ({total}): pass one of {divisors}")
 
 
+def add_language(parser: argparse.ArgumentParser) -> None:
+    """--lang en|fa: the language the command prints its report in (English by default)."""
+    parser.add_argument("--lang", choices=LANGUAGES, default="en",
+                        help="language of the report: en (default) or fa")
+
+
 def lab_arguments(argv: list[str] | None, module: str, description: str, steps: int,
                   batch_size: int, choices: dict[str, tuple[str, ...]] | None = None
                   ) -> argparse.Namespace:
-    """The command line of `python -m lesson_code.<module>`: --world-size (4) and --steps, and
-    for each `choices` entry ("optimizer": ("zero", ...)) an option --optimizer taking one of
-    them (the first by default); exits with status 2 for a world size above `batch_size` (each
-    rank needs samples of the batch)."""
+    """The command line of `python -m lesson_code.<module>`: --world-size (4), --steps, --lang
+    (`add_language`), and for each `choices` entry ("optimizer": ("zero", ...)) an option
+    --optimizer taking one of them (the first by default); exits with status 2 for a world size
+    above `batch_size` (each rank needs samples of the batch)."""
     parser = argparse.ArgumentParser(prog=f"python -m lesson_code.{module}", description=description)
     parser.add_argument("--world-size", type=positive_int, default=4)
     parser.add_argument("--steps", type=positive_int, default=steps)
+    add_language(parser)
     for name, values in (choices or {}).items():
         parser.add_argument(f"--{name}", choices=values, default=values[0])
     args = parser.parse_args(argv)

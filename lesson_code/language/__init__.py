@@ -1,5 +1,5 @@
-"""The reader's language: how the Persian edition writes numbers, and which language a command
-speaks. Standard library only, so that every layer that prints for a reader (the launcher's
+"""The reader's language: how the Persian edition writes numbers and fills its sentences.
+Standard library only, so that every layer that prints for a reader (the launcher's
 errors, the checkpoint's, the figures and tables, the labs and benchmarks) follows one rule.
 
 The rule for a number in Persian text, a table cell or a figure (`number`):
@@ -25,10 +25,8 @@ The rule for a number in Persian text, a table cell or a figure (`number`):
 from __future__ import annotations
 
 import math
-import os
 import re
 import string
-from collections.abc import Mapping
 
 LANGUAGES = ("en", "fa")
 PERSIAN_DIGITS = "۰۱۲۳۴۵۶۷۸۹"
@@ -55,19 +53,6 @@ def check_language(lang: str) -> str:
     if lang not in LANGUAGES:
         raise ValueError(f"unknown language {lang!r}: use one of {', '.join(LANGUAGES)}")
     return lang
-
-
-def language_from_environment(environ: Mapping[str, str] | None = None) -> str:
-    """"fa" when the user's locale is Persian, else "en": the first of LANGUAGE, LC_ALL,
-    LC_MESSAGES and LANG that is set decides (the order gettext reads them in), so that
-    `make selfcheck LANG=fa` or a Persian desktop (LANG=fa_IR.UTF-8) gets Persian output. A
-    command's --lang overrides it."""
-    environ = os.environ if environ is None else environ
-    for name in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
-        value = environ.get(name, "")
-        if value:
-            return "fa" if value.split(":")[0].lower().startswith("fa") else "en"
-    return "en"
 
 
 def persian_digits(text: str) -> str:

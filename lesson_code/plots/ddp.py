@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from lesson_code import language
+from lesson_code import ddp_lab, language
 from lesson_code.plots import FIGURE_WIDTH, legend_below, start_figure
 from lesson_code.plots.tables import translate
 
@@ -22,7 +22,7 @@ LABELS = {
            "comm": "کاهش همگانی باکت (رشتهٔ حلقه)", "ready": "باکت آماده",
            "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)", "rank": "رتبه",
            "ms": "میلی‌ثانیه در هر گام", "wrapper": "پوشاننده",
-           "naive": "ساده‌لوحانه", "bucketed": "باکت‌دار", "torch": "DDP در PyTorch"},
+           **{name: ddp_lab.WORDS[name] for name in ddp_lab.WRAPPERS}},
 }
 COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "comm": "#ff9f4a",
            "optimizer": "#2ca02c"}
@@ -82,7 +82,7 @@ TABLE_LABELS = {
     "max_loss_diff": "بیشینهٔ اختلاف زیان", "first_loss": "زیان نخستین گام",
     "last_loss": "زیان آخرین گام", "accumulation": "میکرودسته‌ها",
     "forward": "گذر رفت", "backward": "گذر برگشت", "step": "گام", "wait": "انتظار",
-    "hidden comm": "ارتباطات پنهان‌شده", "naive": "ساده‌لوحانه", "bucketed": "باکت‌دار",
+    "hidden comm": "ارتباطات پنهان‌شده",
     "all-reduce calls": "فراخوانی‌های کاهش همگانی", "messages sent": "پیام‌های فرستاده",
     "bytes sent": "بایت‌های فرستاده", "bucket MB": "اندازهٔ باکت (MB)",
     "vs torch": "نسبت به DDP در PyTorch", "communicator": "ارتباط‌دهنده", "parameters": "پارامترها", "figure": "کمیت", "value": "مقدار",
@@ -91,9 +91,7 @@ TABLE_LABELS = {
     "largest max_param_diff": "بیشینهٔ بیشینهٔ اختلاف پارامتر",
     "buckets": "تعداد باکت‌ها", "exposed comm, model (ms)": "ارتباط پس از گذر برگشت، مدل (ms)",
     "wait, measured (ms)": "انتظار، اندازه‌گیری‌شده (ms)",
-    # values: models, optimizers, wrappers and communicators as the runs name them
-    "mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "torch": "DDP در PyTorch",
-    "ring": "حلقه", "builtin": "توکار",
+    **ddp_lab.WORDS,  # values: the runs' models, optimizers, wrappers and communicators
 }
 
 

@@ -1,5 +1,4 @@
-"""How the Persian edition writes a number (lesson_code.language), and which language a command
-speaks when it is not told."""
+"""How the Persian edition writes a number and fills a sentence (lesson_code.language)."""
 
 import pytest
 
@@ -46,12 +45,9 @@ def test_words_with_numbers_and_lists_take_the_persian_forms():
     assert language.listed(["a", "b"], "en") == "a, b"
 
 
-@pytest.mark.parametrize("environ, lang", [
-    ({}, "en"), ({"LANG": "fa"}, "fa"), ({"LANG": "fa_IR.UTF-8"}, "fa"),
-    ({"LANG": "en_US.UTF-8"}, "en"), ({"LANG": "C.UTF-8"}, "en"),
-    ({"LANGUAGE": "fa:en", "LANG": "en_US.UTF-8"}, "fa"),  # gettext's order: LANGUAGE first
-    ({"LC_ALL": "en_GB.UTF-8", "LANG": "fa"}, "en"),
-    ({"LANGUAGE": "", "LANG": "fa_IR"}, "fa"),  # an empty variable does not decide
-])
-def test_the_language_a_command_speaks_comes_from_the_locale(environ, lang):
-    assert language.language_from_environment(environ) == lang
+def test_a_sentence_is_filled_by_the_rule_in_persian_and_as_format_in_english():
+    template = "{n} ranks, {ms:.1f} ms, {ok}, {sizes}"
+    values = {"n": 4, "ms": 2.25, "ok": True, "sizes": [4194304, 16777216]}
+    assert language.fill(template, "en", **values) == template.format(**values)
+    assert language.fill(template, "fa", **values) == "۴ ranks, ۲٫۲ ms, درست, [۴۱۹۴۳۰۴، ۱۶۷۷۷۲۱۶]"
+    assert language.fill("{x}", "fa", x=-1.5e-07) == "\u2066−۱٫۵ × ۱۰⁻⁷\u2069"

@@ -1,0 +1,102 @@
+"""What the labs and make selfcheck print, in both editions: the English lines as they were, the
+Persian ones with the same facts, numbers by the course's rule, and no English word."""
+
+import re
+
+import pytest
+import torch
+
+from lesson_code import collectives_lab, ddp_lab, pipeline_lab, selfcheck
+from lesson_code.harness import cli_args
+from lesson_code.models import as_layers, build_model
+from lesson_code.pipeline import partition_layers, split_micro_batches
+
+LRI, PDI = "\u2066", "\u2069"
+NAMES = {"MiniGPT", "MLP", "SGD", "Adam", "DDP", "PyTorch", "GPipe", "F1B", "FSDP2", "ZeRO", "KiB",
+         "MB", "MiB", "gloo", "torch", "distributed", "m", "x"}
+
+
+def latin_words(text: str) -> set[str]:
+    """Latin words of a Persian line outside `code` and left-to-right isolates, less names."""
+    text = re.sub(f"`[^`]*`|{LRI}[^{PDI}]*{PDI}", " ", text)
+    return set(re.findall(r"[A-Za-z][A-Za-z0-9]*", text)) - NAMES
+
+
+def test_lesson_76s_lines_in_both_editions():
+    assert collectives_lab.say("crossover", "en", kib=9648.2, sizes=[4194304, 16777216]) == (
+        "model: ring faster above 9648 KiB; measured ring faster at [4194304, 16777216] bytes")
+    persian = collectives_lab.say("crossover", "fa", kib=9648.2, sizes=[4194304, 16777216])
+    assert "۹۶۴۸ KiB" in persian and "[۴۱۹۴۳۰۴، ۱۶۷۷۷۲۱۶]" in persian and not latin_words(persian)
+    switches = [(1109352, "naive", "shared_memory")]
+    assert collectives_lab.switches_line(switches, "en") == (
+        "predicted switches (bytes, from, to): [(1109352, 'naive', 'shared_memory')]")
+    persian = collectives_lab.switches_line(switches, "fa")
+    assert "در ۱۱۰۹۳۵۲ بایت از ساده‌لوحانه به حافظهٔ مشترک" in persian and not latin_words(persian)
+    worst = {"all_reduce": 0.78, "reduce_scatter": 0.56}
+    assert collectives_lab.worst_line(worst, "en") == f"worst ratio of each: {worst}"
+    assert collectives_lab.worst_line(worst, "fa") == (
+        "بدترین نسبت هر کدام: کاهش همگانی ۰٫۷۸، کاهش و پخش ۰٫۵۶")
+    assert collectives_lab.say("without", "en", low=1.02, high=1.35) == (
+        "without shared memory, from 4 MiB up: 1.02x to 1.35x")
+    assert not latin_words(collectives_lab.say("without", "fa", low=1.02, high=1.35))
+
+
+def test_lesson_77s_lines_in_both_editions():
+    row = dict(model="gpt", optimizer="adam", wrapper="bucketed", identical=True,
+               param_diff=2.36e-4, loss_diff=4.77e-7, first=4.2685, last=2.9742)
+    assert ddp_lab.say("row", "en", **row) == (
+        "  gpt adam bucketed ranks identical: True  max |param diff| 2.4e-04  max |loss diff| "
+        "4.8e-07  loss 4.269 -> 2.974")
+    persian = ddp_lab.say("row", "fa", **row)
+    assert "MiniGPT Adam باکت‌دار" in persian and "درست" in persian
+    assert f"{LRI}۲٫۴ × ۱۰⁻⁴{PDI}" in persian and not latin_words(persian), persian
+    assert ddp_lab.say("gradients", "en", mb=18.26) == "gradients: 18.3 MB per rank"
+    assert ddp_lab.say("gradients", "fa", mb=18.26) == "گرادیان‌ها: ۱۸٫۳ MB در هر رتبه"
+
+
+def refused(call) -> ValueError:
+    with pytest.raises(ValueError) as caught:
+        call()
+    return caught.value
+
+
+def test_lesson_79s_refusals_and_report_in_both_editions():
+    too_many = refused(lambda: partition_layers(as_layers(build_model("gpt", 0)), 5))
+    uneven = refused(lambda: split_micro_batches(torch.zeros(16, 16), 5))
+    assert pipeline_lab.explain_refusal(too_many, "en") == str(too_many)
+    assert pipeline_lab.explain_refusal(too_many, "fa").startswith("۵ مرحله ولی فقط ۴ لایه")
+    assert pipeline_lab.explain_refusal(uneven, "fa").startswith("۵ میکرودسته دستهٔ ۱۶تایی")
+    assert not latin_words(pipeline_lab.explain_refusal(uneven, "fa"))
+    other = refused(lambda: split_micro_batches(torch.zeros(16, 16), 0))  # refused by a helper
+    assert pipeline_lab.explain_refusal(other, "fa") == str(other)
+    run = pipeline_lab.PipeRun(schedule="1f1b", micro_batches=4)
+    stages = [{"peak_stored": 2, "traffic": {"bytes_sent": 100}}] * 2
+    check = {"max_grad_diff": 1.5e-8, "loss_diff": 0.0}
+    assert pipeline_lab.report_line(run, check, stages) == (
+        "  1f1b  m=4: max |grad diff| 1.5e-08, |loss diff| 0.0e+00, activations stored at most "
+        "[2, 2], bytes sent [100, 100] per stage")
+    persian = pipeline_lab.report_line(run, check, stages, "fa")
+    assert persian.startswith("  1F1B با m = ۴") and "[۱۰۰، ۱۰۰]" in persian
+    assert not latin_words(persian), persian
+
+
+def test_selfchecks_line_in_both_editions():
+    results = [{"ok": True, "facts": {"identical": True, "diff": 1.2e-8}, "backend": "gloo",
+                "device": "cpu", "seconds": 3.21}] * 4
+    assert selfcheck.report_line("77", "data parallel", results, "en") == (
+        "lesson 77 data parallel  PASS  gloo x4 on cpu     ranks identical True, max |param - one "
+        "process| 1.2e-08 (< 1e-6)  (3.2 s)")
+    persian = selfcheck.report_line("77", "data parallel", results, "fa")
+    assert persian.startswith("درس ۷۷ موازی‌سازی داده قبول") and "(۳٫۲ ثانیه)" in persian
+    assert not latin_words(persian), persian
+    assert set(selfcheck.DETAILS) == {name for checks in selfcheck.CHECKS.values()
+                                      for name, _ in checks}
+
+
+@pytest.mark.parametrize("main", [collectives_lab.main, pipeline_lab.main, selfcheck.main])
+def test_every_command_takes_lang_and_refuses_another(main, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--lang", "de"])
+    assert exited.value.code == 2 and "--lang: invalid choice: 'de'" in capsys.readouterr().err
+    args = cli_args.lab_arguments(["--lang", "fa"], "ddp_lab", "", steps=1, batch_size=16)
+    assert args.lang == "fa"
