@@ -5,6 +5,7 @@ figure instead (widgets need a live kernel), so every widget has a static twin i
 
     from lesson_code import widgets
     widgets.memory_calculator()        # in Jupyter: sliders for P, N, stage and precision
+    widgets.memory_calculator("fa")    # the same, labelled in Persian, its table right to left
 """
 
 from __future__ import annotations
@@ -13,8 +14,17 @@ import ipywidgets
 import pandas as pd
 
 from lesson_code import memory
+from lesson_code.language import check_language
+from lesson_code.plots import zero as figures
 
 PRECISIONS = {"mixed (bf16 + fp32 master)": memory.MIXED_ADAM, "fp32": memory.FP32_ADAM}
+# The controls' labels, and the precisions as a dropdown shows them, in each edition.
+LABELS = {
+    "en": {"billions": "P (billions)", "world_size": "N", "stage": "stage", "precision": "precision",
+           "mixed (bf16 + fp32 master)": "mixed (bf16 + fp32 master)", "fp32": "fp32"},
+    "fa": {"billions": "P (میلیارد)", "world_size": "N", "stage": "مرحلهٔ ZeRO", "precision": "دقت",
+           "mixed (bf16 + fp32 master)": "ترکیبی (bf16 با وزن‌های اصلی fp32)", "fp32": "fp32"},
+}
 
 
 def memory_table_for(billions: float, world_size: int, stage: str, precision: str) -> pd.DataFrame:
@@ -25,13 +35,19 @@ def memory_table_for(billions: float, world_size: int, stage: str, precision: st
     return table.round(2)
 
 
-def memory_calculator() -> ipywidgets.interactive:
-    """Sliders for parameters (billions), N, stage and precision; shows the per-rank table."""
+def memory_calculator(lang: str = "en") -> ipywidgets.interactive:
+    """Sliders for parameters (billions), N, stage and precision; shows the per-rank table.
+    Labelled in `lang` ("en" or "fa"; ValueError for another), the table through lesson 78's
+    `plots.zero.localized`, so that in Persian it reads right to left in the glossary's words."""
+    labels = LABELS[check_language(lang)]
     return ipywidgets.interactive(
-        memory_table_for,
+        lambda billions, world_size, stage, precision: figures.localized(
+            memory_table_for(billions, world_size, stage, precision), lang),
         billions=ipywidgets.FloatLogSlider(value=7.0, base=10, min=-1, max=3, step=0.05,
-                                           description="P (billions)"),
-        world_size=ipywidgets.IntSlider(value=8, min=1, max=1024, description="N"),
-        stage=ipywidgets.Dropdown(options=list(memory.STAGES), value="ZeRO-1"),
-        precision=ipywidgets.Dropdown(options=list(PRECISIONS)),
+                                           description=labels["billions"]),
+        world_size=ipywidgets.IntSlider(value=8, min=1, max=1024, description=labels["world_size"]),
+        stage=ipywidgets.Dropdown(options=list(memory.STAGES), value="ZeRO-1",
+                                  description=labels["stage"]),
+        precision=ipywidgets.Dropdown(options=[(labels[name], name) for name in PRECISIONS],
+                                      description=labels["precision"]),
     )

@@ -17,3 +17,18 @@ def test_calculator_is_an_interactive_widget():
     assert isinstance(calculator, ipywidgets.interactive)
     names = {child.description for child in calculator.children if hasattr(child, "description")}
     assert {"P (billions)", "N", "stage", "precision"} <= names
+
+
+def test_in_persian_the_calculator_is_labelled_in_the_glossarys_words():
+    calculator = widgets.memory_calculator("fa")
+    controls = {child.description: child for child in calculator.children
+                if getattr(child, "description", "")}
+    assert {"P (میلیارد)", "N", "مرحلهٔ ZeRO", "دقت"} <= set(controls)
+    precision = controls["دقت"]
+    assert precision.options[0] == ("ترکیبی (bf16 با وزن‌های اصلی fp32)", "mixed (bf16 + fp32 master)")
+    calculator.update()  # the table it shows for the default choices
+    shown = calculator.result._repr_html_()
+    assert shown.startswith('<div dir="rtl"') and "گیگابایت در هر رتبه" in shown
+    english = widgets.memory_calculator("en")
+    english.update()
+    assert list(english.result.columns) == ["GB per rank"]
