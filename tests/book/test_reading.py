@@ -9,7 +9,9 @@
 - search: Arabic yeh and kaf find the Persian words, previews start at the page's own text,
   Latin runs in Persian results are isolated;
 - right-to-left geometry: the language switch and the run box inside the text column, the text
-  column beside the sidebar, previous/next and the contents bar mirrored, no slanted Persian.
+  column beside the sidebar, previous/next and the contents bar mirrored, no slanted Persian;
+- what a Persian lesson's cells print: each line in its own direction, a Persian line starting
+  at the right edge with its words and numbers in reading order, a Latin one at the left.
 
 Positions are asked of the browser (WORD_XY, reading_order from test_browser.py). Screenshots go
 to _build/screenshots/ for a human to look at.
@@ -338,5 +340,64 @@ def test_persian_emphasis_is_not_slanted(browser, site, edition):
                                              "ems => ems.map(e => getComputedStyle(e).fontStyle)")
         assert styles, "no emphasis on the page"
         assert set(styles) == ({"normal"} if edition == "fa" else {"italic"}), styles
+    finally:
+        v.page.context.close()
+
+
+# --- 8. What the cells print -------------------------------------------------------------------
+
+# Every line of every output <pre> of the page: its first strong letter's script, where its first
+# character is drawn against the <pre>'s content edges, and where each Persian word or number of
+# its first visual line is drawn, in logical order.
+OUTPUT_LINES = r"""() => {
+    const lines = [];
+    const at = (node, i) => { const r = document.createRange(); r.setStart(node, i);
+        r.setEnd(node, i + 1); return r.getBoundingClientRect(); };
+    for (const pre of document.querySelectorAll("article .cell_output pre")) {
+        const box = pre.getBoundingClientRect(), style = getComputedStyle(pre);
+        const left = box.left + parseFloat(style.paddingLeft), right = box.right - parseFloat(style.paddingRight);
+        const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            let start = 0;
+            for (const line of node.data.split("\n")) {
+                const strong = line.match(/[A-Za-z\u0600-\u06ff]/);
+                const first = line.length && strong && !/[\u06f0-\u06f9]/.test(strong[0]) ? at(node, start) : null;
+                if (first) {
+                    const words = [];
+                    for (const m of line.matchAll(/[\u0600-\u06ff\u200c]+/g)) {
+                        const b = at(node, start + m.index);
+                        if (Math.abs(b.top - first.top) < 4) words.push([m[0], b.left + b.width / 2]);
+                    }
+                    lines.push({text: line, persian: /[\u0600-\u06ff]/.test(strong[0]),
+                                first: [first.left, first.right], edges: [left, right], words});
+                }
+                start += line.length + 1;
+            }
+        }
+    }
+    return lines;
+}"""
+
+
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_each_printed_line_reads_in_its_own_direction(browser, site, size):
+    """Lesson 81 prints Persian lines (the checkpoint's summary, the resume checks) and Latin
+    ones (RESUME VERIFIED, file names): a Persian line starts at the right edge and its words
+    and numbers read right to left; a Latin line starts at the left edge."""
+    v = open_at(browser, f"{site}/notebooks/fa/81-capstone.html", size)
+    try:
+        lines = v.page.evaluate(OUTPUT_LINES)
+        persian = [line for line in lines if line["persian"]]
+        assert len(persian) >= 3 and len(lines) > len(persian), lines
+        for line in lines:
+            (first_left, first_right), (left, right) = line["first"], line["edges"]
+            if line["persian"]:
+                assert abs(first_right - right) < 2, line  # starts at the right edge
+                xs = [x for _, x in line["words"]]
+                assert len(xs) >= 1 and xs == sorted(xs, reverse=True), line  # read right to left
+            else:
+                assert abs(first_left - left) < 2, line
+        v.page.locator("article .cell_output pre", has_text="RESUME VERIFIED").scroll_into_view_if_needed()
+        shoot(v, f"printed-lines-81-fa-{'phone' if size is PHONE else 'desktop'}")
     finally:
         v.page.context.close()
