@@ -72,7 +72,7 @@
           formula: "Bubble {f}", idle: "Idle share of the chart",
           held: "Most micro-batches whose activations a stage holds",
           chart: "Gantt chart: one row per stage, time to the right" },
-    fa: { title: "یک گام خط لوله، خانه به خانه", schedule: "زمان‌بندی", stages: "تعداد مرحله‌ها P",
+    fa: { title: "یک گام پایپلاین، بازه به بازه", schedule: "زمان‌بندی", stages: "تعداد مرحله‌ها P",
           micro: "تعداد میکرودسته‌ها m", stage: "مرحلهٔ", forward: "گذر رفت", backward: "گذر برگشت (دو برابر طولانی‌تر)",
           formula: "حباب {f}", idle: "سهم بیکاری در نمودار",
           held: "بیشترین میکرودسته‌هایی که فعال‌سازی‌شان هم‌زمان در یک مرحله می‌ماند",

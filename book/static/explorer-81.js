@@ -133,7 +133,7 @@
       const ddp = ddpBytes(p);
       memory.replaceChildren(bars([[t.zero, zero], [t.ddp, ddp]], lang, chartWidth(memory)));
       const total = (bytes) => PARTS.reduce((s, part) => s + bytes[part], 0);
-      const row = (term, value, key) => fact(term, [element("bdi", {}, value)], key);
+      const row = (term, value, key) => fact(term, value, key);
       const grouped = p.toLocaleString("en-US");
       facts.replaceChildren(...row(t.params, lang === "fa" ? digits(grouped, lang).replace(/,/g, "٬") : grouped, "params"),
                             ...row(`${t.zero}${lang === "fa" ? "، " : ", "}${t.perRank}`, megabytes(total(zero), lang), "zero"),

@@ -63,10 +63,12 @@
   });
 
   /* A term and its value for a <dl class="explorer__facts">: [dt, dd]; the dd's data-value
-     names it for the browser test. `term` is text or a list of nodes (see `sentence`). */
+     names it for the browser test. `term` is text or a list of nodes (see `sentence`); a value
+     given as text (a number and its unit) is never broken across lines (editions.css). */
   const fact = (term, value, key) => {
     const shown = element("dd", {}, ...(Array.isArray(value) ? value : [value]));
     shown.dataset.value = key;
+    if (!Array.isArray(value)) shown.classList.add("explorer__number");  // "14 ms": one line
     return [element("dt", {}, ...(Array.isArray(term) ? term : [term])), shown];
   };
 
@@ -89,6 +91,44 @@
      phone instead of shrinking with a wide drawing): the column's width, 300 to 720. */
   const chartWidth = (figure) => Math.max(300, Math.min(720, figure.clientWidth || 720));
 
+  /* `text` with each Latin run (a name, a file name with its leading dot, a unit, a formula in
+     Latin letters, and the spaces and signs inside it) in a left-to-right isolate, U+2066 ...
+     U+2069: a Persian sentence keeps the run's order on the page, and when it is copied. A
+     bracket that opens or closes outside the run stays outside; a run already isolated is left;
+     text without Persian letters ("۱۴ ms", a file name) is left as it is. */
+  const count = (text, character) => text.split(character).length - 1;
+  const isolateRuns = (text) => !/[\u0621-\u064a\u067e-\u06d3]/.test(text) ? text : text.replace(/[^\u0600-\u06ff\u200c\u200f\u2066-\u2069]+/g, (run, at, whole) => {
+    if (!/[A-Za-z]/.test(run) || whole[at - 1] === "\u2066") return run;
+    let [, before, core, after] = run.match(/^([\s«»:;!?,]*)([\s\S]*?)([\s«»:;!?,.]*)$/);
+    while (core.startsWith("(") && count(core, "(") > count(core, ")")) {
+      before += "(";
+      core = core.slice(1);
+    }
+    while (core.endsWith(")") && count(core, ")") > count(core, "(")) {
+      after = ")" + after;
+      core = core.slice(0, -1);
+    }
+    const open = core.match(/[\s(]*$/)[0], close = core.match(/^[\s)]*/)[0];  // "ZeRO-1 (" + Persian
+    if (count(open, "(")) [core, after] = [core.slice(0, -open.length), open + after];
+    if (count(close, ")")) [before, core] = [before + close, core.slice(close.length)];
+    const [, inner, trimmed, outer] = core.match(/^(\s*)([\s\S]*?)(\s*)$/);
+    return trimmed ? `${before}${inner}\u2066${trimmed}\u2069${outer}${after}` : run;
+  });
+
+  /* Every text of `root` (HTML and SVG) through isolateRuns, except what is already left to
+     right: <bdi>, <pre>, <code>, and elements marked dir="ltr". */
+  const isolateLatin = (root) => {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, { acceptNode: (node) =>
+      (node.parentElement && node.parentElement.closest("bdi, pre, code, [dir=ltr]")
+        ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT) });
+    const nodes = [];
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) nodes.push(node);
+    for (const node of nodes) {
+      const shown = isolateRuns(node.data);
+      if (shown !== node.data) node.data = shown;
+    }
+  };
+
   const mount = (name, build) => {
     if (typeof document === "undefined") return;
     const run = () => {
@@ -98,6 +138,11 @@
         host.dir = lang === "fa" ? "rtl" : "ltr";
         host.replaceChildren();
         build(host, lang);
+        if (lang === "fa") {  // and again after every change the explorer makes to itself
+          isolateLatin(host);
+          new MutationObserver(() => isolateLatin(host)).observe(
+            host, { childList: true, subtree: true, characterData: true });
+        }
       }
     };
     if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", run);
@@ -105,5 +150,6 @@
   };
 
   globalThis.CourseExplorers = { digits, format, parse, element, svgElement, labelled, slider,
-                                 select, sentence, fact, stepButtons, measuredNote, chartWidth, mount };
+                                 select, sentence, fact, stepButtons, measuredNote, chartWidth,
+                                 isolateRuns, mount };
 })();

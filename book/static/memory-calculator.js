@@ -49,9 +49,10 @@
           saving: "Saving vs DDP", traffic: "GB sent per rank per step",
           note: "Psi = number of parameters; activations not included. Traffic: gradients and weights in the gradients' dtype; every rank receives as many bytes as it sends." },
     fa: { title: "حافظهٔ هر رتبه، بدون کرنل", params: "تعداد پارامترها (میلیارد)",
-          ranks: "تعداد رتبه‌ها N", precision: "دقت", mixed: "آمیخته (bf16 + نسخهٔ اصلی fp32)",
+          ranks: "تعداد رتبه‌ها \u2066N\u2069", precision: "دقت",
+          mixed: "ترکیبی (\u2066bf16\u2069 با وزن‌های اصلی \u2066fp32\u2069)",
           fp32: "fp32", stage: "مرحله", perParam: "بایت برای هر پارامتر", gb: "گیگابایت در هر رتبه",
-          saving: "صرفه‌جویی نسبت به DDP", traffic: "گیگابایت ارسالی هر رتبه در هر گام",
+          saving: "صرفه‌جویی نسبت به \u2066DDP\u2069", traffic: "گیگابایت ارسالی هر رتبه در هر گام",
           note: "Ψ تعداد پارامترهاست؛ حافظهٔ فعال‌سازی‌ها حساب نشده است. ترافیک: گرادیان‌ها و وزن‌ها با نوع دادهٔ گرادیان‌ها؛ هر رتبه به همان اندازه که می‌فرستد دریافت هم می‌کند." },
   };
   const PERSIAN = "۰۱۲۳۴۵۶۷۸۹";
@@ -105,7 +106,7 @@
       const n = parseNumber(ranks.value);
       const p = parseNumber(billions.value);
       if (!Number.isInteger(n) || n < 1 || !(p > 0)) {
-        note.textContent = lang === "fa" ? "N باید عددی صحیح و مثبت و تعداد پارامترها مثبت باشد."
+        note.textContent = lang === "fa" ? "\u2066N\u2069 باید عددی صحیح و مثبت و تعداد پارامترها مثبت باشد."
           : "N must be a positive whole number and the parameter count positive.";
         return;
       }
