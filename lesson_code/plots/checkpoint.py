@@ -38,7 +38,7 @@ TABLE_WORDS = {"fa": {
     "max_abs_change": "بیشینهٔ تغییر مطلق", "ours": "قالب ما", "dcp": "DCP",
     "change": "تغییر", "loads": "بارگذاری می‌شود", "skipped": "کنار گذاشته",
     "folders": "پوشه‌ها", "latest complete": "آخرین چکپوینت کامل", "value": "مقدار",
-    "holds": "برقرار است",
+    "holds": "برقرار است", "saves": "ذخیره می‌کند",
 }}
 
 

@@ -13,8 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from lesson_code import language
+
 LANGUAGES = ("en", "fa")
-PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
 LIST_SEPARATOR = {"en": ", ", "fa": "، "}
 LAST_SEPARATOR = {"en": " and ", "fa": " و "}
 
@@ -316,14 +317,10 @@ def check_language(lang: str) -> str:
     return lang
 
 
-def persian_digits(text: str) -> str:
-    """`text` with Western digits and the decimal point written the Persian way."""
-    return text.translate(PERSIAN_DIGITS)
-
-
 def localized(value: Any, lang: str) -> Any:
-    """A field as the `lang` report prints it: a phrase in `lang`, numbers in its digits (alone
-    or in a list); any other value (names, dtypes, cases, tracebacks: code) unchanged."""
+    """A field as the `lang` report prints it: a phrase in `lang`, numbers as `lang` writes them
+    (alone or in a list; in Persian by the course's rule, `language.persian_number_text`: 1e-05
+    is «۱۰⁻⁵»); any other value (names, dtypes, cases, tracebacks: code) unchanged."""
     if isinstance(value, Phrase):
         return value.text(lang)
     if isinstance(value, (list, tuple)) and value and all(_is_number(item) for item in value):
@@ -336,7 +333,7 @@ def localized(value: Any, lang: str) -> Any:
         text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"  # 1234 ms, not 1.23e+03
     else:
         text = str(value)
-    return persian_digits(text) if lang == "fa" else text
+    return language.persian_number_text(text) if lang == "fa" else text
 
 
 def _is_number(value: Any) -> bool:
