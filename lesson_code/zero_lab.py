@@ -10,6 +10,7 @@ formulas of `lesson_code.memory`; `stage3_timeline` shows one ZeRO-3 step, layer
 
     python -m lesson_code.zero_lab                      # an MLP, 20 steps on 4 ranks, ZeRO-1
     python -m lesson_code.zero_lab --optimizer zero3    # the same with ZeRO-3, and its peak
+    python -m lesson_code.zero_lab --lang fa            # reported in Persian
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
-from lesson_code import launch, memory
+from lesson_code import language, launch, memory
 from lesson_code.harness import cli_args
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters
@@ -428,6 +429,45 @@ def stage3_timeline(rank: int, world_size: int, run: ZeroRun = MEMORY_RUN) -> di
             "memory": [(ms(t), live) for t, live in trace.series(step.start_ns, step.end_ns)]}
 
 
+# What the command prints, in each language of --lang (`language.fill`: numbers by the Persian
+# rule in Persian).
+SAY = {
+    "en": {"title": "lesson 78: ZeRO-1 on {ranks} ranks, MLP with {params} parameters (padded by "
+                    "{padding} to {shard} per rank), Adam lr {lr}",
+           "stage_title": "lesson 78: {stage} on {ranks} ranks, MLP with {params} parameters, Adam "
+                          "lr {lr}",
+           "step": "  step {step:2d}  loss {loss:.4f}",
+           "identical": "parameters identical on all ranks after every step: {identical}",
+           "header": "bytes per rank   parameters  gradients  optimizer (DDP)  optimizer (ZeRO-1)  "
+                     "12 x shard",
+           "row": "  rank {rank}        {parameters:10d} {gradients:10d} {ddp:16d} {zero:19d} "
+                  "{formula:11d}",
+           "formula": "one step of a MiniGPT with {parameters} parameters, bytes per rank: formula "
+                      "{formula:,.0f} (parameters, gradients, optimizer state)",
+           "peak": "  rank {rank}  measured peak {peak:,} (during {peak_in}), activations "
+                   "{activations:,}"},
+    "fa": {"title": "درس ۷۸: ZeRO-1 روی {ranks} رتبه، MLP با {params} پارامتر (با {padding} عنصر "
+                    "پدینگ، {shard} عنصر برای هر رتبه)، Adam با نرخ یادگیری {lr}",
+           "stage_title": "درس ۷۸: {stage} روی {ranks} رتبه، MLP با {params} پارامتر، Adam با نرخ "
+                          "یادگیری {lr}",
+           "step": "  گام {step}  زیان {loss:.4f}",
+           "identical": "پارامترها پس از هر گام در همهٔ رتبه‌ها یکسان‌اند: {identical}",
+           "header": "بایت در هر رتبه: پارامترها، گرادیان‌ها، بهینه‌ساز (DDP)، بهینه‌ساز (ZeRO-1)، "
+                     "۱۲ × شارد",
+           "row": "  رتبهٔ {rank}: {parameters}، {gradients}، {ddp}، {zero}، {formula}",
+           "formula": "یک گام MiniGPT با {parameters} پارامتر، بایت در هر رتبه: فرمول {formula:,.0f} "
+                      "(پارامترها، گرادیان‌ها، وضعیت بهینه‌ساز)",
+           "peak": "  رتبهٔ {rank}: بیشینهٔ اندازه‌گیری‌شده {peak:,} (در {peak_in})، فعال‌سازی‌ها "
+                   "{activations:,}"},
+}
+PHASE_WORDS = {"forward": "گذر رفت", "backward": "گذر برگشت", "optimizer": "بهینه‌ساز", "step": "گام"}
+
+
+def say(key: str, lang: str, **values) -> str:
+    """Line `key` of SAY in `lang`, filled with `values` (`language.fill`)."""
+    return language.fill(SAY[language.check_language(lang)][key], lang, **values)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The lesson's demo: an MLP trained 20 steps on N ranks with ZeRO-1 (or --optimizer);
     losses, then memory."""
@@ -435,49 +475,49 @@ def main(argv: list[str] | None = None) -> int:
                                   batch_size=ZeroRun().batch_size,
                                   choices={"optimizer": ("zero", "zero2", "zero3")})
     if args.optimizer != "zero":
-        return show_stage(args.optimizer, args.steps, args.world_size)
+        return show_stage(args.optimizer, args.steps, args.world_size, args.lang)
     run = ZeroRun(steps=args.steps)
     results = launch.run(train_on_rank, run, world_size=args.world_size)
     zero = launch.run(memory_profile, run, world_size=args.world_size)
     ddp = launch.run(memory_profile, replace(run, optimizer="ddp"), world_size=args.world_size)
     if not launch.is_reporting_process():
         return 0
-    n, first = len(results), results[0]
-    print(f"lesson 78: ZeRO-1 on {n} ranks, MLP with {first['params'].numel()} parameters "
-          f"(padded by {first['padding']} to {first['shard_numel']} per rank), Adam lr {run.lr}")
+    n, first, lang = len(results), results[0], args.lang
+    print(say("title", lang, ranks=n, params=first["params"].numel(), padding=first["padding"],
+              shard=first["shard_numel"], lr=run.lr))
     for step, loss in enumerate(first["losses"]):
-        print(f"  step {step:2d}  loss {loss:.4f}")
+        print(say("step", lang, step=step, loss=loss))
     identical = all(r["digests"] == first["digests"] for r in results)
-    print(f"parameters identical on all ranks after every step: {identical}")
-    print("bytes per rank   parameters  gradients  optimizer (DDP)  optimizer (ZeRO-1)  12 x shard")
+    print(say("identical", lang, identical=identical))
+    print(say("header", lang))
     for z, d in zip(zero, ddp):
-        print(f"  rank {z['rank']}        {z['parameters']:10d} {z['gradients']:10d} "
-              f"{d['optimizer']:16d} {z['optimizer']:19d} {12 * first['shard_numel']:11d}")
+        print(say("row", lang, rank=z["rank"], parameters=z["parameters"], gradients=z["gradients"],
+                  ddp=d["optimizer"], zero=z["optimizer"], formula=12 * first["shard_numel"]))
     return 0 if identical else 1
 
 
-def show_stage(optimizer: str, steps: int, world_size: int) -> int:
+def show_stage(optimizer: str, steps: int, world_size: int, lang: str = "en") -> int:
     """The demo under ZeRO-2 or ZeRO-3: the MLP's losses, then the measured peak memory of a
-    step of MEMORY_RUN's MiniGPT beside the formula, per rank."""
+    step of MEMORY_RUN's MiniGPT beside the formula, per rank; printed in `lang`."""
     stage = {name: stage for stage, name in STAGE_OPTIMIZERS.items()}[optimizer]
     results = launch.run(train_on_rank, ZeroRun(steps=steps, optimizer=optimizer),
                          world_size=world_size)
     peaks = launch.run(peak_memory, replace(MEMORY_RUN, optimizer=optimizer), world_size=world_size)
     if not launch.is_reporting_process():
         return 0
-    print(f"lesson 78: {stage} on {len(results)} ranks, MLP with {results[0]['params'].numel()} "
-          f"parameters, Adam lr {ZeroRun().lr}")
+    print(say("stage_title", lang, stage=stage, ranks=len(results),
+              params=results[0]["params"].numel(), lr=ZeroRun().lr))
     for step, loss in enumerate(results[0]["losses"]):
-        print(f"  step {step:2d}  loss {loss:.4f}")
+        print(say("step", lang, step=step, loss=loss))
     identical = all(r["digests"] == results[0]["digests"] for r in results)
-    print(f"parameters identical on all ranks after every step: {identical}")
+    print(say("identical", lang, identical=identical))
     parameters = count_parameters(run_model(MEMORY_RUN))
     formula = memory.total_bytes(stage, parameters, len(peaks), memory.FP32_MASTER_ADAM)
-    print(f"one step of a MiniGPT with {parameters} parameters, bytes per rank: formula "
-          f"{formula:,.0f} (parameters, gradients, optimizer state)")
+    print(say("formula", lang, parameters=parameters, formula=formula))
     for row in peaks:
-        print(f"  rank {row['rank']}  measured peak {row['peak']:,} (during {row['peak_in']}), "
-              f"activations {row['activations']:,}")
+        peak_in = PHASE_WORDS.get(row["peak_in"], row["peak_in"]) if lang == "fa" else row["peak_in"]
+        print(say("peak", lang, rank=row["rank"], peak=row["peak"], peak_in=peak_in,
+                  activations=row["activations"]))
     return 0 if identical else 1
 
 

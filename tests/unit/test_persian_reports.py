@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from lesson_code import collectives_lab, ddp_lab, pipeline_lab, selfcheck
+from lesson_code import collectives_lab, ddp_lab, pipeline_lab, selfcheck, zero_lab
 from lesson_code.harness import cli_args
 from lesson_code.models import as_layers, build_model
 from lesson_code.pipeline import partition_layers, split_micro_batches
@@ -52,6 +52,20 @@ def test_lesson_77s_lines_in_both_editions():
     assert f"{LRI}۲٫۴ × ۱۰⁻⁴{PDI}" in persian and not latin_words(persian), persian
     assert ddp_lab.say("gradients", "en", mb=18.26) == "gradients: 18.3 MB per rank"
     assert ddp_lab.say("gradients", "fa", mb=18.26) == "گرادیان‌ها: ۱۸٫۳ MB در هر رتبه"
+
+
+def test_lesson_78s_lines_in_both_editions():
+    row = dict(rank=1, parameters=27688, gradients=27688, ddp=83064, zero=41532, formula=41532)
+    assert zero_lab.say("row", "en", **row) == (
+        "  rank 1             27688      27688            83064               41532       41532")
+    assert zero_lab.say("row", "fa", **row) == "  رتبهٔ ۱: ۲۷۶۸۸، ۲۷۶۸۸، ۸۳۰۶۴، ۴۱۵۳۲، ۴۱۵۳۲"
+    peak = dict(rank=0, peak=25944336, peak_in="گذر برگشت", activations=1109096)
+    assert zero_lab.say("peak", "fa", **peak) == (
+        "  رتبهٔ ۰: بیشینهٔ اندازه‌گیری‌شده ۲۵٬۹۴۴٬۳۳۶ (در گذر برگشت)، فعال‌سازی‌ها ۱٬۱۰۹٬۰۹۶")
+    for key, values in [("title", dict(ranks=4, params=6922, padding=2, shard=1731, lr=0.01)),
+                        ("formula", dict(parameters=810752, formula=16215040.0)),
+                        ("identical", dict(identical=True)), ("header", {})]:
+        assert not latin_words(zero_lab.say(key, "fa", **values)) - {"MLP", "MiniGPT"}
 
 
 def refused(call) -> ValueError:
