@@ -171,12 +171,30 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
     timeout = timedelta(seconds=timeout_s)
     store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
     store.set_timeout(timeout)
+    store = dist.PrefixStore(attempt_prefix(), store)
     backend = agree_on_setup(store, rank, world_size, backend)
     torch.set_num_threads(1)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     return rank, world_size
+
+
+def attempt_prefix() -> str:
+    """The prefix under which this attempt of a torchrun job keeps its keys in torchrun's store.
+
+    Since PyTorch 2.4 torchrun's agent hosts the store its workers use
+    (TORCHELASTIC_USE_AGENT_STORE) and keeps it across restarts, so a restarted group would find
+    the addresses the killed attempt's gloo or NCCL published there and connect to closed ports
+    (pytorch/pytorch#135712): each attempt gets its own prefix, from TORCHELASTIC_RESTART_COUNT.
+    That count is each agent's own: over several nodes an agent that restarts its workers only
+    because another node failed keeps its count, so there set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+    in torchrun's environment; each attempt then gets a new store (hosted by rank 0), where the
+    prefix is always the same.
+    """
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") if shared else "0"
+    return f"lesson_code/attempt/{attempt}"
 
 
 def agree_on_setup(store, rank: int, world_size: int, backend: str) -> str:
@@ -197,8 +215,7 @@ def agree_on_setup(store, rank: int, world_size: int, backend: str) -> str:
     except ValueError as error:
         mine = {"error": str(error)}
     mine["versions"] = f"torch {torch.__version__}, lesson_code {__version__}"
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restart must not read these
-    shared = dist.PrefixStore(f"lesson_code/setup/{attempt}", store)
+    shared = dist.PrefixStore("lesson_code/setup", store)  # `store` is this attempt's
     shared.set(str(rank), json.dumps(mine))
     shared.wait([str(other) for other in range(world_size)])
     everyone = [json.loads(shared.get(str(other))) for other in range(world_size)]
