@@ -1,55 +1,110 @@
 """Command line of the capstone (lesson 81): `python -m lesson_code.capstone [--world-size N] ...`.
 
 `python -m lesson_code.capstone --help` lists the options; under torchrun, torchrun's WORLD_SIZE
-is the run's world size. `--lang fa` prints the report in Persian; its last line is
-RESUME VERIFIED (or RESUME FAILED) in either language, for scripts that look for it.
+is the run's world size, and only global rank 0 prints (an argument error too, once). `--lang
+fa` prints the report in Persian; its last line is RESUME VERIFIED (or RESUME FAILED) in either
+language, for scripts that look for it.
+
+A run that stops (a rank killed, a node lost) is continued by the same command with the same
+--out-dir: by hand, or by torchrun's agent (`torchrun --max-restarts=2 ...`), which restarts the
+group; the report's second line says where the run started (`capstone.resume`). `--fresh`
+starts at step 0 instead. `--kill-at-step` is a crash for the lesson and the tests: one rank
+kills itself with SIGKILL on the run's first attempt.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import shutil
+import os
+import sys
 from pathlib import Path
 
 from lesson_code import launch
-from lesson_code.harness.cli_args import (check_divides, check_in_range, check_world_size, positive_int,
-                                  seed_int, world_size_in_use)
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.report import (LANGUAGES, loss_table, manifest_summary, memory_table,
-                                         number, reason_text, write_metrics)
-from lesson_code.capstone.train import compare_resumed, run_and_resume
+                                         number, reason_text, write_metrics, write_summary)
+from lesson_code.capstone.resume import check_folder, start_or_continue, world_size_name
+from lesson_code.capstone.train import all_events, all_records, compare_resumed
+from lesson_code.checkpoint.tools import list_checkpoints
+from lesson_code.harness.cli_args import (check_divides, check_in_range, positive_int, seed_int,
+                                          world_size_in_use)
 
 
 # What the command prints around the report's tables, in each language of `--lang`.
 WORDS = {
     "en": {
         "title": "lesson 81 capstone: MiniGPT ({numel} parameters) on {n} ranks, "
-                 "DDP broadcast + ZeRO-1 + sharded checkpoint after step {step}",
+                 "DDP broadcast + ZeRO-1 + sharded checkpoints after steps {steps}",
+        "fresh": "started fresh at step 0: no checkpoint to continue from in {root}{why}",
+        "fresh_flag": " (--fresh deleted the checkpoints there first)",
+        "resumed": "resumed from step {step}: {folder}, the newest checkpoint that verifies{why}",
+        "fresh_ignored": " (--fresh starts a run on its first attempt only: a restart continues it)",
+        "finished": " (the run had finished: nothing left to train; a larger --steps trains on, "
+                    "--fresh starts again)",
+        "shared_store": "warning: torchrun restarts the ranks of several nodes here "
+                        "(--max-restarts), but its agents share one store across attempts and "
+                        "count restarts apart, so a restarted group waits for the timeout and "
+                        "fails (pytorch/pytorch#135712): set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+                        "in torchrun's environment on every node",
+        "restarts": "; torchrun has restarted the ranks {n} time(s) (TORCHELASTIC_RESTART_COUNT)",
+        "skipped": "  skipped {reason}",
         "rollback": "divergence guard: {reason}; rolled back to step {to_step}",
         "skip": "divergence guard: step {step}'s batch skipped: still rejected after {retries} "
                 "rollbacks ({reason})",
         "norms": "parameter norms identical on all ranks at every step: {same}",
         "metrics": "metrics: {metrics}; loss curve: {plot}",
-        "check_1": "resume check 1: step-{step} checkpoint reloaded into fresh objects equals the "
-                   "in-memory copy taken at the save, byte for byte, on all {n} ranks: {same}",
+        "check_1": "resume check 1: {steps} checkpoint(s) reloaded into fresh objects equal the "
+                   "in-memory copies taken at the saves, byte for byte, on all {n} ranks: {same}",
         "check_2": "resume check 2: resumed from step {step} and trained to step {steps}; bitwise "
                    "equal to the uninterrupted run on every rank:",
+        "check_1_continued": "resume check 1: the step-{step} checkpoint this run continued from "
+                             "holds, tensor for tensor, what an uninterrupted run started here "
+                             "saved after step {step}, and every checkpoint of both reloads byte "
+                             "for byte, on all {n} ranks: {same}",
+        "check_2_continued": "resume check 2: continued from step {step} to step {steps}; bitwise "
+                             "equal, on every rank, to that uninterrupted run:",
+        "died": "{error}\nthe checkpoints in {root} are kept: run the same command again to "
+                "continue from the newest one that verifies",
         "items": {},
     },
     "fa": {
         "title": "درس ۸۱، پروژهٔ پایانی: MiniGPT با {numel} پارامتر روی {n} رتبه؛ "
-                 "بازپخش DDP، ZeRO-1 و چکپوینت شاردشده پس از گام {step}",
+                 "بازپخش DDP، ZeRO-1 و چکپوینت‌های شاردشده پس از گام‌های {steps}",
+        "fresh": "اجرا از گام ۰ آغاز شد: در {root} چکپوینتی برای ادامه نبود{why}",
+        "fresh_flag": " (--fresh پیش از آغاز چکپوینت‌های آنجا را پاک کرد)",
+        "resumed": "اجرا از گام {step} ادامه یافت: {folder}، تازه‌ترین چکپوینتی که وارسی‌اش درست "
+                   "درآمد{why}",
+        "fresh_ignored": " (--fresh فقط در نخستین تلاش اجرای تازه‌ای آغاز می‌کند؛ راه‌اندازی "
+                         "دوباره اجرا را ادامه می‌دهد)",
+        "finished": " (اجرا پیش‌تر به پایان رسیده بود و گامی برای آموزش نمانده است؛ با --steps "
+                    "بزرگ‌تر آموزش ادامه می‌یابد و با --fresh از نو آغاز می‌شود)",
+        "shared_store": "هشدار: torchrun در اینجا رتبه‌های چند گره را دوباره راه می‌اندازد "
+                        "(--max-restarts)، اما عامل‌هایش یک انبارهٔ کلید را میان تلاش‌ها نگه می‌دارند "
+                        "و هر کدام شمار راه‌اندازی‌ها را جدا می‌شمارد؛ پس گروه راه‌اندازی‌شده تا پایان "
+                        "مهلت می‌ماند و شکست می‌خورد (pytorch/pytorch#135712): در محیط torchrun روی "
+                        "هر گره TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 را تنظیم کنید",
+        "restarts": "؛ torchrun رتبه‌ها را {n} بار دوباره راه انداخته است "
+                    "(TORCHELASTIC_RESTART_COUNT)",
+        "skipped": "  کنار گذاشته شد: {reason}",
         "rollback": "محافظ واگرایی: {reason}؛ بازگشت به چکپوینت گام {to_step}",
         "skip": "محافظ واگرایی: دستهٔ گام {step} کنار گذاشته شد، چون پس از {retries} بار بازگشت "
                 "به چکپوینت باز هم رد شد ({reason})",
         "norms": "نرم پارامترها در همهٔ رتبه‌ها و همهٔ گام‌ها یکسان است: {same}",
         "metrics": "معیارها: {metrics}؛ منحنی زیان: {plot}",
-        "check_1": "وارسی ۱ ادامهٔ آموزش: چکپوینت گام {step}، بارگذاری‌شده در اشیای تازه، "
-                   "بایت‌به‌بایت با رونوشتی برابر است که هنگام ذخیره از حافظه برداشته شد، "
+        "check_1": "وارسی ۱ ادامهٔ آموزش: چکپوینت‌های {steps}، بارگذاری‌شده در اشیای تازه، "
+                   "بایت‌به‌بایت با رونوشت‌هایی برابرند که هنگام ذخیره از حافظه برداشته شد، "
                    "روی هر {n} رتبه: {same}",
         "check_2": "وارسی ۲ ادامهٔ آموزش: از گام {step} ادامه یافت و تا گام {steps} آموزش دید؛ "
                    "روی هر رتبه بیت‌به‌بیت برابر با اجرای بی‌وقفه:",
+        "check_1_continued": "وارسی ۱ ادامهٔ آموزش: چکپوینت گام {step} که این اجرا از آن ادامه "
+                             "یافت، تانسور به تانسور همان است که اجرایی بی‌وقفه از گام ۰ پس از گام "
+                             "{step} ذخیره کرد، و هر چکپوینت هر دو اجرا بایت‌به‌بایت بازمی‌گردد، "
+                             "روی هر {n} رتبه: {same}",
+        "check_2_continued": "وارسی ۲ ادامهٔ آموزش: از گام {step} تا گام {steps} ادامه یافت؛ روی هر "
+                             "رتبه بیت‌به‌بیت برابر با همان اجرای بی‌وقفه:",
+        "died": "{error}\nچکپوینت‌های {root} سر جایشان هستند: همین فرمان را دوباره اجرا کنید تا "
+                "از تازه‌ترین چکپوینتی که وارسی‌اش درست درآید ادامه دهد",
         "items": {"steps and losses": "گام‌ها و زیان‌ها", "params": "پارامترها",
                   "master": "وزن‌های اصلی fp32", "exp_avg": "گشتاور اول Adam",
                   "exp_avg_sq": "گشتاور دوم Adam", "optimizer_step": "شمارندهٔ گام Adam",
@@ -58,115 +113,220 @@ WORDS = {
 }
 
 
+class CommandParser(argparse.ArgumentParser):
+    """argparse, except that under torchrun only global rank 0 prints (usage, --help, an error):
+    every process of the run parses the same arguments and exits alike, and one copy is enough."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        if launch.is_reporting_process():
+            super()._print_message(message, file)
+
+
 def parse(argv: list[str] | None) -> CapstoneConfig:
     """The run's settings from the command line; a bad argument exits with status 2 (argparse)."""
     return parse_arguments(argv)[0]
 
 
-def parse_arguments(argv: list[str] | None) -> tuple[CapstoneConfig, str]:
-    """The run's settings and the report's language ("en" or "fa"); exits 2 on a bad argument."""
+def parse_arguments(argv: list[str] | None) -> tuple[CapstoneConfig, str, bool]:
+    """The run's settings, the report's language ("en" or "fa") and whether --fresh was given.
+
+    Exits with status 2 on a bad argument, and, without --fresh, when --out-dir holds
+    checkpoints of another run (`resume.check_folder`), before any rank starts.
+    """
     defaults = CapstoneConfig()
-    parser = argparse.ArgumentParser(prog="python -m lesson_code.capstone",
-                                     description="MiniGPT on N ranks: DDP + ZeRO-1 + sharded checkpoint")
+    parser = CommandParser(prog="python -m lesson_code.capstone",
+                           description="MiniGPT on N ranks: DDP + ZeRO-1 + sharded checkpoints. "
+                                       "Run again with the same --out-dir, it continues the run "
+                                       "from its newest checkpoint that verifies.")
     parser.add_argument("--world-size", type=positive_int, default=defaults.world_size,
                         help="ranks to spawn (under torchrun, torchrun decides)")
     parser.add_argument("--steps", type=positive_int, default=defaults.steps)
     parser.add_argument("--checkpoint-step", type=positive_int, default=defaults.checkpoint_step,
-                        help="save the sharded checkpoint after this step (1..steps)")
-    parser.add_argument("--out-dir", default=defaults.out_dir, help="metrics, plot and checkpoints")
+                        help="save a sharded checkpoint after this step (1..steps); the resume "
+                             "check reloads it. One is also saved after the last step")
+    parser.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="STEPS",
+                        help="also save after every multiple of STEPS (a run that dies loses less)")
+    parser.add_argument("--out-dir", default=defaults.out_dir,
+                        help="metrics, plot and checkpoints; a run there is continued")
+    parser.add_argument("--fresh", action="store_true",
+                        help="delete the checkpoints in --out-dir and start at step 0 (on the "
+                             "first attempt only: a torchrun restart continues the run)")
     parser.add_argument("--seed", type=seed_int, default=defaults.seed)
     parser.add_argument("--accumulation", type=positive_int, default=defaults.accumulation,
                         help=f"micro-batches per step, a divisor of the batch per rank "
                              f"({defaults.batch_per_rank})")
     parser.add_argument("--lr-spike-step", type=positive_int, default=None,
                         help="inject a learning-rate spike at this step (tests the divergence guard)")
+    parser.add_argument("--kill-at-step", type=positive_int, default=None,
+                        help="a crash, to see the run continue: one rank kills itself (SIGKILL) "
+                             "after this step, only in a run that starts at step 0 on torchrun's "
+                             "first attempt (for teaching and testing)")
+    parser.add_argument("--kill-rank", type=int, default=None,
+                        help="the rank --kill-at-step kills (default: the last)")
+    parser.add_argument("--kill-during-save", action="store_true",
+                        help="kill half-way through writing the checkpoint of --kill-at-step "
+                             "(a save step) instead of after it")
     parser.add_argument("--lang", choices=LANGUAGES, default="en",
                         help="language of the report (default en)")
     args = parser.parse_args(argv)
-    check_ranks_fit_corpus(parser, args.world_size, defaults)
     check_in_range(parser, "--checkpoint-step", args.checkpoint_step, 1, args.steps,
                    f"the checkpoint is saved after one of the run's {args.steps} steps (--steps)")
-    if args.lr_spike_step is not None:
-        check_in_range(parser, "--lr-spike-step", args.lr_spike_step, 1, args.steps,
-                       f"the spike is injected at one of the run's {args.steps} steps (--steps)")
+    for flag, value in (("--lr-spike-step", args.lr_spike_step), ("--kill-at-step", args.kill_at_step)):
+        if value is not None:
+            check_in_range(parser, flag, value, 1, args.steps,
+                           f"it happens at one of the run's {args.steps} steps (--steps)")
     check_divides(parser, "--accumulation", args.accumulation, defaults.batch_per_rank,
                   "the batch of sequences per rank")
+    world_size = world_size_in_use(args.world_size)[0]  # torchrun's, under torchrun
     try:  # CapstoneConfig checks its own fields too; say what it found as argparse would
-        world_size = world_size_in_use(args.world_size)[0]  # torchrun's, under torchrun
-        return dataclasses.replace(defaults, world_size=world_size, steps=args.steps,
-                                   checkpoint_step=args.checkpoint_step, out_dir=args.out_dir,
-                                   seed=args.seed, accumulation=args.accumulation,
-                                   lr_spike_step=args.lr_spike_step), args.lang
+        config = dataclasses.replace(
+            defaults, world_size=world_size, steps=args.steps, checkpoint_step=args.checkpoint_step,
+            checkpoint_every=args.checkpoint_every, out_dir=args.out_dir, seed=args.seed,
+            accumulation=args.accumulation, lr_spike_step=args.lr_spike_step)
     except ValueError as error:
         parser.error(str(error))
+    config = _with_kill(parser, config, args)
+    if not args.fresh:
+        try:
+            check_folder(config)
+        except ValueError as error:
+            parser.error(str(error))
+    return config, args.lang, args.fresh
 
 
-def max_world_size(config: CapstoneConfig) -> int:
-    """The most ranks `config`'s corpus can feed: a step takes batch_per_rank windows per rank."""
-    return config.corpus_tokens // (config.gpt.context + 1) // config.batch_per_rank
-
-
-def check_ranks_fit_corpus(parser: argparse.ArgumentParser, requested: int,
-                           config: CapstoneConfig) -> None:
-    """Exit with status 2 (argparse) when the run would have more ranks than the corpus feeds."""
-    windows = config.corpus_tokens // (config.gpt.context + 1)
-    check_world_size(parser, requested, max_world_size(config),
-                     f"the corpus holds {windows} sequences and one step gives each rank "
-                     f"{config.batch_per_rank}")
+def _with_kill(parser: argparse.ArgumentParser, config: CapstoneConfig,
+               args: argparse.Namespace) -> CapstoneConfig:
+    """`config` with the crash of --kill-at-step, --kill-rank and --kill-during-save, checked."""
+    if args.kill_at_step is None:
+        if args.kill_rank is not None or args.kill_during_save:
+            parser.error("--kill-rank and --kill-during-save need --kill-at-step: pass the step "
+                         "after which (or during whose save) the rank is killed")
+        return config
+    if args.kill_rank is not None:
+        check_in_range(parser, "--kill-rank", args.kill_rank, 0, config.world_size - 1,
+                       f"the run has {config.world_size} ranks ({world_size_name()})")
+    saves = sorted(config.save_steps())
+    if args.kill_during_save and args.kill_at_step not in saves:
+        parser.error(f"--kill-during-save: no checkpoint is saved after step {args.kill_at_step}, "
+                     f"so pass --kill-at-step one of the save steps {', '.join(map(str, saves))}")
+    return dataclasses.replace(config, kill_at_step=args.kill_at_step, kill_rank=args.kill_rank,
+                               kill_during_save=args.kill_during_save)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Train, print the report, write metrics.jsonl and loss.png; 0 if RESUME VERIFIED.
+    """Train (or continue the run in --out-dir), print the report, write metrics.jsonl, loss.png
+    and run.json (where the run started and what the checks found); 0 if RESUME VERIFIED.
 
-    RESUME VERIFIED means two checks held: the checkpoint reloads byte for byte, and a run
-    resumed from it ends bitwise where the uninterrupted run ends (`train.compare_resumed`).
+    RESUME VERIFIED means two checks held: every checkpoint reloads byte for byte (for a
+    continued run: the one it continued from equals an uninterrupted run's), and a run from a
+    checkpoint ends bitwise where a run from step 0 ends (`train.compare_resumed`).
     """
-    config, lang = parse_arguments(argv)
+    config, lang, fresh = parse_arguments(argv)
     said, n = WORDS[lang], lambda value: number(value, lang)
     out = Path(config.out_dir)
-    if launch.is_reporting_process():
-        # A fresh run, not a resume. Under torchrun only global rank 0 deletes (the nodes share
-        # the folder), before it joins the group; no rank gets past joining, so none saves or
-        # rolls back, until every rank, this one included, has joined.
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    both = launch.run(run_and_resume, config, world_size=config.world_size)
+    if launch.is_reporting_process() and restarts_share_a_store():
+        print(said["shared_store"], file=sys.stderr, flush=True)
+    try:
+        outcome = launch.run(start_or_continue, config, fresh, world_size=config.world_size,
+                             timeout_s=launch.DEFAULT_TIMEOUT_S + 2 * config.steps)
+    except launch.SpawnError as error:  # spawned ranks; torchrun's agent reports its own workers
+        kept = list_checkpoints(out / "checkpoints")
+        print(said["died"].format(error=error, root=out / "checkpoints") if kept else error,
+              file=sys.stderr)
+        return 1
     if not launch.is_reporting_process():
         return 0
-    results = [rank_results["straight"] for rank_results in both]
-    resumed = compare_resumed(results, [rank_results["resumed"] for rank_results in both])
+    started = outcome[0]["started"]
+    continued = started["from_step"] is not None
+    straight = [rank_results["straight"] for rank_results in outcome]
+    resumed = [rank_results["resumed"] for rank_results in outcome]
+    results = resumed if continued else straight  # the run of record; the other checks it
     first = results[0]
     print(said["title"].format(numel=n(first["numel"]), n=n(len(results)),
-                               step=n(config.checkpoint_step)))
-    print(loss_table(first["records"], lang))
-    for event in first["events"]:
+                               steps=", ".join(n(step) for step in sorted(config.save_steps()))))
+    print(start_line(started, out / "checkpoints", fresh, config.steps, lang))
+    records, events = all_records(first), all_events(first)
+    print(loss_table(records, lang))
+    for event in events:
         reason = reason_text(event["reason"], lang)
         print(said["rollback"].format(reason=reason, to_step=n(event["to_step"]))
               if event["event"] == "rollback" else
               said["skip"].format(step=n(event["step"]), retries=n(config.guard_retries), reason=reason))
     print(memory_table(results, lang))
-    folder = first["checkpoints"].get(config.checkpoint_step)
-    if folder is not None:
-        print(manifest_summary(folder, lang))
-    metrics = write_metrics(out / "metrics.jsonl", first["records"], first["events"])
+    kept = first["checkpoints"]
+    if kept:
+        print(manifest_summary(kept.get(config.checkpoint_step) or kept[max(kept)], lang))
+    metrics = write_metrics(out / "metrics.jsonl", records, events)
     _plot(metrics, out / "loss.png", lang)
     same_norms = all(r["records"][i]["param_norm"] == first["records"][i]["param_norm"]
                      for r in results for i in range(len(first["records"])))
-    reloaded = bool(first["resume_verified"]) and all(all(r["resume_verified"].values()) for r in results)
+    verified = [r["resume_verified"] for r in straight + (resumed if continued else [])]
+    reloaded = all(all(v.values()) for v in verified) and bool(straight[0]["resume_verified"])
+    if continued:
+        reloaded = reloaded and outcome[0]["same_start"]
+    compared = compare_resumed(straight, resumed)
     print(said["norms"].format(same=same_norms))
     print(said["metrics"].format(metrics=metrics, plot=out / "loss.png"))
     print()  # the resume report, the last paragraph: `stdout.rsplit("\n\n", 1)[-1]` finds it
-    print(resume_report(config, len(results), reloaded, resumed, lang))
-    verified = reloaded and all(resumed.values())
+    from_step = started["from_step"] if continued else resumed_from(resumed[0])
+    print(resume_report(config, len(results), reloaded, compared, lang, from_step, continued,
+                        sorted(straight[0]["resume_verified"])))
+    verified = reloaded and all(compared.values())
+    write_summary(out / "run.json", {"started": started, "steps": config.steps,
+                                     "world_size": len(results), "reloaded": reloaded,
+                                     "compared": compared, "verified": verified})
     print("RESUME VERIFIED" if verified else "RESUME FAILED")
     return 0 if verified and same_norms else 1
 
 
-def resume_report(config: CapstoneConfig, world_size: int, reloaded: bool,
-                  resumed: dict[str, bool], lang: str = "en") -> str:
-    """What the resume check compared, one line each, with its verdict (True or False)."""
+def restarts_share_a_store() -> bool:
+    """Does torchrun restart ranks of several nodes (GROUP_WORLD_SIZE) whose agents share one
+    store across attempts? Such a restart hangs until the timeout (see `launch.attempt_prefix`)."""
+    return (launch.under_torchrun() and int(os.environ.get("GROUP_WORLD_SIZE", "1")) > 1
+            and int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0
+            and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True))
+
+
+def resumed_from(result: dict) -> int:
+    """The step a `run_rank` result resumed from: the last step of its history (0 if none)."""
+    history = result["history"]["records"]
+    return history[-1]["step"] if history else 0
+
+
+def start_line(started: dict, root: Path, fresh: bool, steps: int, lang: str = "en") -> str:
+    """Where the run of `steps` steps started: at step 0, or from which checkpoint, and after
+    how many restarts; then one line per newer checkpoint skipped, with the reason."""
     said, n = WORDS[lang], lambda value: number(value, lang)
-    lines = [said["check_1"].format(step=n(config.checkpoint_step), n=n(world_size), same=reloaded),
-             said["check_2"].format(step=n(config.checkpoint_step), steps=n(config.steps))]
+    restarts = said["restarts"].format(n=n(started["restarts"])) if started["restarts"] else ""
+    if started["from_step"] is None:
+        why = (said["fresh_flag"] if fresh and not started["restarts"] else "") + restarts
+        line = said["fresh"].format(root=root, why=why)
+    else:
+        why = (said["fresh_ignored"] if fresh else "") + restarts
+        why += said["finished"] if started["from_step"] >= steps else ""
+        line = said["resumed"].format(step=n(started["from_step"]), folder=started["folder"], why=why)
+    return "\n".join([line, *(said["skipped"].format(reason=r) for r in started["skipped"])])
+
+
+def resume_report(config: CapstoneConfig, world_size: int, reloaded: bool,
+                  resumed: dict[str, bool], lang: str = "en", from_step: int | None = None,
+                  continued: bool = False, saved: list[int] | None = None) -> str:
+    """What the resume checks compared, one line each, with its verdict (True or False).
+
+    `from_step` is where the checked run resumed (default `config.checkpoint_step`); `continued`
+    says whether it is this run, continued after a stop, or a replay of a fresh run; `saved`
+    lists the steps whose checkpoints were reloaded (default the checkpoint step).
+    """
+    said, n = WORDS[lang], lambda value: number(value, lang)
+    step = config.checkpoint_step if from_step is None else from_step
+    if continued:
+        lines = [said["check_1_continued"].format(step=n(step), n=n(world_size), same=reloaded),
+                 said["check_2_continued"].format(step=n(step), steps=n(config.steps))]
+    else:
+        steps = ", ".join(f"step-{n(s)}" if lang == "en" else f"گام {n(s)}"
+                          for s in (saved or [config.checkpoint_step]))
+        lines = [said["check_1"].format(steps=steps, n=n(world_size), same=reloaded),
+                 said["check_2"].format(step=n(step), steps=n(config.steps))]
     lines += [f"  {said['items'].get(name, name)}: {same}" for name, same in resumed.items()]
     return "\n".join(lines)
 

@@ -122,19 +122,69 @@ def manifest_summary(folder: Path | str, lang: str = "en") -> str:
     return "\n".join(lines)
 
 
+METRIC_KEYS = ("step", "loss", "grad_norm", "step_time_s", "lr")
+
+
+def metrics_line(row: dict) -> str:
+    """One line of metrics.jsonl: a step's metrics (METRIC_KEYS), or a guard event as it is."""
+    kept = row if "event" in row else {key: row[key] for key in METRIC_KEYS}
+    return json.dumps(kept) + "\n"
+
+
 def write_metrics(path: Path | str, records: list[dict], events: list[dict]) -> Path:
     """Write one JSON object per line: every step's metrics, then every guard event."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
-        for row in records:
-            handle.write(json.dumps({key: row[key] for key in
-                                     ("step", "loss", "grad_norm", "step_time_s", "lr")}) + "\n")
-        for event in events:
-            handle.write(json.dumps(event) + "\n")
+        handle.writelines(metrics_line(row) for row in [*records, *events])
+    return path
+
+
+class MetricsLog:
+    """The run's metrics.jsonl as it trains: a line per step or guard event, appended at once.
+
+    A run that is killed leaves the lines of every step it finished. `path` None (every rank but
+    0) writes nothing. A run that continues from a checkpoint first rewrites the file with the
+    checkpoint's `history` ({"records": ..., "events": ...}), dropping what the killed attempt
+    trained after it, so the file always holds the run as it will be continued.
+    """
+
+    def __init__(self, path: Path | None, history: dict):
+        self.path = path
+        if path is not None:
+            write_metrics(path, history["records"], history["events"])
+
+    def write(self, row: dict) -> dict:
+        """Append `row` (one write of one line, flushed); return it."""
+        if self.path is not None:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(metrics_line(row))
+        return row
+
+
+def write_summary(path: Path | str, summary: dict) -> Path:
+    """Write the run's summary (`python -m lesson_code.capstone`'s run.json: where it started,
+    its steps and world size, each check's verdict) as one JSON object, for scripts."""
+    path = Path(path)
+    path.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return path
 
 
 def read_metrics(path: Path | str) -> list[dict]:
-    """The JSONL metrics back as a list of dicts (steps and events)."""
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+    """The JSONL metrics back as a list of dicts (steps and events).
+
+    A last line cut short (the run was killed while writing it) is left out; any other line
+    that is not JSON raises ValueError naming the file and the line.
+    """
+    lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == len(lines) and not line.endswith("\n"):
+                break  # cut short by a kill: the step it logged is not in the file
+            raise ValueError(f"{path}, line {number}: not a JSON object ({error})") from None
+    return rows

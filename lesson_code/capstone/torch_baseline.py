@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 from lesson_code import launch
-from lesson_code.capstone.cli import check_ranks_fit_corpus
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.harness.cli_args import positive_int
 from lesson_code.data import batch_for_step
@@ -61,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", default="capstone-torch-run")
     parser.add_argument("--world-size", type=positive_int, default=4)
     args = parser.parse_args(argv)
-    check_ranks_fit_corpus(parser, args.world_size, CapstoneConfig())
     config = dataclasses.replace(CapstoneConfig(), out_dir=args.out_dir, world_size=args.world_size)
     start = time.perf_counter()
     losses = launch.run(run_rank, config, world_size=config.world_size)[0]

@@ -13,6 +13,10 @@ The loop itself knows nothing of reduce-scatter or files: it calls `optimizer.st
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
+import signal
 from pathlib import Path
 
 import torch
@@ -21,6 +25,9 @@ import torch.distributed as dist
 from lesson_code.capstone.checkpointer import Checkpointer, state_copy
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.guard import DivergenceGuard
+from lesson_code.capstone.report import MetricsLog
+from lesson_code.checkpoint.faults import CrashingDisk
+from lesson_code.checkpoint.files import DISK
 from lesson_code.checkpoint_lab import load_zero
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.data import batch_for_step
@@ -60,22 +67,32 @@ def forward_backward(config: CapstoneConfig, model, corpus, step: int, rank: int
 def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str | None = None) -> dict:
     """Train `config.steps` steps on this rank; return its records. Collective: every rank.
 
-    With `start_from` (a checkpoint folder) the run resumes there instead of starting at step 0.
-    A step the divergence guard rejects is rolled back to the last checkpoint at most
-    `config.guard_retries` times, then its batch is skipped; with `config.skip_after_rollback`
-    the first rollback skips the batches from the checkpoint to that step instead of replaying
-    them. `events` records each decision.
+    With `start_from` (a checkpoint folder) the run resumes there instead of starting at step 0:
+    the weights, the optimizer's shard and the RNG state come back (`load_zero`), and from the
+    checkpoint's run state the data position, the divergence guard (the last accepted loss and
+    the rollbacks counted per step), whether the learning-rate spike has fired, and the history
+    (every step and event before the checkpoint, returned as "history"; "records" and "events"
+    hold what this call trained). A step the divergence guard rejects is rolled back to the last
+    checkpoint at most `config.guard_retries` times, then its batch is skipped; with
+    `config.skip_after_rollback` the first rollback skips the batches from the checkpoint to
+    that step instead of replaying them. Every checkpoint saved is reloaded at once into fresh
+    objects and compared with what was saved ("resume_verified", by step). Rank 0 appends each
+    step and event to out_dir/metrics.jsonl as it happens. `config.kill_at_step` kills this
+    process (SIGKILL) if this is `config.victim()`.
     """
     model, _, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
     checkpointer = Checkpointer(Path(config.out_dir) / "checkpoints", model, optimizer,
-                                save_after={config.checkpoint_step},
-                                keep_last=config.keep_last)                   # 3. checkpoints
+                                save_after=config.save_steps(), keep_last=config.keep_last,
+                                verify=lambda folder, snapshot: verify_resume(
+                                    config, folder, snapshot, rank, world_size))  # 3. checkpoints
     guard = DivergenceGuard(config.spike_factor, max_retries=config.guard_retries,
                             skip_after_rollback=config.skip_after_rollback)
     corpus = config.corpus()
-    step, records, events, spiked = 0, [], [], False
+    step, records, events, spiked, history = 0, [], [], False, {"records": [], "events": []}
     if start_from is not None:
-        step = load_zero(start_from, model, optimizer)["next_step"]
+        step, spiked, history = restore_run_state(load_zero(start_from, model, optimizer), guard)
+    log = MetricsLog(Path(config.out_dir) / "metrics.jsonl" if rank == 0 else None, history)
+    victim, gradient_bytes = config.victim() == rank, 0
     while step < config.steps:                                               # 4. the loop
         started = clock()
         optimizer.zero_grad()
@@ -90,14 +107,15 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
                      "at_step": diverged_at}
             if step > restored:  # skip_after_rollback: these steps' batches are never read again
                 event["skipped"] = list(range(restored + 1, step + 1))
-            events.append(event)
+            events.append(log.write(event))
             continue
         if reason is not None:  # the same step failed after every rollback: its batch is bad
             step += 1
-            events.append({"event": "skip", "loss": loss, "reason": reason, "step": step,
-                           "message": f"step {step}'s batch skipped: still rejected after "
-                                      f"{guard.max_retries} rollbacks ({reason})"})
-            checkpointer.maybe_save(step, last_loss=guard.previous)
+            events.append(log.write({"event": "skip", "loss": loss, "reason": reason, "step": step,
+                                     "message": f"step {step}'s batch skipped: still rejected "
+                                                f"after {guard.max_retries} rollbacks ({reason})"}))
+            checkpointer.maybe_save(step, guard.previous,
+                                    run_state(config, world_size, guard, spiked, history, records, events))
             continue
         gradient_bytes = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
         lr = optimizer.lr
@@ -106,11 +124,16 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
         optimizer.step()
         optimizer.lr = lr
         step += 1
-        records.append({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
-                        "step_time_s": clock() - started, "lr": lr,
-                        "param_norm": flat_parameters(model).norm().item()})
-        checkpointer.maybe_save(step, last_loss=loss)
-    return {"rank": rank, "records": records, "events": events,
+        records.append(log.write({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
+                                  "step_time_s": clock() - started, "lr": lr,
+                                  "param_norm": flat_parameters(model).norm().item()}))
+        crash_in_save = victim and config.kill_during_save and step == config.kill_at_step
+        checkpointer.maybe_save(step, loss,
+                                run_state(config, world_size, guard, spiked, history, records, events),
+                                disk=CrashingDisk() if crash_in_save else DISK)
+        if victim and step == config.kill_at_step:  # the injected crash (a real SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+    return {"rank": rank, "records": records, "events": events, "history": history,
             "memory": {"parameters": sum(p.untyped_storage().nbytes() for p in model.parameters()),
                        "gradients": gradient_bytes,
                        "optimizer": optimizer.optimizer_state_bytes()},
@@ -118,8 +141,32 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             "numel": optimizer.numel, "params": flat_parameters(model),
             "final_state": {**state_copy(model, optimizer), "optimizer_step": optimizer.step_count},
             "checkpoints": {s: str(f) for s, f in checkpointer.folders.items()},
-            "resume_verified": {s: verify_resume(config, folder, checkpointer.snapshots[s], rank, world_size)
-                                for s, folder in checkpointer.folders.items()}}
+            "resume_verified": dict(checkpointer.verified)}
+
+
+def run_state(config: CapstoneConfig, world_size: int, guard: DivergenceGuard, spiked: bool,
+              history: dict, records: list[dict], events: list[dict]) -> dict:
+    """What a checkpoint must hold, besides tensors and the data position, for a bitwise resume:
+    the settings that decide the numbers (`config.trajectory()`) and the world size, to refuse
+    another run's folder; the guard's state; whether the spike fired; every step and event so far."""
+    return {"config": config.trajectory(), "world_size": world_size,
+            "guard": {"previous": guard.previous,
+                      "retries": {str(step): count for step, count in guard.retries.items()}},
+            "lr_spiked": spiked,
+            "records": history["records"] + records, "events": history["events"] + events}
+
+
+def restore_run_state(extra: dict, guard: DivergenceGuard) -> tuple[int, bool, dict]:
+    """From a checkpoint's extra dict: (the next step, whether the spike fired, the history), and
+    the guard's state put back into `guard`. Raises ValueError for a checkpoint without run state."""
+    state = extra.get("run")
+    if state is None:
+        raise ValueError("this checkpoint holds no capstone run state (extra['run']): it was not "
+                         "saved by lesson_code.capstone, so a run cannot continue from it")
+    guard.previous = state["guard"]["previous"]
+    guard.retries = {int(step): count for step, count in state["guard"]["retries"].items()}
+    return extra["next_step"], state["lr_spiked"], {"records": state["records"],
+                                                    "events": state["events"]}
 
 
 def verify_resume(config: CapstoneConfig, folder: Path | str, snapshot: dict, rank: int,
@@ -148,23 +195,36 @@ def compare_resumed(straight: list[dict], resumed: list[dict]) -> dict[str, bool
 
     `straight` and `resumed` are every rank's `run_rank` results: the run that never stopped,
     and the run that resumed from one of its checkpoints and trained to the same last step.
-    Returns one verdict per compared item: the steps the resumed run trained and their losses
-    (the data position), then each tensor of the final state in `COMPARED` (parameters, the
-    fp32 master shard, both Adam moments, Adam's step count, the RNG state). Bitwise equality is
-    the right test here because both runs take one code path with the same world size and
-    thread settings; across world sizes or thread counts it is not expected (lesson 80).
+    Returns one verdict per compared item: every step and its loss (the resumed run's history
+    from the checkpoint, then what it trained: the data position and the whole loss curve; of a
+    result without "history", the steps it trained against the end of the other's curve), then
+    each tensor of the final state in `COMPARED` (parameters, the fp32 master shard, both Adam
+    moments, Adam's step count, the RNG state). Bitwise equality is the right test here because
+    both runs take one code path with the same world size and thread settings; across world
+    sizes or thread counts it is not expected (lesson 80).
     """
     if len(straight) != len(resumed):
         raise ValueError(f"{len(straight)} ranks ran straight but {len(resumed)} resumed: "
                          "compare runs of the same world size")
-    done = [row["step"] for row in resumed[0]["records"]]
-    reference = [row for row in straight[0]["records"] if row["step"] in done]
-    verdicts = {"steps and losses": bool(done) and done == [row["step"] for row in reference]
-                and [row["loss"] for row in resumed[0]["records"]] == [row["loss"] for row in reference]}
+    reference, done = ([(row["step"], row["loss"]) for row in all_records(run[0])]
+                       for run in (straight, resumed))
+    if "history" not in resumed[0]:  # a result of what it trained alone: the curve's end
+        reference = reference[len(reference) - len(done):]
+    verdicts = {"steps and losses": bool(done) and done == reference}
     for key in COMPARED:
         verdicts[key] = all(_equal(a["final_state"][key], b["final_state"][key])
                             for a, b in zip(straight, resumed))
     return verdicts
+
+
+def all_records(result: dict) -> list[dict]:
+    """Every step of a `run_rank` result's run: the history it resumed with, then its own."""
+    return result.get("history", {}).get("records", []) + result["records"]
+
+
+def all_events(result: dict) -> list[dict]:
+    """Every guard event of a `run_rank` result's run: the history's, then its own."""
+    return result.get("history", {}).get("events", []) + result["events"]
 
 
 def _equal(a, b) -> bool:
@@ -172,18 +232,48 @@ def _equal(a, b) -> bool:
     return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
 
 
+SCRATCH = "verify"  # out_dir/verify: a checking run's own folder, deleted when it is done
+
+
 def run_and_resume(rank: int, world_size: int, config: CapstoneConfig) -> dict:
     """`run_rank` twice: the whole run, then a resume from its checkpoint to the same last step.
 
-    Collective: call on every rank. The resumed run builds its model from another seed and
-    loads `config.checkpoint_step`'s checkpoint (weights, optimizer shard, RNG state, data
-    position), so only the files can make it end where the first run ended; compare the two
-    with `compare_resumed`. Returns {"straight": ..., "resumed": ...}, this rank's results.
+    Collective: call on every rank. The resumed run starts from `replay_start`'s checkpoint
+    (`config.checkpoint_step`'s, unless pruned), copied into out_dir/verify, where it saves and
+    rolls back without touching the run's own checkpoints; it builds its model from another seed
+    and loads weights, optimizer shard, RNG state, data position and run state, so only the files
+    can make it end where the first run ended. Compare the two with `compare_resumed`. Returns
+    {"straight": ..., "resumed": ...}, this rank's results; the scratch folder is deleted.
     """
     straight = run_rank(rank, world_size, config)
-    folder = straight["checkpoints"].get(config.checkpoint_step)
-    if folder is None:
-        raise ValueError(f"the run kept no checkpoint of step {config.checkpoint_step} to resume "
-                         "from: keep_last must be at least 1")
-    dist.barrier()  # every rank has finished the first run before any resumes
-    return {"straight": straight, "resumed": run_rank(rank, world_size, config, folder)}
+    start = replay_start(config, straight["checkpoints"])
+    scratch = Path(config.out_dir) / SCRATCH
+    clear_folder(scratch, rank)  # every rank has finished the first run before any resumes
+    copy = scratch / "checkpoints" / Path(straight["checkpoints"][start]).name
+    if rank == 0:
+        shutil.copytree(straight["checkpoints"][start], copy)
+    dist.barrier()
+    replay = dataclasses.replace(config.disarmed(), out_dir=str(scratch))
+    resumed = run_rank(rank, world_size, replay, str(copy))
+    clear_folder(scratch, rank)
+    return {"straight": straight, "resumed": resumed}
+
+
+def replay_start(config: CapstoneConfig, kept: dict[int, str]) -> int:
+    """The step whose checkpoint a fresh run's check resumes from: `config.checkpoint_step` if it
+    is still kept, else the newest kept before the last step, else the last step's. Raises
+    ValueError when the run kept no checkpoint at all."""
+    if not kept:
+        raise ValueError(f"the run kept no checkpoint under {config.out_dir} to resume from: "
+                         "keep_last must be at least 1")
+    before_end = [step for step in kept if step < config.steps]
+    if config.checkpoint_step in before_end:
+        return config.checkpoint_step
+    return max(before_end) if before_end else max(kept)
+
+
+def clear_folder(folder: Path, rank: int) -> None:
+    """Rank 0 deletes `folder` (a checking run's scratch space); every rank waits for it."""
+    if rank == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+    dist.barrier()

@@ -1,23 +1,31 @@
 """Figures of lesson 81: the loss curve drawn from the run's metrics (the rows of metrics.jsonl,
-read with capstone.report.read_metrics), and the memory profile of every rank.
+read with capstone.report.read_metrics), the memory profile of every rank, and a run killed
+part-way and continued beside one that never stopped (capstone.crash.crash_and_continue).
 
     loss_curve_figure(read_metrics("capstone-run/metrics.jsonl"), lang="fa")
+    crash_figure(crash_and_continue("/tmp/lesson81-crash"), lang="fa")
 """
 
 from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from lesson_code.plots import label_ranks, legend, number, start_figure
+from lesson_code.plots import label_ranks, legend, legend_below, number, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"step": "step", "loss": "loss", "rollback": "rollback", "rank": "rank",
            "bytes": "bytes per rank", "parameters": "parameters", "gradients": "gradients",
-           "optimizer": "optimizer state", "formula": "12P/N", "diverged": "rejected step (loss {loss:.0f})"},
+           "optimizer": "optimizer state", "formula": "12P/N", "diverged": "rejected step (loss {loss:.0f})",
+           "never_stopped": "never stopped", "killed": "killed after step {step}",
+           "continued": "run again: continued from step {step}", "crash": "a rank killed",
+           "resume": "checkpoint it continued from"},
     "fa": {"step": "گام", "loss": "زیان", "rollback": "بازگشت به چکپوینت", "rank": "رتبه",
            "bytes": "بایت در هر رتبه", "parameters": "پارامترها", "gradients": "گرادیان‌ها",
-           "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N", "diverged": "گام ردشده (زیان {loss:.0f})"},
+           "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N", "diverged": "گام ردشده (زیان {loss:.0f})",
+           "never_stopped": "اجرای بی‌وقفه", "killed": "کشته‌شده پس از گام {step}",
+           "continued": "اجرای دوباره: ادامه از گام {step}", "crash": "کشته شدن یک رتبه",
+           "resume": "چکپوینتی که اجرا از آن ادامه یافت"},
 }
 
 # Table labels of the Persian edition (the English labels are the keys).
@@ -89,3 +97,30 @@ def memory_profile_figure(results: list[dict], lang: str = "en") -> Figure:
     ax.axhline(12 * (numel + padding) / len(results), color="#d62728", linestyle="--",
                label=labels["formula"])
     return label_ranks(fig, ax, ranks, labels, labels["bytes"], lang)  # the legend under the bars
+
+
+def crash_figure(result, lang: str = "en") -> Figure:
+    """Loss per step of a run killed part-way, the same command run again, and a run that never
+    stopped (`capstone.crash.CrashAndResume`): the crash and the checkpoint resumed from marked.
+
+    The run again draws only the steps it trained itself; they lie on the steps the killed run
+    trained after that checkpoint, and both on the uninterrupted run's curve, when the resume is
+    exact.
+    """
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4.6))
+    curve = lambda rows: ([r["step"] for r in rows if "event" not in r],  # noqa: E731
+                          [r["loss"] for r in rows if "event" not in r])
+    ax.plot(*curve(result.uninterrupted), color="#c7c7c7", linewidth=6, label=labels["never_stopped"])
+    ax.plot(*curve(result.killed), color="#1f77b4", marker="o", markersize=4,
+            label=number(labels["killed"].format(step=result.crash_step), lang))
+    after = [r for r in result.continued if r.get("step", 0) > result.resume_step]
+    ax.plot(*curve(after), color="#ff7f0e", linestyle="--", marker="x", markersize=7,
+            label=number(labels["continued"].format(step=result.resume_step), lang))
+    ax.axvline(result.crash_step, color="#d62728", linestyle="-", linewidth=1, label=labels["crash"])
+    ax.axvline(result.resume_step, color="#2ca02c", linestyle=":", linewidth=1.5,
+               label=labels["resume"])
+    ax.set_xlabel(labels["step"])
+    ax.set_ylabel(labels["loss"])
+    legend_below(ax, ncol=2)  # under the axes: no curve is covered
+    fig.tight_layout()
+    return fig

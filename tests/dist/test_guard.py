@@ -14,8 +14,9 @@ from lesson_code.capstone.guard import DivergenceGuard
 
 
 def test_a_bad_batch_is_skipped_after_bounded_rollbacks(tmp_path):
-    # spike_factor 1.3: a mislabelled batch at step 13 raises the loss by about half.
-    config = CapstoneConfig(out_dir=str(tmp_path), steps=14, bad_batch_step=13, spike_factor=1.3,
+    # spike_factor 1.2: a mislabelled batch at step 13 raises the loss by a quarter (1.25 times
+    # step 12's, measured), where a clean step lowers it.
+    config = CapstoneConfig(out_dir=str(tmp_path), steps=14, bad_batch_step=13, spike_factor=1.2,
                             guard_retries=2)
     results = launch.spawn(run_rank, config, world_size=4, timeout_s=60)  # looped for ever before
     events = results[0]["events"]
@@ -29,7 +30,7 @@ def test_a_bad_batch_is_skipped_after_bounded_rollbacks(tmp_path):
 
 
 def test_a_rollback_that_skips_resumes_on_the_batches_after_the_spike(tmp_path):
-    config = CapstoneConfig(out_dir=str(tmp_path), steps=14, bad_batch_step=13, spike_factor=1.3,
+    config = CapstoneConfig(out_dir=str(tmp_path), steps=14, bad_batch_step=13, spike_factor=1.2,
                             skip_after_rollback=True)
     results = launch.spawn(run_rank, config, world_size=4, timeout_s=60)
     events = results[0]["events"]

@@ -1,8 +1,9 @@
 """Resumes that are wrong in plausible ways, to show that `compare_resumed` catches them.
 
 Each runs the real `run_rank` from a checkpoint with one step of the resume left out, the way a
-bug would leave it out: the optimizer's Adam state is not restored (only the weights are), or the
-data loader starts again from the corpus's first batch instead of the saved position.
+bug would leave it out: the optimizer's Adam state is not restored (only the weights are), the
+data loader starts again from the corpus's first batch instead of the saved position, or the
+divergence guard starts afresh (it forgets the last accepted loss and its rollbacks).
 """
 
 import torch
@@ -36,4 +37,17 @@ def resume_from_the_first_batch(rank, world_size, config, folder):
         return batch_for_step(corpus, step - restart, *rest)
 
     with replaced(train, "batch_for_step", from_the_start):
+        return run_rank(rank, world_size, config, folder)
+
+
+def resume_without_guard_state(rank, world_size, config, folder):
+    """Collective: `run_rank` resumed from `folder` with a fresh divergence guard."""
+    restore = train.restore_run_state
+
+    def without_the_guard(extra, guard):
+        found = restore(extra, guard)
+        guard.previous, guard.retries = None, {}
+        return found
+
+    with replaced(train, "restore_run_state", without_the_guard):
         return run_rank(rank, world_size, config, folder)

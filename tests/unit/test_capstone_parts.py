@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,8 +11,11 @@ from lesson_code.capstone import CapstoneConfig, make_corpus
 from lesson_code.data import batch_for_step
 from lesson_code.experiment import RunConfig
 from lesson_code.capstone.guard import DivergenceGuard
-from lesson_code.capstone.cli import parse_arguments, resume_report
-from lesson_code.capstone.report import loss_table, read_metrics, reason_text, write_metrics
+from lesson_code.capstone.cli import parse_arguments, resume_report, start_line
+from lesson_code.capstone.report import (MetricsLog, loss_table, read_metrics, reason_text,
+                                         write_metrics)
+from lesson_code.capstone.resume import check_checkpoint
+from lesson_code.capstone.train import restore_run_state
 
 
 def test_corpus_is_deterministic_and_mostly_follows_its_chain():
@@ -59,6 +63,67 @@ def test_config_rejects_inconsistent_settings():
         CapstoneConfig(checkpoint_step=30)
     with pytest.raises(ValueError, match="accumulation=3"):
         CapstoneConfig(accumulation=3)
+    with pytest.raises(ValueError, match="kill_at_step=21 must be in 1..steps=20"):
+        CapstoneConfig(kill_at_step=21)
+    with pytest.raises(ValueError, match="kill_rank=4 must be a rank of the world: 0..3"):
+        CapstoneConfig(kill_at_step=3, kill_rank=4)
+    with pytest.raises(ValueError, match="need kill_at_step"):
+        CapstoneConfig(kill_during_save=True)
+    with pytest.raises(ValueError, match=r"no checkpoint is saved after step 3; saves follow steps \[10, 20\]"):
+        CapstoneConfig(kill_at_step=3, kill_during_save=True)
+
+
+def test_checkpoints_are_saved_after_the_checkpoint_step_every_k_steps_and_the_last():
+    assert CapstoneConfig().save_steps() == {10, 20}
+    assert CapstoneConfig(steps=12, checkpoint_step=3, checkpoint_every=4).save_steps() == {3, 4, 8, 12}
+    assert CapstoneConfig(save_also=(7,)).save_steps() == {7, 10, 20}
+    assert CapstoneConfig(kill_at_step=5).victim() == 3 and CapstoneConfig().victim() is None
+    assert CapstoneConfig(kill_at_step=5, kill_rank=0, kill_during_save=False).disarmed() == CapstoneConfig()
+
+
+def checkpoint_of(config, world_size=None, **changed):
+    """A manifest as `run_rank` writes it for `config`, with `changed` settings in its run state."""
+    return {"world_size": world_size or config.world_size, "step": 10,
+            "extra": {"next_step": 10, "run": {"config": {**config.trajectory(), **changed}}}}
+
+
+def test_only_a_checkpoint_of_this_very_run_may_be_continued(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    config = CapstoneConfig()
+    check_checkpoint(checkpoint_of(config), "run/checkpoints/step-00000010", config)  # no error
+    with pytest.raises(ValueError, match=r"its seed is 3, this run's is 0 \(--seed\); continue it with "
+                                         r"the same settings, or pass another --out-dir"):
+        check_checkpoint(checkpoint_of(config, seed=3), "run/checkpoints/step-00000010", config)
+    shaped = {**config.trajectory()["gpt"], "n_layer": 3}
+    with pytest.raises(ValueError, match="its gpt is .*'n_layer': 3"):
+        check_checkpoint(checkpoint_of(config, gpt=shaped), "f", config)
+    with pytest.raises(ValueError, match="its batch_per_rank is 2, this run's is 4"):
+        check_checkpoint(checkpoint_of(config, batch_per_rank=2), "f", config)
+    with pytest.raises(ValueError, match=r"saved by 8 ranks, but this run has 4 \(--world-size\)"
+                                         r": continue it on 8 ranks"):
+        check_checkpoint(checkpoint_of(config, world_size=8), "f", config)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match=r"saved by 8 ranks, but this run has 4 \(torchrun's "
+                                         r"WORLD_SIZE, set by torchrun's --nnodes x --nproc-per-node\)"):
+        check_checkpoint(checkpoint_of(config, world_size=8), "f", config)
+    lesson_80 = {"world_size": 4, "step": 3, "extra": {"next_step": 3}}
+    with pytest.raises(ValueError, match="was not saved by lesson_code.capstone"):
+        check_checkpoint(lesson_80, "f", config)
+    # What may change between attempts: the length, the save schedule, the folder, the crash.
+    later = dataclasses.replace(config, steps=40, checkpoint_every=5, out_dir="elsewhere", kill_at_step=3)
+    check_checkpoint(checkpoint_of(config), "f", later)
+
+
+def test_a_resume_needs_the_run_state_of_a_capstone_checkpoint():
+    guard = DivergenceGuard()
+    state = {"config": {}, "world_size": 4, "guard": {"previous": 3.5, "retries": {"13": 1}},
+             "lr_spiked": True, "records": [{"step": 1, "loss": 4.0}], "events": []}
+    assert restore_run_state({"next_step": 10, "run": state}, guard) == \
+        (10, True, {"records": [{"step": 1, "loss": 4.0}], "events": []})
+    assert (guard.previous, guard.retries) == (3.5, {13: 1})
+    with pytest.raises(ValueError, match="holds no capstone run state"):
+        restore_run_state({"next_step": 10}, DivergenceGuard())
 
 
 def test_the_config_is_a_run_whose_global_batch_is_derived_from_the_ranks():
@@ -66,12 +131,16 @@ def test_the_config_is_a_run_whose_global_batch_is_derived_from_the_ranks():
     assert isinstance(config, RunConfig) and config.model == "gpt"
     assert (config.steps, config.seed, config.comm) == (20, 0, "ring")
     assert config.batch_size == config.world_size * config.batch_per_rank == 16
+    assert config.corpus_tokens == 20 * 16 * 17  # 20 distinct global batches of 17-token windows
     two = dataclasses.replace(config, world_size=2)
-    assert two.batch_size == 8  # derived again, never copied
+    assert two.batch_size == 8 and two.corpus_tokens == 20 * 8 * 17  # derived again, never copied
+    assert dataclasses.replace(config, world_size=8).corpus_tokens == 20 * 32 * 17
     with pytest.raises(TypeError):
         CapstoneConfig(model="mlp")  # the capstone trains MiniGPT only
     with pytest.raises(TypeError):
         CapstoneConfig(batch_size=32)  # set world_size or batch_per_rank instead
+    with pytest.raises(TypeError):
+        CapstoneConfig(corpus_tokens=1000)  # set corpus_batches instead
     corpus = make_corpus(config.seed, config.corpus_tokens, config.gpt.vocab_size)
     assert torch.equal(config.corpus(), corpus)
     for rank in range(config.world_size):  # RunConfig's slice of the global batch is the rank's
@@ -102,4 +171,68 @@ def test_the_report_speaks_persian_with_the_same_numbers():
     assert "گام‌ها و زیان‌ها: True" in report and "وضعیت مولد اعداد تصادفی: False" in report
     assert report.count(": True") == 3 and "resume check" not in report
     assert resume_report(CapstoneConfig(), 4, True, resumed).startswith("resume check 1: step-10 ")
-    assert parse_arguments(["--lang", "fa"])[1] == "fa" and parse_arguments([])[1] == "en"
+    assert "چکپوینت گام ۸ که این اجرا از آن ادامه یافت" in resume_report(
+        CapstoneConfig(), 4, True, resumed, "fa", from_step=8, continued=True)
+
+
+def test_the_command_reads_its_language_and_fresh(tmp_path):
+    out = ["--out-dir", str(tmp_path)]
+    assert parse_arguments(["--lang", "fa", *out])[1:] == ("fa", False)
+    assert parse_arguments([*out, "--fresh"])[1:] == ("en", True)
+    config = parse_arguments([*out, "--kill-at-step", "10", "--kill-during-save"])[0]
+    assert (config.kill_at_step, config.victim(), config.kill_during_save) == (10, 3, True)
+
+
+STARTED = {"from_step": 8, "folder": "run/checkpoints/step-00000008", "restarts": 1,
+           "skipped": [".step-00000012.tmp: an interrupted save, never published"]}
+
+
+def test_the_report_says_where_the_run_started_in_both_languages():
+    root = Path("run/checkpoints")
+    fresh = {"from_step": None, "folder": None, "skipped": [], "restarts": 0}
+    assert start_line(fresh, root, fresh=False, steps=20) == \
+        "started fresh at step 0: no checkpoint to continue from in run/checkpoints"
+    assert "(--fresh deleted the checkpoints there first)" in start_line(fresh, root, True, 20)
+    english = start_line(STARTED, root, fresh=True, steps=20).splitlines()
+    assert english == [
+        "resumed from step 8: run/checkpoints/step-00000008, the newest checkpoint that verifies "
+        "(--fresh starts a run on its first attempt only: a restart continues it); torchrun has "
+        "restarted the ranks 1 time(s) (TORCHELASTIC_RESTART_COUNT)",
+        "  skipped .step-00000012.tmp: an interrupted save, never published"]
+    persian = start_line(STARTED, root, fresh=False, steps=20, lang="fa").splitlines()
+    assert persian[0].startswith("اجرا از گام ۸ ادامه یافت: run/checkpoints/step-00000008")
+    assert "۱ بار دوباره راه انداخته است" in persian[0] and len(persian) == 2
+    done = {**STARTED, "from_step": 20, "restarts": 0}
+    assert "the run had finished: nothing left to train" in start_line(done, root, False, 20)
+
+
+def test_under_torchrun_an_argument_error_is_printed_once(monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    printed = []
+    for rank in range(4):
+        monkeypatch.setenv("RANK", str(rank))
+        with pytest.raises(SystemExit) as caught:
+            parse_arguments(["--kill-at-step", "3", "--kill-rank", "4"])
+        assert caught.value.code == 2  # every rank stops
+        printed.append(capsys.readouterr().err)
+    assert all(err == "" for err in printed[1:]), printed
+    error = printed[0].splitlines()[-1]
+    assert error == ("python -m lesson_code.capstone: error: --kill-rank 4 is outside 0..3: the run "
+                     "has 4 ranks (torchrun's WORLD_SIZE, set by torchrun's --nnodes x "
+                     "--nproc-per-node), so pass a value from 0 to 3")
+
+
+def test_metrics_are_logged_as_the_run_goes_and_a_line_cut_by_a_kill_is_left_out(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    row = {"step": 1, "loss": 4.0, "grad_norm": 0.5, "step_time_s": 0.01, "lr": 1e-3, "param_norm": 5.0}
+    log = MetricsLog(path, {"records": [row], "events": []})  # a continued run's history
+    log.write({**row, "step": 2})
+    log.write({"event": "rollback", "to_step": 1})
+    assert [r.get("step", r.get("event")) for r in read_metrics(path)] == [1, 2, "rollback"]
+    with open(path, "a") as handle:
+        handle.write('{"step": 3, "lo')  # what a process killed while writing leaves
+    assert len(read_metrics(path)) == 3
+    path.write_text(path.read_text().replace('{"step": 2', '{"step": 2,,'))
+    with pytest.raises(ValueError, match="metrics.jsonl, line 2: not a JSON object"):
+        read_metrics(path)
+    MetricsLog(None, {"records": [row], "events": []}).write(row)  # other ranks write nothing

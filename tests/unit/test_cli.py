@@ -28,11 +28,15 @@ BAD_ARGUMENTS = [
     ("lesson_code.capstone", ["--steps", "-1"], "--steps: -1 ", False),
     ("lesson_code.capstone", ["--steps", "5"], "--checkpoint-step 10 ", False),
     ("lesson_code.capstone", ["--world-size", "0"], "--world-size: 0 ", False),
-    ("lesson_code.capstone", ["--world-size", "8"], "--world-size 8 ", False),
     ("lesson_code.capstone", ["--lr-spike-step", "21"], "--lr-spike-step 21 ", False),
     ("lesson_code.capstone", ["--seed", "-3"], "--seed: -3 ", False),
+    ("lesson_code.capstone", ["--checkpoint-every", "0"], "--checkpoint-every: 0 ", False),
+    ("lesson_code.capstone", ["--kill-at-step", "21"], "--kill-at-step 21 ", False),
+    ("lesson_code.capstone", ["--kill-at-step", "3", "--kill-rank", "4"], "--kill-rank 4 ", False),
+    ("lesson_code.capstone", ["--kill-rank", "1"], "--kill-rank and --kill-during-save need", False),
+    ("lesson_code.capstone", ["--kill-at-step", "3", "--kill-during-save"],
+     "--kill-during-save: no checkpoint is saved after step 3", False),
     ("lesson_code.capstone.torch_baseline", ["--world-size", "0"], "--world-size: 0 ", SUBPROCESS),
-    ("lesson_code.capstone.torch_baseline", ["--world-size", "5"], "--world-size 5 ", False),
     ("lesson_code.capstone.torch_baseline", ["--world-size", "four"], "--world-size: 'four' ", False),
     ("lesson_code.zero_lab", ["--steps", "0"], "--steps: 0 ", SUBPROCESS),
     ("lesson_code.zero_lab", ["--world-size", "-2"], "--world-size: -2 ", False),
@@ -100,20 +104,22 @@ def test_main_exits_2_before_any_rank_starts(module, arguments, needle, capsys, 
     assert_one_error_line(captured.err, module, needle)
 
 
-def test_under_torchrun_the_limit_is_checked_against_its_world_size():
-    completed = run_command("lesson_code.capstone", [], RANK="0", WORLD_SIZE="8")
-    assert_argparse_rejection(completed, "lesson_code.capstone", "torchrun's WORLD_SIZE 8 ")
+def test_under_torchrun_a_limit_is_checked_against_its_world_size():
+    completed = run_command("lesson_code.capstone", ["--kill-at-step", "3", "--kill-rank", "8"],
+                            RANK="0", WORLD_SIZE="8")
+    assert_argparse_rejection(completed, "lesson_code.capstone", "torchrun's WORLD_SIZE, set by "
+                              "torchrun's --nnodes x --nproc-per-node")
 
 
-def test_the_capstone_accepts_what_the_run_can_do():
-    from lesson_code.capstone.cli import max_world_size, parse
-    from lesson_code.capstone.config import CapstoneConfig
+def test_the_capstone_accepts_what_the_run_can_do(tmp_path):
+    from lesson_code.capstone.cli import parse
 
     config = parse(["--steps", "5", "--checkpoint-step", "5", "--accumulation", "2",
-                    "--world-size", "2", "--seed", "7", "--lr-spike-step", "3"])
+                    "--world-size", "2", "--seed", "7", "--lr-spike-step", "3",
+                    "--out-dir", str(tmp_path)])
     assert (config.steps, config.checkpoint_step, config.accumulation) == (5, 5, 2)
     assert (config.world_size, config.seed, config.lr_spike_step) == (2, 7, 3)
-    assert max_world_size(CapstoneConfig()) == 4  # 16 windows of 17 tokens, 4 per rank
+    assert parse(["--world-size", "8", "--out-dir", str(tmp_path)]).world_size == 8  # the corpus grows
 
 
 @pytest.mark.parametrize("function, text, value", [

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
+from lesson_code.capstone.crash import CrashAndResume  # noqa: E402
 from lesson_code.collectives import choose  # noqa: E402
 from lesson_code.collectives.cost_model import AlphaBeta  # noqa: E402
 from lesson_code import plots  # noqa: E402
@@ -37,6 +38,10 @@ LAYOUTS = [[{"rank": r, "start": 4 * r, "length": 4, "padding": 2 if r == 1 else
            [{"rank": r, "start": 2 * r, "length": 2, "padding": 0} for r in range(3)]]
 CAPSTONE = [{"rank": r, "memory": {"parameters": 100, "gradients": 100, "optimizer": 300},
              "numel": 50, "padding": 0} for r in range(2)]
+CURVE = [{"step": s, "loss": 4.0 - 0.1 * s} for s in range(1, 7)]
+CRASH = CrashAndResume(killed=CURVE[:5], continued=CURVE, uninterrupted=CURVE, crash_step=5,
+                       resume_step=4, restarted_steps=1, seconds={}, same_losses=True,
+                       same_checkpoint=True, report="")
 FIGURES = {
     "ring schedule": lambda lang: collectives.ring_schedule_figure(3, lang=lang),
     "bandwidth": lambda lang: collectives.bandwidth_figure(ROWS76, 4, lang=lang),
@@ -62,6 +67,7 @@ FIGURES = {
         [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0}, {"step": 2, "loss": 3.0},
          {"event": "rollback", "to_step": 1, "at_step": 3, "loss": 129.0}], lang=lang),
     "capstone memory": lambda lang: capstone.memory_profile_figure(CAPSTONE, lang=lang),
+    "crash and resume": lambda lang: capstone.crash_figure(CRASH, lang=lang),
 }
 
 

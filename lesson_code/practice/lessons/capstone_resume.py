@@ -58,10 +58,8 @@ RESULT_KEYS = ("records", "params", "final_state", "checkpoints")
 
 def grading_config(world_size: int, out_dir: str) -> CapstoneConfig:
     """The graded run: 6 steps, a checkpoint after step 3, a distinct batch at every step."""
-    base = CapstoneConfig()
-    tokens = STEPS * world_size * base.batch_per_rank * (base.gpt.context + 1)
     return CapstoneConfig(steps=STEPS, checkpoint_step=CHECKPOINT_STEP, world_size=world_size,
-                          out_dir=out_dir, corpus_tokens=tokens)
+                          out_dir=out_dir, corpus_batches=STEPS)
 
 
 def result_failures(result, *, case: Phrase, rank: int) -> list[Failure]:
