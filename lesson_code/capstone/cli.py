@@ -27,8 +27,8 @@ from lesson_code.capstone.report import (LANGUAGES, loss_table, manifest_summary
 from lesson_code.capstone.resume import check_folder, start_or_continue, world_size_name
 from lesson_code.capstone.train import all_events, all_records, compare_resumed
 from lesson_code.checkpoint.tools import list_checkpoints
-from lesson_code.harness.cli_args import (check_divides, check_in_range, positive_int, seed_int,
-                                          world_size_in_use)
+from lesson_code.harness.cli_args import (check_divides, check_in_range, non_negative_int,
+                                          positive_int, seed_int, world_size_in_use)
 
 
 # What the command prints around the report's tables, in each language of `--lang`.
@@ -161,7 +161,7 @@ def parse_arguments(argv: list[str] | None) -> tuple[CapstoneConfig, str, bool]:
                         help="a crash, to see the run continue: one rank kills itself (SIGKILL) "
                              "after this step, only in a run that starts at step 0 on torchrun's "
                              "first attempt (for teaching and testing)")
-    parser.add_argument("--kill-rank", type=int, default=None,
+    parser.add_argument("--kill-rank", type=non_negative_int, default=None,
                         help="the rank --kill-at-step kills (default: the last)")
     parser.add_argument("--kill-during-save", action="store_true",
                         help="kill half-way through writing the checkpoint of --kill-at-step "

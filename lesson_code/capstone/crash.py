@@ -62,6 +62,15 @@ class CrashAndResume:
     same_checkpoint: bool
     report: str
 
+    def summary(self) -> dict:
+        """What a lesson shows of it, by English label (`plots.capstone.table` translates)."""
+        return {"killed after step": self.crash_step, "resumed from step": self.resume_step,
+                "steps trained twice": self.restarted_steps,
+                "killed run (s)": round(self.seconds["killed"], 2),
+                "run again (s)": round(self.seconds["continued"], 2),
+                "uninterrupted run (s)": round(self.seconds["uninterrupted"], 2),
+                "same losses": self.same_losses, "same last checkpoint": self.same_checkpoint}
+
 
 def crash_and_continue(folder: Path | str, *, world_size: int = 4, steps: int = 12,
                        checkpoint_every: int = 4, kill_at_step: int = 10,

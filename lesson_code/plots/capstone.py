@@ -47,6 +47,11 @@ TABLE_WORDS = {"fa": {
     "rollback": "بازگشت به چکپوینت", "previous_loss": "زیان گام قبل",
     "limit": "مرز محافظ",
     "lesson_code.capstone (ours)": "lesson_code.capstone (کد ما)",
+    "killed after step": "کشته‌شده پس از گام", "resumed from step": "ادامه از گام",
+    "steps trained twice": "گام‌هایی که دو بار آموزش دیدند",
+    "killed run (s)": "اجرای کشته‌شده (ثانیه)", "run again (s)": "اجرای دوباره (ثانیه)",
+    "uninterrupted run (s)": "اجرای بی‌وقفه (ثانیه)", "same losses": "زیان‌های یکسان",
+    "same last checkpoint": "آخرین چکپوینت یکسان",
 }}
 
 

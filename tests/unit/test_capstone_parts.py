@@ -12,10 +12,12 @@ from lesson_code.data import batch_for_step
 from lesson_code.experiment import RunConfig
 from lesson_code.capstone.guard import DivergenceGuard
 from lesson_code.capstone.cli import parse_arguments, resume_report, start_line
+from lesson_code.capstone.crash import CrashAndResume
 from lesson_code.capstone.report import (MetricsLog, loss_table, read_metrics, reason_text,
                                          write_metrics)
 from lesson_code.capstone.resume import check_checkpoint
 from lesson_code.capstone.train import restore_run_state
+from lesson_code.plots.capstone import TABLE_WORDS
 
 
 def test_corpus_is_deterministic_and_mostly_follows_its_chain():
@@ -236,3 +238,13 @@ def test_metrics_are_logged_as_the_run_goes_and_a_line_cut_by_a_kill_is_left_out
     with pytest.raises(ValueError, match="metrics.jsonl, line 2: not a JSON object"):
         read_metrics(path)
     MetricsLog(None, {"records": [row], "events": []}).write(row)  # other ranks write nothing
+
+
+def test_the_crash_summary_has_a_persian_label_for_every_number():
+    result = CrashAndResume(killed=[], continued=[], uninterrupted=[], crash_step=10, resume_step=8,
+                            restarted_steps=2, seconds={"killed": 7.91, "continued": 9.0,
+                                                        "uninterrupted": 4.7},
+                            same_losses=True, same_checkpoint=False, report="")
+    summary = result.summary()
+    assert summary["steps trained twice"] == 2 and summary["same last checkpoint"] is False
+    assert set(summary) <= set(TABLE_WORDS["fa"])
