@@ -11,7 +11,8 @@ from lesson_code.capstone import CapstoneConfig, make_corpus
 from lesson_code.data import batch_for_step
 from lesson_code.experiment import RunConfig
 from lesson_code.capstone.guard import DivergenceGuard
-from lesson_code.capstone.cli import parse_arguments, resume_report, start_line
+from lesson_code.capstone.cli import (parse_arguments, restarts_share_a_store, resume_report,
+                                      start_line)
 from lesson_code.capstone.crash import CrashAndResume
 from lesson_code.capstone.report import (MetricsLog, loss_table, read_metrics, reason_text,
                                          write_metrics)
@@ -248,3 +249,16 @@ def test_the_crash_summary_has_a_persian_label_for_every_number():
     summary = result.summary()
     assert summary["steps trained twice"] == 2 and summary["same last checkpoint"] is False
     assert set(summary) <= set(TABLE_WORDS["fa"])
+
+
+def test_the_command_warns_when_torchrun_restarts_several_nodes_that_share_a_store(monkeypatch):
+    nodes = {"RANK": "0", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2",
+             "TORCHELASTIC_MAX_RESTARTS": "2", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    for key, value in nodes.items():
+        monkeypatch.setenv(key, value)
+    assert restarts_share_a_store()
+    for key, value in (("TORCHELASTIC_USE_AGENT_STORE", "False"), ("GROUP_WORLD_SIZE", "1"),
+                       ("TORCHELASTIC_MAX_RESTARTS", "0")):
+        monkeypatch.setenv(key, value)
+        assert not restarts_share_a_store()
+        monkeypatch.setenv(key, nodes[key])
