@@ -1,0 +1,132 @@
+"""Lesson 78's scale lab: the course's DDP and ZeRO on simulated ranks, measured, against the
+formulas of `lesson_code.memory` and the ZeRO paper's table.
+
+The check that matters is `scale_lab.mismatches`: what a rank holds of what the formulas count
+must equal the formula over the rank's real (padded) shard, part by part. It must hold for the
+course's optimizers at every world size, and fail for one that keeps more than its stage
+shards (test_a_stage_one_optimizer_that_keeps_the_full_state_is_caught).
+"""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from lesson_code import memory, scale_lab, zero_lab
+from lesson_code.models import GPTConfig
+from lesson_code.scale_lab import ScaleRun
+from lesson_code.zero import ZeroOptimizer, flatten_params
+
+TINY = ScaleRun(gpt=GPTConfig(vocab_size=64, context=16, n_layer=2, n_embd=32, n_head=4))
+TINY_PARAMETERS = 30_080  # 0 mod 4 and mod 64, 1 mod 7, 0 mod 128
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep():
+    return scale_lab.sweep(TINY, world_sizes=(1, 3, 4, 7, 128), ranks="ends")
+
+
+def test_what_every_rank_holds_is_the_formula_over_its_shard(tiny_sweep):
+    assert TINY.parameters == TINY_PARAMETERS
+    assert scale_lab.mismatches(tiny_sweep).empty
+    assert set(tiny_sweep.N) == {1, 3, 4, 7, 128} and set(tiny_sweep["rank"]) >= {0, 6, 127}
+    # Where N divides every flat vector there is no padding, and the formula holds exactly.
+    exact = tiny_sweep[tiny_sweep.N.isin([1, 4])]
+    assert (exact.counted == exact.formula).all() and (exact.padding == 0).all()
+    # Padding is the last rank's: rank 6 of 7 holds the 6 zeros that make ZeRO-1's flat
+    # vector of 30,080 elements a multiple of 7.
+    padded = tiny_sweep.set_index(["N", "strategy", "rank"])
+    assert padded.loc[(7, "ZeRO-1", 6), "padding"] == 6 and padded.loc[(7, "ZeRO-1", 0), "padding"] == 0
+
+
+def test_what_the_formulas_leave_out_is_measured_and_explained(tiny_sweep):
+    rows = tiny_sweep.set_index(["N", "strategy", "rank"])
+    weights = 2 * TINY_PARAMETERS  # bf16
+    ddp = rows.loc[(4, "DDP", 0)]
+    assert ddp.gradients == 2 * weights  # each .grad and its copy in DDP's bucket
+    zero1 = rows.loc[(4, "ZeRO-1", 0)]
+    assert zero1.gradients == weights + weights // 4  # the whole .grad and the averaged shard
+    assert (rows.buffers == 2 * 16 * 16).all()  # two causal masks of 16 x 16 bools
+    assert (rows.peak >= rows.model_states + rows.buffers).all()
+
+
+def test_bytes_sent_are_the_rings_whatever_n(tiny_sweep):
+    """ZeRO's rings move padded vectors, N shards long: per step a rank sends N - 1 shards (bf16)
+    in each reduce-scatter and all-gather, 2 of them under ZeRO-1 and 2, 3 under ZeRO-3: the
+    formula's 2 (N-1)/N Psi and 3 (N-1)/N Psi over the padded length. DDP's ring splits the
+    unpadded gradient, so a chunk may be one element longer or shorter than Psi/N: 2 (N - 1)
+    chunks sent, each within 2 bytes of the formula's."""
+    volume = {"ZeRO-1": 2, "ZeRO-2": 2, "ZeRO-3": 3}
+    for row in tiny_sweep.itertuples():
+        if row.strategy == "DDP":
+            assert abs(row.sent - row.formula_sent) <= 2 * (row.N - 1) * 2, row
+        else:
+            assert row.sent == volume[row.strategy] * (row.N - 1) * row.shard_numel * 2, row
+    exact = tiny_sweep[tiny_sweep.N.isin([1, 4])]  # no padding: the formula itself
+    assert (exact.sent == exact.formula_sent).all()
+
+
+class FullStateZero(ZeroOptimizer):
+    """Stage 1 in name only: its master copy and moments are views of buffers of every
+    parameter, so it runs like ZeRO-1 but holds DDP's 12 bytes per parameter."""
+
+    def __init__(self, model, world_size, rank, *args, **kwargs):
+        super().__init__(model, world_size, rank, *args, **kwargs)
+        whole = self._padded(flatten_params(model).to(torch.float32))
+        shard = slice(self.start, self.start + self.shard_numel)
+        self.master = whole[shard]
+        self.exp_avg = torch.zeros_like(whole)[shard]
+        self.exp_avg_sq = torch.zeros_like(whole)[shard]
+
+
+def test_a_stage_one_optimizer_that_keeps_the_full_state_is_caught(monkeypatch):
+    monkeypatch.setattr(zero_lab, "ZeroOptimizer", FullStateZero)
+    table = scale_lab.sweep(TINY, world_sizes=(1, 4), strategies=("ZeRO-1", "ZeRO-2"))
+    caught = scale_lab.mismatches(table)
+    assert list(zip(caught.N, caught.strategy)) == [(4, "ZeRO-1")]  # N = 1: the same bytes
+    row = caught.iloc[0]
+    assert row.optimizer == 12 * TINY_PARAMETERS and row.counted - row.expected == 9 * TINY_PARAMETERS
+
+
+def test_the_zero_papers_table_from_running_code():
+    table = scale_lab.paper_table()
+    parameters = table.attrs["parameters"]
+    assert abs(parameters - 7.5e9) < 1e6 and table.attrs["world_size"] == 64
+    assert table.agrees.all(), table[["paper_GB", "measured_GB"]]
+    for stage, row in table.iterrows():
+        # the formula over real shards: no padding at this shape, so exactly memory's formula
+        assert row.measured_GB == pytest.approx(row.formula_GB, rel=1e-12)
+        assert row.sent_GB == pytest.approx(row.formula_sent_GB, rel=1e-12)
+        assert row.padding == 0
+    masks = 36 * 1024 * 1024  # a causal mask of 1024 x 1024 bools per block
+    assert table.loc["DDP", "beyond"] == {"gradients: buckets": 2 * parameters,
+                                          "buffers: model buffers": masks}
+    assert table.loc["ZeRO-1", "beyond"] == {"gradients: shard": 2 * parameters // 64,
+                                             "buffers: model buffers": masks}
+    for stage in ("ZeRO-2", "ZeRO-3"):
+        assert table.loc[stage, "beyond"] == {"buffers: model buffers": masks}
+    assert (table.peak_GB > table.held_GB).all()
+    # Each rank builds the whole model in float32 before it shards it (zero_lab.run_model).
+    assert (table.setup_peak_GB >= 4 * parameters / 1e9).all()
+
+
+def test_measured_points_are_plain_data_for_the_calculator(tiny_sweep):
+    points = scale_lab.measured_points(tiny_sweep, TINY)
+    assert points["model"]["parameters"] == TINY_PARAMETERS and points["dtype"] == "bfloat16"
+    assert set(points["points"]) == set(scale_lab.STRATEGIES)
+    zero3 = points["points"]["ZeRO-3"]
+    assert [p["N"] for p in zero3] == sorted(p["N"] for p in zero3)
+    assert all(isinstance(value, int) for p in zero3 for value in p.values())
+    formula = memory.total_bytes("ZeRO-3", TINY_PARAMETERS, 4)
+    assert any(p["N"] == 4 and p["model_states"] == formula for p in zero3)
+
+
+def test_bad_arguments_name_the_value_and_the_fix():
+    with pytest.raises(ValueError, match="unknown strategy 'ZeRO-4'"):
+        ScaleRun("ZeRO-4")
+    with pytest.raises(ValueError, match="tokens=17 does not fit the model's context of 16"):
+        replace(TINY, tokens=17)
+    with pytest.raises(ValueError, match="unknown ranks 'some'"):
+        scale_lab.chosen_ranks(4, "some")
+    with pytest.raises(ValueError, match=r"ranks \[4\] are not in 0..3"):
+        scale_lab.chosen_ranks(4, [0, 4])
