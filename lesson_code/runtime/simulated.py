@@ -256,31 +256,41 @@ class _RankThread(threading.Thread):
 
 class _Mailbox:
     """Messages in flight between the ranks' threads: per (group, sender, receiver, tag), a
-    first-in first-out queue, as MPI and gloo match messages. Every wait is bounded."""
+    first-in first-out queue, as MPI and gloo match messages. Every wait is bounded, and a
+    message wakes only the rank waiting for it (hundreds of ranks may be waiting)."""
 
     def __init__(self):
+        self.lock = threading.Lock()
         self.queues: dict[tuple, deque] = defaultdict(deque)
-        self.changed = threading.Condition()
+        self.arrivals: dict[tuple, threading.Condition] = {}
         self.closed = False
 
     def put(self, key: tuple, tensor: torch.Tensor) -> None:
-        with self.changed:
+        with self.lock:
             self.queues[key].append(tensor)
-            self.changed.notify_all()
+            self._arrival(key).notify()
 
     def take(self, key: tuple, timeout_s: float) -> torch.Tensor:
         """The oldest message under `key`; RuntimeError after `timeout_s` or when closed."""
-        with self.changed:
-            arrived = self.changed.wait_for(lambda: self.queues[key] or self.closed, timeout_s)
+        with self.lock:
+            arrived = self._arrival(key).wait_for(lambda: self.queues[key] or self.closed,
+                                                  timeout_s)
             if self.queues[key]:
                 return self.queues[key].popleft()
         reason = "the run was stopped" if arrived else f"timed out after {timeout_s:g} s"
         raise RuntimeError(f"a simulated receive from rank {key[1]} to rank {key[2]} {reason}")
 
     def close(self) -> None:
-        with self.changed:
+        with self.lock:
             self.closed = True
-            self.changed.notify_all()
+            for arrival in self.arrivals.values():
+                arrival.notify_all()
+
+    def _arrival(self, key: tuple) -> threading.Condition:
+        """The condition the receiver of `key` waits on (call with the lock held)."""
+        if key not in self.arrivals:
+            self.arrivals[key] = threading.Condition(self.lock)
+        return self.arrivals[key]
 
 
 def _create_group(store, rank: int, world_size: int, timeout: timedelta):

@@ -235,8 +235,10 @@ def compare_with_real(run: ScaleRun = CHECK_RUN, world_size: int = 4,
     Values: the same step on ranks that are threads of this process moving real data
     (`run_threads`, DDP with torch's all-reduce: `value_run`) beside the real ranks running
     that same step: `max_param_diff` (the largest |difference| of the parameters after the
-    step), `moved` (the largest |change| of a parameter in the real step), and the flat
-    parameters `params_simulated`, `params_real`, `params_start` for a closer look.
+    step), `moved` (the largest |change| of a parameter in the real step), `distance`
+    (||simulated - real|| / ||real - start||: how far apart the two end, as a fraction of how
+    far the real step went; the course's tests bound it), and the flat parameters
+    `params_simulated`, `params_real`, `params_start` for a closer look.
     """
     runs = [replace(run, strategy=s) for s in strategies]
     values = [value_run(r) for r in runs]
@@ -257,6 +259,8 @@ def compare_with_real(run: ScaleRun = CHECK_RUN, world_size: int = 4,
                 "messages_sent": fake["messages_sent"],
                 "max_param_diff": (simulated_params - theirs["params"]).abs().max().item(),
                 "moved": (theirs["params"] - start).abs().max().item(),
+                "distance": ((simulated_params - theirs["params"]).norm()
+                             / (theirs["params"] - start).norm()).item(),
                 "params_simulated": simulated_params, "params_real": theirs["params"],
                 "params_start": start}
     table = pd.DataFrame.from_dict(rows, orient="index")

@@ -11,6 +11,7 @@ the wrong elements ends about 1.3 away, a correct run well under 0.25).
 import pytest
 
 from lesson_code import scale_lab
+from lesson_code.scale_lab import pipelined
 from tolerances import BFLOAT16_RELATIVE, relative_distance
 
 
@@ -43,3 +44,13 @@ def test_ranks_on_threads_end_the_step_with_the_real_ranks_parameters(check):
         distance = relative_distance(row.params_simulated, row.params_real, row.params_start)
         assert distance < BFLOAT16_RELATIVE, (strategy, rank, distance)
         assert row.moved > 0  # the step did move the parameters
+
+
+def test_lesson_79s_step_on_threads_is_its_step_on_real_ranks():
+    """Lesson 79's own rank function, on 4 threads of this process and on 4 gloo ranks: the
+    same messages and bytes per stage, and gradients and loss within float32 rounding (the
+    same operations run on each side; the bound is a few units in the last place)."""
+    check = pipelined.compare_with_real(world_size=4)
+    assert check.traffic_equal.all() and check.loc[3, "loss_real"] is not None
+    assert check.max_grad_diff.max() < 1e-6
+    assert abs(check.loc[3, "loss_simulated"] - check.loc[3, "loss_real"]) < 1e-6

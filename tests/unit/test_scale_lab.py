@@ -14,7 +14,8 @@ import torch
 
 from lesson_code import memory, scale_lab, zero_lab
 from lesson_code.models import GPTConfig
-from lesson_code.scale_lab import ScaleRun
+from lesson_code.scale_lab import ScaleRun, pipelined
+from lesson_code.scale_lab import __main__ as scale_lab_command
 from lesson_code.zero import ZeroOptimizer, flatten_params
 
 TINY = ScaleRun(gpt=GPTConfig(vocab_size=64, context=16, n_layer=2, n_embd=32, n_head=4))
@@ -130,3 +131,48 @@ def test_bad_arguments_name_the_value_and_the_fix():
         scale_lab.chosen_ranks(4, "some")
     with pytest.raises(ValueError, match=r"ranks \[4\] are not in 0..3"):
         scale_lab.chosen_ranks(4, [0, 4])
+
+
+SHALLOW = pipelined.PipelineScaleRun(gpt=GPTConfig(vocab_size=64, context=8, n_layer=6,
+                                                   n_embd=16, n_head=2))
+
+
+def test_every_pipeline_stage_sends_what_lesson_79s_protocol_sends():
+    table = pipelined.sweep(SHALLOW, stage_counts=(1, 2, 3, 8))
+    assert table.attrs["layers"] == 8 and list(table.groupby("P").size()) == [1, 2, 3, 8]
+    assert (table.sent == table.formula_sent).all()
+    # what one stage sends its neighbour, the neighbour receives: in all, as much as is sent
+    assert (table.groupby("P").received.sum() == table.groupby("P").sent.sum()).all()
+    for stages, group in table.groupby("P"):
+        assert group.parameters.sum() == 4 * table.attrs["parameters"]  # float32, cut not copied
+        assert (group.gradients == group.parameters).all()
+        assert group.first_layer.tolist() == sorted(group.first_layer) and group.end_layer.max() == 8
+        # 1F1B: stage s of P keeps at most P - s micro-batches' activations (and at most m)
+        assert (group.peak_stored <= (stages - group.stage).clip(upper=SHALLOW.micro_batches)).all()
+    losses = table.loss.dropna()
+    assert len(losses) == 4 and (losses == losses.iloc[0]).all()  # the same step, however cut
+    with pytest.raises(ValueError, match="9 stages but only 8 layers"):
+        pipelined.sweep(SHALLOW, stage_counts=(9,))
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_command_reports_what_it_measures_and_what_it_cannot(lang, capsys):
+    assert scale_lab_command.main(["--world-sizes", "1,4", "--skip", "paper,pipeline",
+                                   "--lang", lang]) == 0
+    out = capsys.readouterr().out
+    if lang == "en":
+        assert "Not measured: time, bandwidth" in out and "fake process group" in out
+        assert "every rank held exactly the formula over its real shard" in out and ": True" in out
+        assert "86.19/76.61" in out  # DDP: its buckets beside the formula's 16 bytes/parameter
+    else:
+        assert "اندازه‌گیری‌نشده: زمان، پهنای باند" in out and "درست" in out
+        assert "۸۶٫۱۹/۷۶٫۶۱" in out and "86.19" not in out
+
+
+def test_the_command_refuses_bad_arguments_with_status_2(capsys):
+    for argv, says in ((["--world-sizes", "4,0"], "0 is not positive"),
+                       (["--skip", "paper,table"], "'table': pass parts among sweep, paper"),
+                       (["--lang", "de"], "invalid choice: 'de'")):
+        with pytest.raises(SystemExit) as exited:
+            scale_lab_command.main(argv)
+        assert exited.value.code == 2 and says in capsys.readouterr().err

@@ -1,0 +1,61 @@
+"""Figure of lesson 78's scale lab: bytes per rank measured on 1 to 512 simulated ranks, beside
+the formulas of `lesson_code.memory`, for DDP and each ZeRO stage.
+
+The points are what `scale_lab.sweep` measured (a table of it); the lines are the formulas for
+the same model, so a reader sees where the course's code holds what the formula says and where
+it holds more (DDP's buckets, ZeRO-1's gradient shard).
+"""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from lesson_code import memory
+from lesson_code.plots import FIGURE_WIDTH, number, start_figure
+
+LABELS = {
+    "en": {"ranks": "ranks N (simulated)", "held": "MB held per rank",
+           "sent": "MB sent per rank per step", "measured": "measured",
+           "formula": "formula", "title": "MiniGPT, {p} million parameters: points measured, lines the formula"},
+    "fa": {"ranks": "تعداد رتبه‌ها N (شبیه‌سازی‌شده)", "held": "مگابایت نگه‌داشته در هر رتبه",
+           "sent": "مگابایت فرستادهٔ هر رتبه در هر گام", "measured": "اندازه‌گیری‌شده",
+           "formula": "فرمول", "title": "MiniGPT با {p} میلیون پارامتر: نقطه‌ها اندازه‌گیری، خط‌ها فرمول"},
+}
+COLORS = {"DDP": "#7f7f7f", "ZeRO-1": "#1f77b4", "ZeRO-2": "#2ca02c", "ZeRO-3": "#d62728"}
+# DDP, ZeRO-1 and ZeRO-2 send the same bytes: markers of other shapes and sizes keep all three
+# visible where their points fall on one another.
+MARKERS = {"DDP": dict(marker="o", markersize=9, fillstyle="none"),
+           "ZeRO-1": dict(marker="s", markersize=6), "ZeRO-2": dict(marker="^", markersize=4),
+           "ZeRO-3": dict(marker="D", markersize=4)}
+
+
+def scale_figure(table, parameters: int, lang: str = "en",
+                 precision: memory.Precision = memory.MIXED_ADAM, dtype_bytes: int = 2) -> Figure:
+    """Two panels against N (log scale): MB each rank holds after a step (parameters, gradients
+    and optimizer state, measured: `model_states` of `table`, a `scale_lab.sweep`) and MB it
+    sends per step (`sent`), each strategy's points beside its formula's line
+    (memory.total_bytes and memory.traffic_per_step for `parameters` and `precision`)."""
+    labels, fig, (held, sent) = start_figure(LABELS, lang, 1, 2, figsize=(FIGURE_WIDTH, 4.2))
+    sizes = sorted(set(int(n) for n in table.N))
+    lines = [n for n in sizes if n > 1]  # traffic is 0 on one rank: no point on a log axis
+    for strategy, rows in table.groupby("strategy", sort=False):
+        points = {"color": COLORS[strategy], "linestyle": "none", **MARKERS[strategy]}
+        held.plot(sizes, [memory.total_bytes(strategy, parameters, n, precision) / 1e6
+                          for n in sizes], color=COLORS[strategy], linewidth=1.2)
+        held.plot(rows.N, rows.model_states / 1e6, label=strategy, **points)
+        sent.plot(lines, [memory.traffic_per_step(strategy, parameters, n, dtype_bytes) / 1e6
+                          for n in lines], color=COLORS[strategy], linewidth=1.2)
+        shown = rows[rows.N > 1]
+        sent.plot(shown.N, shown.sent / 1e6, **points)
+    for ax, ylabel, shown in ((held, labels["held"], sizes), (sent, labels["sent"], lines)):
+        ax.set_xscale("log", base=2)
+        ticks = shown[::3] if len(shown) > 5 else shown  # 1, 8, 64, 512: legible on a phone
+        ax.set_xticks(ticks, [str(n) for n in ticks])
+        ax.set_xlabel(labels["ranks"])
+        ax.set_ylabel(ylabel)
+    held.set_yscale("log")
+    fig.legend(*held.get_legend_handles_labels(), loc="lower center", ncol=4,
+               markerfirst=lang != "fa")  # in Persian, each key's marker right of its name
+    fig.suptitle(labels["title"].format(p=number(f"{parameters / 1e6:.1f}", lang)))
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
