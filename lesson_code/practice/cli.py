@@ -2,6 +2,7 @@
 
     python -m lesson_code.practice start 76 [--lang fa] [--out my_collectives.py] [--force]
     python -m lesson_code.practice check 76 my_collectives.py [--lang fa] [--timeout 60] [--only 3]
+    python -m lesson_code.practice start 78a      # lesson 78's optional page on ZeRO-3
 
 `check` exits 0 only when every check passes, 1 when one fails or is not run, and 2 (the
 subcommand's usage and one error line on stderr, no traceback) for a bad argument: an unknown
@@ -26,13 +27,13 @@ from lesson_code.practice.timing import timing_line
 # A run of ranks needs about a second to start and import the learner's file; an hour is more
 # than any check takes (so more is a typo, and `inf` would overflow the launcher's clock).
 TIMEOUT_RANGE_S = (1.0, 3600.0)
-CHOICES = ", ".join(map(str, sorted(LESSONS)))
+CHOICES = ", ".join(sorted(LESSONS))
 
 
-def _lesson_number(text: str) -> int:
+def _lesson_number(text: str) -> int | str:
     """`type=` for a lesson that has a practice: ArgumentTypeError naming the choices otherwise."""
     try:
-        return lesson(int(text)).number
+        return lesson(text).number
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a lesson with a practice: choose one "
                                          f"of {CHOICES}") from None

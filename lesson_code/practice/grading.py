@@ -111,7 +111,7 @@ class Lesson:
     has passed (None for a lesson that times nothing).
     """
 
-    number: int
+    number: int | str  # "78a": lesson 78's optional page
     file_name: str
     names: tuple[str, ...]
     checks: tuple[Check, ...]

@@ -71,6 +71,19 @@ def listing(items: list[Any] | tuple[Any, ...]) -> Phrase:
     return Phrase(texts["en"], texts["fa"], fields)
 
 
+# An optional page's letter in Persian: lesson 78's optional page, "78a", is «۷۸الف».
+PAGE_LETTERS = {"a": "الف", "b": "ب"}
+
+
+def lesson_name(number: int | str) -> int | Phrase:
+    """A lesson as the report names it: a number (written in the reader's digits), or an
+    optional page such as "78a", in Persian «۷۸الف»."""
+    if isinstance(number, int):
+        return number
+    digits, letter = number[:-1], number[-1]
+    return Phrase(number, language.persian_digits(digits) + PAGE_LETTERS[letter])
+
+
 def every_rank(world_size: int) -> Phrase:
     """"all 4 ranks" (or "rank 0 alone"): the group of a case run on every rank of its world."""
     if world_size == 1:

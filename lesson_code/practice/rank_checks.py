@@ -21,7 +21,8 @@ import torch.distributed.distributed_c10d as c10d
 from lesson_code.practice.grading import (CASE_NOTE, Check, CheckFailed, Failure,
                                           load_learner, run_ranks)
 from lesson_code.practice.messages import (DIAGNOSES, LANGUAGES, Number, Phrase,
-                                           distinct_numbers, listing, localized, phrase)
+                                           distinct_numbers, lesson_name, listing, localized,
+                                           phrase)
 
 SENDING_FUNCTIONS = ("send", "isend")
 FLATTENED = phrase("the result, flattened", "نتیجهٔ تخت‌شده")
@@ -145,8 +146,8 @@ def defined_names(rank: int, world_size: int, path: str, candidates: tuple[str, 
     return [name for name in candidates if callable(getattr(module, name, None))]
 
 
-def names_check(lesson: int, names: tuple[str, ...],
-                other_lessons: dict[int, tuple[str, ...]]) -> Check:
+def names_check(lesson: int | str, names: tuple[str, ...],
+                other_lessons: dict[int | str, tuple[str, ...]]) -> Check:
     """The first check of every lesson, its gate: the learner's file imports and defines the
     template's names. A file that defines another lesson's names instead is said to be that
     lesson's (`python -m lesson_code.practice check 78` on lesson 76's file)."""
@@ -158,10 +159,11 @@ def names_check(lesson: int, names: tuple[str, ...],
         missing = [name for name in names if name not in defined]
         if not missing:
             return
-        for other, its_names in sorted(other_lessons.items()):
+        for other, its_names in sorted(other_lessons.items(), key=lambda item: str(item[0])):
             if set(its_names) <= set(defined):
                 raise CheckFailed(Failure(
-                    "other_lesson", {"names": listing(list(its_names)), "lesson": other,
+                    "other_lesson", {"names": listing(list(its_names)),
+                                     "lesson": lesson_name(other),
                                      "name": missing[0]},
                     hint=phrase("grade it as lesson {other}'s file (`python -m lesson_code."
                                 "practice check {command} ...`), or write this lesson's template "
@@ -169,7 +171,8 @@ def names_check(lesson: int, names: tuple[str, ...],
                                 "آن را به‌عنوان فایل درس {other} بسنجید (`python -m lesson_code."
                                 "practice check {command} ...`)، یا قالب همین درس را با "
                                 "`python -m lesson_code.practice start {this} --lang fa` بنویسید",
-                                other=other, command=str(other), this=str(lesson))))
+                                other=lesson_name(other), command=str(other),
+                                this=str(lesson))))
         raise CheckFailed(Failure("missing", {"name": missing[0]}))
 
     listed = listing(list(names))

@@ -14,19 +14,19 @@ import textwrap
 
 from lesson_code.practice.grading import CheckResult
 from lesson_code.practice.hangs import Hang, learner_frames
-from lesson_code.practice.messages import (LIST_SEPARATOR, failure_sentence, heading, listing,
-                                           localized)
+from lesson_code.practice.messages import (LIST_SEPARATOR, failure_sentence, heading,
+                                           lesson_name, listing, localized)
 
 LINE_WIDTH = 92
 
 
-def format_report(lesson: int, path: str, results: list[CheckResult], lang: str,
+def format_report(lesson: int | str, path: str, results: list[CheckResult], lang: str,
                   timing: str | None = None, only: bool = False) -> str:
     """The whole report as text: title, table of checks, details of failures, timing, summary.
 
     `only`: the learner asked for one check (`--only`), and the summary speaks of it alone.
     """
-    lines = [heading("title", lang, lesson=lesson, path=path), ""]
+    lines = [heading("title", lang, lesson=lesson_name(lesson), path=path), ""]
     lines += _table(results, lang)
     shown = set()
     for result in results:

@@ -63,9 +63,9 @@ def run_cli(*arguments: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("arguments, named", [
-    (["check", "75", "x.py"], "'75' is not a lesson with a practice: choose one of 76, 77, 78, "
+    (["check", "75", "x.py"], "'75' is not a lesson with a practice: choose one of 76, 77, 78, 78a, "
                               "79, 80, 81"),
-    (["start", "abc"], "'abc' is not a lesson with a practice: choose one of 76, 77, 78, 79, 80, "
+    (["start", "abc"], "'abc' is not a lesson with a practice: choose one of 76, 77, 78, 78a, 79, 80, "
                        "81"),
     (["check", "76", "no/such/file.py"], "no file at"),
     (["check", "76", __file__, "--timeout", "0"], "'0' is not a number of seconds from 1 to 3600"),

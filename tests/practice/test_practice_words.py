@@ -157,7 +157,7 @@ def test_a_real_persian_report_reads_in_persian_outside_its_tracebacks() -> None
     from lesson_code.practice.grading import CheckResult, Failure
     from lesson_code.practice.hangs import Frame, Hang
 
-    checks = LESSONS[76].checks
+    checks = LESSONS["76"].checks
     hang = Hang({0: (Frame("_step", "mine.py", 20, True, "dist.recv(recv, left)"),
                      Frame("ring_all_reduce", "mine.py", 45, True))}, (1,), "left")
     results = [
