@@ -107,6 +107,50 @@ def traffic_per_step(stage: str, params: float, world_size: int, dtype_bytes: fl
     return volumes[stage] * factor * params * dtype_bytes
 
 
+def stage3_step(units: list[tuple[str, int]], world_size: int,
+                precision: Precision = FP32_MASTER_ADAM) -> list[dict]:
+    """The bytes one ZeRO-3 rank holds through a training step, event by event, as
+    `lesson_code.zero3` allocates them (lesson 78a); activations and temporaries aside.
+
+    `units`: (name, parameters) of each unit in forward order. Unit u is padded to
+    N * ceil(P_u / N) elements and the rank keeps ceil(P_u / N) of them: its parameter shard
+    (`precision.params` bytes each) and the fp32 master and moments (`precision.optimizer`).
+    Forward gathers each unit whole, computes and frees it; backward, in reverse, gathers it again, fills
+    its gradient bucket (`precision.grads` bytes per padded element), reduce-scatters it into
+    the rank's gradient shard (allocated whole at the first reduce-scatter, 1/N of all
+    gradients) and frees the bucket, then frees the unit. Returns the events in order, each
+    {"unit", "pass", "action" ("start", "gather", "compute", "reduce-scatter", "free"),
+    "change" (bytes), "held" (bytes after it)}; the first is the step's start.
+    Raises ValueError for a world size below 1 or a unit without parameters.
+    """
+    require_positive_int("world_size", world_size, "the number of ranks, such as 8")
+    shards = {}
+    for name, numel in units:
+        require_positive_int(f"parameters of unit {name!r}", numel, "a unit's parameter count")
+        shards[name] = -(-numel // world_size)
+    gradient_shard = precision.grads * sum(shards.values())
+    held = (precision.params + precision.optimizer) * sum(shards.values())
+    events = [{"unit": "", "pass": "", "action": "start", "change": 0, "held": held}]
+
+    def add(name: str, when: str, action: str, change: float) -> None:
+        events.append({"unit": name, "pass": when, "action": action, "change": change,
+                       "held": events[-1]["held"] + change})
+
+    for name, _ in units:
+        gathered = precision.params * shards[name] * world_size
+        add(name, "forward", "gather", gathered)
+        add(name, "forward", "compute", 0)  # activations are not modelled
+        add(name, "forward", "free", -gathered)
+    for index, (name, _) in enumerate(reversed(units)):
+        gathered = precision.params * shards[name] * world_size
+        bucket = precision.grads * shards[name] * world_size
+        add(name, "backward", "gather", gathered)
+        add(name, "backward", "compute", bucket)
+        add(name, "backward", "reduce-scatter", (gradient_shard if index == 0 else 0) - bucket)
+        add(name, "backward", "free", -gathered)
+    return events
+
+
 def choose_stage(params: float, world_size: int, device_bytes: float,
                  activation_bytes: float = 0.0, precision: Precision = MIXED_ADAM) -> str:
     """The lowest stage whose per-rank memory (plus activations) fits in `device_bytes`.

@@ -429,6 +429,15 @@ def stage3_timeline(rank: int, world_size: int, run: ZeroRun = MEMORY_RUN) -> di
             "memory": [(ms(t), live) for t, live in trace.series(step.start_ns, step.end_ns)]}
 
 
+def stage3_units(run: ZeroRun = MEMORY_RUN) -> list[tuple[str, int]]:
+    """(name, trainable parameters) of each unit Zero3Optimizer gathers for `run`'s model, in
+    forward order: what `memory.stage3_step` models (lesson 78a)."""
+    model = run_model(run)
+    names = {id(module): name for name, module in model.named_modules()}
+    return [(names[id(unit)], sum(p.numel() for p in unit.parameters() if p.requires_grad))
+            for unit in default_units(model)]
+
+
 # What the command prints, in each language of --lang (`language.fill`: numbers by the Persian
 # rule in Persian).
 SAY = {

@@ -1,15 +1,18 @@
 """Figures of lesson 78: memory per rank of DDP and ZeRO stages against N, and measured vs formula.
 
 The first two are drawn from `lesson_code.memory` (arithmetic); the third from bytes measured on
-real ranks by `zero_lab.memory_profile`.
+real ranks by `zero_lab.memory_profile`. Lesson 78a's `stage3_timeline_figure` draws one ZeRO-3
+step measured by `zero_lab.stage3_timeline` beside `memory.stage3_step`'s model.
 """
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from lesson_code import memory
-from lesson_code.plots import FIGURE_WIDTH, label_ranks, legend_below, number, start_figure
+from lesson_code import language, memory
+from lesson_code.plots import (FIGURE_WIDTH, label_ranks, legend, legend_below, number,
+                               start_figure)
 from lesson_code.plots.ddp import localized as localized_with
 
 LABELS = {
@@ -83,3 +86,74 @@ def measured_memory_figure(zero: list[dict], ddp: list[dict], shard_numel: int,
            label=f"{labels['zero1']} ({labels['measured']})", color="#1f77b4")
     ax.axhline(12 * shard_numel, color="#d62728", linestyle="--", label=labels["formula"])
     return label_ranks(fig, ax, ranks, labels, labels["bytes"], lang)
+
+
+# Lesson 78a: one ZeRO-3 step, unit by unit (`zero_lab.stage3_timeline` beside `memory.stage3_step`).
+TIMELINE_LABELS = {
+    "en": {"held": "MB held on rank 0", "time": "ms from the step's start (under the profiler)",
+           "measured": "measured, from torch's allocator", "model": "model: shards, gathered units, buckets",
+           "forward": "forward", "backward": "backward", "optimizer": "optimizer step",
+           "gather": "gather", "compute": "compute", "reduce-scatter": "reduce-scatter",
+           "free": "free", "embed": "embedding", "block": "block", "head": "head"},
+    "fa": {"held": "مگابایت نگه‌داشته روی رتبهٔ ۰",
+           "time": "میلی‌ثانیه از آغاز گام (زیر نیم‌رخ‌نگار)",
+           "measured": "اندازه‌گیری‌شده، از تخصیص‌دهندهٔ torch",
+           "model": "مدل: شاردها، واحدهای گردآوری‌شده، باکت‌ها",
+           "forward": "گذر رفت", "backward": "گذر برگشت", "optimizer": "گام بهینه‌ساز",
+           "gather": "گردآوری همگانی", "compute": "محاسبه", "reduce-scatter": "کاهش و پخش",
+           "free": "آزادسازی", "embed": "لایهٔ جاسازی", "block": "بلوک", "head": "لایهٔ خروجی"},
+}
+ACTION_COLOURS = {"gather": "#1f77b4", "compute": "#2ca02c", "reduce-scatter": "#ff7f0e",
+                  "free": "#7f7f7f"}
+OPTIMIZER_COLOUR = "#c7c7c7"
+
+
+def unit_label(name: str, lang: str = "en") -> str:
+    """A unit of MiniGPT as the figures and tables of lesson 78a name it: "block 2" for
+    "blocks.2" («بلوک ۲»), "embedding" for "embed", "head"; another name as it is."""
+    words = TIMELINE_LABELS[language.check_language(lang)]
+    prefix, _, index = name.partition(".")
+    if prefix == "blocks" and index.isdigit():
+        return language.numbered(words["block"], int(index), lang)
+    return words.get(name, name) if name in ("embed", "head") else name
+
+
+def stage3_timeline_figure(timeline: dict, model: list[dict], lang: str = "en") -> Figure:
+    """One ZeRO-3 step on one rank: above, the bytes held (measured, and `memory.stage3_step`'s
+    model placed at the end of each measured event); below, each unit's gather, compute,
+    reduce-scatter and free in forward and in backward, then the optimizer step."""
+    labels, fig, (top, lanes) = start_figure(
+        TIMELINE_LABELS, lang, 2, 1, figsize=(FIGURE_WIDTH, 5.6), sharex=True,
+        gridspec_kw={"height_ratios": [3, 1.3]})
+    times, held = zip(*timeline["memory"])
+    top.step(times, [b / 1e6 for b in held], where="post", color="#333333", linewidth=1.2,
+             label=labels["measured"])
+    modelled = {(e["unit"], e["pass"], e["action"]): e["held"] for e in model}
+    ends = [0.0] + [e["end_ms"] for e in timeline["events"]]
+    levels = [model[0]["held"]] + [modelled[e["unit"], e["pass"], e["action"]]
+                                   for e in timeline["events"]]
+    top.step(ends, [b / 1e6 for b in levels], where="post", color="#d62728", linestyle="--",
+             label=labels["model"])
+    top.set_ylabel(labels["held"])
+    top.set_ylim(bottom=0)
+    legend(top, loc="lower right")
+    rows = {"forward": 1, "backward": 0}
+    for event in timeline["events"]:
+        lanes.barh(rows[event["pass"]], event["end_ms"] - event["start_ms"], left=event["start_ms"],
+                   height=0.7, color=ACTION_COLOURS[event["action"]], edgecolor="none")
+    last = timeline["events"][-1]["end_ms"]
+    lanes.barh(0, times[-1] - last, left=last, height=0.7, color=OPTIMIZER_COLOUR)
+    for unit in timeline["units"]:  # forward's blocks are too short to name: backward's only
+        span = [e for e in timeline["events"] if e["unit"] == unit and e["pass"] == "backward"]
+        if unit.startswith("blocks"):
+            lanes.text((span[0]["start_ms"] + span[-1]["end_ms"]) / 2, 0.5, unit_label(unit, lang),
+                       ha="center", va="bottom", fontsize=11)
+    lanes.set_yticks(list(rows.values()), [labels[when] for when in rows])
+    lanes.set_ylim(-0.5, 1.5)
+    lanes.set_xlabel(labels["time"])
+    colours = {**ACTION_COLOURS, "optimizer": OPTIMIZER_COLOUR}
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()]
+    fig.legend(handles, [labels[part] for part in colours], loc="lower center", ncol=3,
+               markerfirst=lang != "fa")
+    fig.tight_layout(rect=(0, 0.11, 1, 1))
+    return fig

@@ -210,3 +210,21 @@ def test_a_step_before_backward_and_a_layer_left_out_are_errors_on_every_rank():
         for before, left_out in (messages[0:2], messages[2:4]):
             assert "call loss.backward() before step()" in before
             assert "without every gradient" in left_out and "take part in the loss" in left_out
+
+
+def test_the_stage_3_model_gives_each_gather_reduce_scatter_and_free_its_bytes(measured):
+    # memory.stage3_step (lesson 78a's model, and its explorer's) against the measured step: the
+    # same events in the same order, and the same change of the bytes held at each of them but
+    # the computations, which allocate activations and temporaries the model leaves out.
+    n, ranks = measured
+    model = memory.stage3_step(zero_lab.stage3_units(), n)
+    for rank in ranks:
+        timeline = rank["timeline"]
+        events = timeline["events"]
+        assert [(e["unit"], e["pass"], e["action"]) for e in events] == [
+            (m["unit"], m["pass"], m["action"]) for m in model[1:]]
+        for event, modelled in zip(events, model[1:]):
+            if event["action"] != "compute":
+                change = event["live_end"] - event["live_start"]
+                assert abs(change - modelled["change"]) <= SLACK, (event, modelled)
+        assert 0 <= timeline["memory"][0][1] - model[0]["held"] <= SLACK  # and the buffers

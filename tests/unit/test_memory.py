@@ -87,3 +87,33 @@ def test_the_stored_stage_table_sets_each_measured_peak_beside_this_module_s_for
     zero3 = table[table.stage == "ZeRO-3"]
     # between steps a ZeRO-3 rank holds 16 bytes of each parameter it owns, and the buffers
     assert (zero3.at_start == 16 * zero3.parameters // zero3.index + zero3.buffers).all()
+
+
+UNITS = [("embed", 9216), ("blocks.0", 198272), ("blocks.1", 198272), ("head", 8449)]
+
+
+def test_the_stage_3_step_holds_the_shards_then_the_gradient_shard_and_one_unit_at_a_time():
+    n = 4
+    events = memory.stage3_step(UNITS, n, memory.FP32_MASTER_ADAM)
+    shards = sum(-(-numel // n) for _, numel in UNITS)  # the head is padded by 3
+    assert events[0]["held"] == 16 * shards  # parameter shard, fp32 master and two moments
+    assert events[-1]["held"] == 20 * shards  # and the gradient shard, after backward
+    assert [e["action"] for e in events[1:4]] == ["gather", "compute", "free"]
+    assert [e["unit"] for e in events if e["action"] == "reduce-scatter"] == [
+        "head", "blocks.1", "blocks.0", "embed"]
+    block = 4 * 198272  # gathered whole; its gradient bucket as much again
+    assert max(e["held"] for e in events) == 20 * shards + 2 * block
+    assert sum(e["change"] for e in events) == events[-1]["held"] - events[0]["held"]
+    # without padding, the end of backward is the formula of ZeRO-3
+    even = [(name, 4 * numel) for name, numel in UNITS]
+    assert memory.stage3_step(even, n)[-1]["held"] == memory.total_bytes(
+        "ZeRO-3", sum(numel for _, numel in even), n, memory.FP32_MASTER_ADAM)
+
+
+@pytest.mark.parametrize("units, world_size, message", [
+    (UNITS, 0, "world_size must be a positive int, got 0"),
+    ([("empty", 0)], 2, "parameters of unit 'empty' must be a positive int, got 0"),
+])
+def test_the_stage_3_step_refuses_a_bad_world_size_or_an_empty_unit(units, world_size, message):
+    with pytest.raises(ValueError, match=message):
+        memory.stage3_step(units, world_size)

@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 from lesson_code.capstone.crash import CrashAndResume  # noqa: E402
 from lesson_code.collectives import choose  # noqa: E402
 from lesson_code.collectives.cost_model import AlphaBeta  # noqa: E402
-from lesson_code import plots  # noqa: E402
+from lesson_code import memory, plots  # noqa: E402
 from lesson_code.plots import capstone, checkpoint, collectives, ddp, pipeline, zero  # noqa: E402
 
 ROWS76 = [{"op": op, "nbytes": n, "seconds": 1e-4 + n * 1e-9, "repeats": 1}
@@ -42,6 +42,14 @@ CURVE = [{"step": s, "loss": 4.0 - 0.1 * s} for s in range(1, 7)]
 CRASH = CrashAndResume(killed=CURVE[:5], continued=CURVE, uninterrupted=CURVE, crash_step=5,
                        resume_step=4, restarted_steps=1, seconds={}, same_losses=True,
                        same_checkpoint=True, report="")
+UNITS78A = [("embed", 10), ("blocks.0", 20), ("head", 6)]
+STAGE3 = {"units": [name for name, _ in UNITS78A], "memory": [(0.0, 100), (5.0, 180), (12.0, 90)],
+          "events": [{"unit": unit, "pass": when, "action": action, "start_ms": 0.25 * i,
+                      "end_ms": 0.25 * (i + 1)}
+                     for i, (unit, when, action) in enumerate(
+                         [(u, "forward", a) for u, _ in UNITS78A for a in ("gather", "compute", "free")]
+                         + [(u, "backward", a) for u, _ in UNITS78A[::-1]
+                            for a in ("gather", "compute", "reduce-scatter", "free")])]}
 FIGURES = {
     "ring schedule": lambda lang: collectives.ring_schedule_figure(3, lang=lang),
     "bandwidth": lambda lang: collectives.bandwidth_figure(ROWS76, 4, lang=lang),
@@ -55,6 +63,8 @@ FIGURES = {
     "phases": lambda lang: ddp.phase_breakdown_figure(PHASES, lang=lang),
     "stages": lambda lang: zero.stages_figure(7.5e9, [2, 4, 8], lang=lang),
     "zero memory": lambda lang: zero.measured_memory_figure(MEMORY, MEMORY, 25, lang=lang),
+    "stage 3 timeline": lambda lang: zero.stage3_timeline_figure(
+        STAGE3, memory.stage3_step(UNITS78A, 2), lang=lang),
     "gantt": lambda lang: pipeline.gantt_figure({"GPipe": EVENTS, "1F1B": EVENTS}, lang=lang),
     "bubble": lambda lang: pipeline.bubble_figure({2: {1: 0.5, 4: 0.2}}, lang=lang,
                                                   floors={2: {1: 0.05, 4: 0.02}}),
