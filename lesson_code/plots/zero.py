@@ -46,6 +46,12 @@ TABLE_LABELS = {
     "bytes per parameter": "بایت برای هر پارامتر", "bytes sent, measured": "بایت فرستاده، اندازه‌گیری‌شده",
     "bytes sent, formula": "بایت فرستاده، فرمول", "memory per rank": "حافظه در هر رتبه",
     "model, ranks": "مدل، رتبه‌ها", "none fits": "هیچ‌کدام جا نمی‌شود",
+    "80 GB (A100, H100)": "۸۰ گیگابایت (A100، H100)", "141 GB (H200)": "۱۴۱ گیگابایت (H200)",
+    "192 GB (B200, MI300X)": "۱۹۲ گیگابایت (B200، MI300X)",
+    "formula (MB)": "فرمول (MB)", "peak (MB)": "بیشینه (MB)",
+    "after backward (MB)": "پس از گذر برگشت (MB)", "after backward": "پس از گذر برگشت",
+    "gradients at the peak": "گرادیان‌ها در لحظهٔ بیشینه", "gradients after step": "گرادیان‌ها پس از گام",
+    "peak": "بیشینه", "bytes on rank 0": "بایت روی رتبهٔ ۰",
 }
 
 
