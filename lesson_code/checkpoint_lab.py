@@ -1,5 +1,7 @@
 """Rank functions of lesson 80: save and resume ZeRO training, time a save, crash one, compare
-with DCP; and `shard_layout`, each shard's place and own padding as a manifest records them.
+with DCP (its layout, its resharding at load time, a flipped byte); and `shard_layout`, each
+shard's place and own padding as a manifest records them, and `dcp_chunks`, what DCP's
+.metadata records of a saved tensor.
 
 `save_zero` and `load_zero` join lesson 78's ZeroOptimizer to lesson 80's checkpoints: the
 optimizer hands its shard over as a plain dict (`state_dict`) and takes it back
@@ -23,6 +25,7 @@ from lesson_code.checkpoint.faults import CrashingDisk, flip_one_byte
 from lesson_code.checkpoint.files import DISK, Disk
 from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights, load_flat_state,
                                                save_flat_state)
+from lesson_code.checkpoint.shards import load_sharded
 from lesson_code.runtime.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
 from lesson_code.zero_lab import ZeroRun, build_optimizer, parameter_digest, run_loss, run_model
@@ -138,31 +141,20 @@ def crash_during_save(rank: int, world_size: int, run: ZeroRun, root: str,
 def save_ours_and_dcp(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
     """Save the same ZeRO state with our format and with torch.distributed.checkpoint (DCP).
 
-    Collective: call on every rank. Returns each format's seconds (slowest rank) and folder.
-    DCP gets each rank's shard under rank-specific keys, so it writes them as distinct items.
+    Collective: call on every rank. Returns both folders. DCP gets each rank's shard under
+    rank-specific keys, so it writes them as distinct items, and the model's state dict, which
+    every rank holds and DCP's planner writes once, each tensor by one rank.
     """
     import torch.distributed.checkpoint as dcp
 
     model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
     train_steps(run, model, optimizer, range(1))
     state = optimizer.state_dict()
-    timings = {}
-    dist.barrier()
-    start = clock()
     ours = save_zero(Path(root) / "ours", model, optimizer, step=1, extra={"next_step": 1})
-    timings["ours"] = clock() - start
     dcp_state = {f"rank{rank}.{key}": state[key] for key in FLAT_KEYS}
     dcp_state["model"] = model.state_dict()
-    dist.barrier()
-    start = clock()
     dcp.save(dcp_state, checkpoint_id=str(Path(root) / "dcp"))
-    dist.barrier()
-    timings["dcp"] = clock() - start
-    slowest = torch.tensor([timings["ours"], timings["dcp"]], dtype=torch.float64,
-                           device=current_device())
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return {"ours_s": slowest[0].item(), "dcp_s": slowest[1].item(), "ours": str(ours),
-            "dcp": str(Path(root) / "dcp")}
+    return {"ours": str(ours), "dcp": str(Path(root) / "dcp")}
 
 
 def dcp_after_a_flipped_byte(rank: int, world_size: int, root: str) -> dict:
@@ -187,6 +179,68 @@ def dcp_after_a_flipped_byte(rank: int, world_size: int, root: str) -> dict:
         return {"rank": rank, "raised": type(error).__name__, "max_abs_change": None}
     change = (loaded[f"rank{rank}.master"] - saved).abs().max().item()
     return {"rank": rank, "raised": None, "max_abs_change": change}
+
+
+def dcp_save_as_dtensors(rank: int, world_size: int, folder: str, destination: str) -> None:
+    """Save the flat vectors of our checkpoint `folder` with DCP, as DTensors, asynchronously.
+
+    Collective: call on every rank of the group that saved `folder`. Each rank reads its verified
+    shard and gives DCP its real elements (padding stripped) as the local part of a DTensor of
+    the whole flat vector, placed `Shard(0)` on a one-dimensional mesh of the ranks: DCP's
+    .metadata then records each rank's slice as a chunk (offset, size) of that vector. The save
+    goes through `dcp.async_save`, over a gloo group as async saves need; right after the call
+    each rank overwrites its tensors with NaN, as the next optimizer step would overwrite them,
+    and only then waits for the save: what lands on disk is the state at the call.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    shard, _, manifest = load_sharded(folder, rank=rank, world_size=world_size, replicated=False)
+    layout = next(row for row in shard_layout(manifest) if row["rank"] == rank)
+    numel = manifest["files"][0]["layout"]["numel"]
+    device = current_device()
+    mesh = init_device_mesh(device.type, (world_size,))
+    real = layout["length"] - layout["padding"]
+    locals_ = {key: shard[key][:real].to(device, copy=True) for key in FLAT_KEYS}  # own storage
+    state = {key: DTensor.from_local(value, mesh, [Shard(0)], shape=(numel,), stride=(1,))
+             for key, value in locals_.items()}
+    future = dcp.async_save(state, checkpoint_id=destination,
+                            process_group=dist.new_group(backend="gloo"))
+    for value in locals_.values():
+        value.fill_(float("nan"))  # the training loop goes on changing the state in place
+    future.result()
+
+
+def dcp_load_as_dtensors(rank: int, world_size: int, destination: str, numel: int) -> dict:
+    """Load the flat vectors that `dcp_save_as_dtensors` saved, on this group's world size.
+
+    Collective: call on every rank. Each rank asks DCP for DTensors of `numel` elements placed
+    `Shard(0)` on a mesh of `world_size` ranks, however many ranks saved them: DCP reads the
+    saved chunks that overlap this rank's slice. Returns this rank's slices (CPU tensors).
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, zeros
+
+    mesh = init_device_mesh(current_device().type, (world_size,))
+    state = {key: zeros(numel, device_mesh=mesh, placements=[Shard(0)]) for key in FLAT_KEYS}
+    dcp.load(state, checkpoint_id=destination)
+    return {key: value.to_local().cpu().clone() for key, value in state.items()}
+
+
+def dcp_chunks(destination: str, key: str) -> list[dict]:
+    """What DCP's .metadata in `destination` says of the one-dimensional item `key`: for each
+    saved chunk its start and size in the whole tensor, and the file, the byte it starts at and
+    its byte count. One process; reads the metadata only."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    metadata = FileSystemReader(destination).read_metadata()
+    where = {index.offset: info for index, info in metadata.storage_data.items() if index.fqn == key}
+    return [{"start": chunk.offsets[0], "elements": chunk.sizes[0],
+             "file": where[chunk.offsets].relative_path, "from byte": where[chunk.offsets].offset,
+             "bytes": where[chunk.offsets].length}
+            for chunk in metadata.state_dict_metadata[key].chunks]
 
 
 class TimedDisk(Disk):

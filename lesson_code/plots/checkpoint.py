@@ -34,11 +34,13 @@ TABLE_WORDS = {"fa": {
     "no manifest": "بدون مانیفست", "missing shard": "شارد گم‌شده", "truncated shard": "شارد بریده",
     "manifest edited": "مانیفست ویرایش‌شده", "another world size": "تعداد رتبهٔ دیگر",
     "max_diff_after_10_more_steps": "بیشینهٔ اختلاف پس از ۱۰ گام دیگر", "format": "قالب",
-    "count": "شمار", "sum": "جمع", "seconds": "ثانیه", "raised": "خطای رخ‌داده",
+    "count": "شمار", "sum": "جمع", "raised": "خطای رخ‌داده",
     "max_abs_change": "بیشینهٔ تغییر مطلق", "ours": "قالب ما", "dcp": "DCP",
-    "change": "تغییر", "loads": "بارگذاری می‌شود", "skipped": "کنار گذاشته",
-    "folders": "پوشه‌ها", "latest complete": "آخرین چکپوینت کامل", "value": "مقدار",
-    "holds": "برقرار است", "saves": "ذخیره می‌کند",
+    "change": "تغییر", "loads": "بارگذاری می‌شود", "skipped": "کنارگذاشته‌ها",
+    "contents of the root": "محتوای پوشهٔ ریشه", "latest complete": "آخرین چکپوینت کامل",
+    "value": "مقدار", "holds": "برقرار است", "saves": "ذخیره می‌کند",
+    "elements": "عنصرها", "from byte": "آغاز در فایل (بایت)",
+    "continued from step 2": "ادامه از چکپوینت گام ۲",
 }}
 
 
