@@ -1,5 +1,5 @@
-"""Figure of lesson 78's scale lab: bytes per rank measured on 1 to 512 simulated ranks, beside
-the formulas of `lesson_code.memory`, for DDP and each ZeRO stage.
+"""Figure and tables of lesson 78's scale lab: bytes per rank measured on 1 to 512 simulated
+ranks, beside the formulas of `lesson_code.memory`, for DDP and each ZeRO stage.
 
 The points are what `scale_lab.sweep` measured (a table of it); the lines are the formulas for
 the same model, so a reader sees where the course's code holds what the formula says and where
@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from lesson_code import memory
 from lesson_code.plots import FIGURE_WIDTH, number, start_figure
+from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"ranks": "ranks N (simulated)", "held": "MB held per rank",
@@ -20,6 +21,14 @@ LABELS = {
     "fa": {"ranks": "تعداد رتبه‌ها N (شبیه‌سازی‌شده)", "held": "مگابایت نگه‌داشته در هر رتبه",
            "sent": "مگابایت فرستادهٔ هر رتبه در هر گام", "measured": "اندازه‌گیری‌شده",
            "formula": "فرمول", "title": "MiniGPT با {p} میلیون پارامتر: نقطه‌ها اندازه‌گیری، خط‌ها فرمول"},
+}
+# The scale lab's tables in Persian: English label -> Persian term (book/fa/glossary.md).
+TABLE_LABELS = {
+    "strategy": "راهبرد", "paper GB": "مقاله (گیگابایت)", "formula GB": "فرمول (گیگابایت)",
+    "measured GB": "اندازه‌گیری‌شده (گیگابایت)", "agrees": "هم‌خوان",
+    "beyond the paper GB": "بیرون از شمارش مقاله (گیگابایت)",
+    "peak in the step GB": "اوج در گام (گیگابایت)",
+    "peak while building GB": "اوج هنگام ساختن (گیگابایت)",
 }
 COLORS = {"DDP": "#7f7f7f", "ZeRO-1": "#1f77b4", "ZeRO-2": "#2ca02c", "ZeRO-3": "#d62728"}
 # DDP, ZeRO-1 and ZeRO-2 send the same bytes: markers of other shapes and sizes keep all three
@@ -59,3 +68,9 @@ def scale_figure(table, parameters: int, lang: str = "en",
     fig.suptitle(labels["title"].format(p=number(f"{parameters / 1e6:.1f}", lang)))
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
+
+
+def table(frame, lang: str = "en"):
+    """`frame` (e.g. `scale_lab.paper_summary`) with its labels in edition `lang`: Persian
+    terms from TABLE_LABELS for "fa", unchanged for "en"; the values are never touched."""
+    return translate(frame, {"fa": TABLE_LABELS}, lang)

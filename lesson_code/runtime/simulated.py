@@ -71,14 +71,26 @@ def fake_rank(world_size: int, rank: int = 0) -> Iterator[None]:
                            "real run): simulate from the notebook or a plain Python process")
     from torch.testing._internal.distributed.fake_pg import FakeStore  # registers "fake"
 
-    threads, excepthook = torch.get_num_threads(), sys.excepthook
+    excepthook = sys.excepthook
+    with one_torch_thread():
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+        sys.excepthook = excepthook  # init_process_group prefixes every later traceback "[rank0]"
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Torch's intra-op threads set to 1 meanwhile, then back to what they were: as on a rank.
+    On a machine whose cores are busy, more threads can make small operations many times
+    slower (measured: building a 512-layer MiniGPT, 12 s with 2 threads, 2 s with 1)."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
-    sys.excepthook = excepthook  # init_process_group prefixes every later traceback "[rank0]"
     try:
         yield
     finally:
-        dist.destroy_process_group()
         torch.set_num_threads(threads)
 
 
@@ -88,12 +100,15 @@ def run_threads(fn: Callable[..., Any], *args: Any, world_size: int = 4,
     process group that moves real data; the results in rank order.
 
     Like `launch.spawn`, but in this process: `fn` may be any callable, and what the ranks
-    return is not copied. Torch's intra-op threads are 1 meanwhile (shared by the ranks, as
-    the interpreter is); each rank has its own state of the random generator, and the caller's
-    is as it was when the call returns. Raises RankFailedError naming the first rank that raised, with its
-    traceback (the others are woken from their waits and stopped), and RankTimeoutError naming
-    the ranks still running after `timeout_s`. RuntimeError when this process already belongs
-    to a process group.
+    return is not copied. torch.distributed keeps its process groups per thread here, so a
+    thread that a rank starts belongs to no group: lesson 77's DDP, whose ring reduces on a
+    thread of its own, runs here only with torch's collectives (comm="builtin"). Torch's
+    intra-op threads are 1 meanwhile (shared by the ranks, as the interpreter is); each rank
+    has its own state of the random generator, and the caller's is as it was when the call
+    returns. Raises RankFailedError naming the first rank that raised, with its traceback (the
+    others are woken from their waits and stopped), and RankTimeoutError naming the ranks
+    still running after `timeout_s`. RuntimeError when this process already belongs to a
+    process group.
     """
     require_positive_int("world_size", world_size, "the number of simulated ranks, such as 4")
     require_positive("timeout_s", timeout_s, "a number of seconds, such as 120")
@@ -106,11 +121,10 @@ def run_threads(fn: Callable[..., Any], *args: Any, world_size: int = 4,
         dist.Backend.register_backend(BACKEND, _create_group, devices=["cpu"])
     world = _ThreadWorld(world_size, timeout_s)
     ranks = [_RankThread(world, rank, fn, args) for rank in range(world_size)]
-    threads, excepthook = torch.get_num_threads(), sys.excepthook
-    with world.only_one:  # torch's threaded groups keep their collectives on the class
+    excepthook = sys.excepthook
+    with world.only_one, one_torch_thread():  # torch's threaded groups keep state on a class
         threaded._install_threaded_pg()
         torch._C._distributed_c10d._set_thread_isolation_mode(True)  # group names per thread
-        torch.set_num_threads(1)
         try:
             for thread in ranks:
                 thread.start()
@@ -129,7 +143,6 @@ def run_threads(fn: Callable[..., Any], *args: Any, world_size: int = 4,
             torch._C._distributed_c10d._set_thread_isolation_mode(False)
             threaded._uninstall_threaded_pg()
             threaded.ProcessLocalGroup.reset()
-            torch.set_num_threads(threads)
             torch.set_rng_state(world.start_rng)  # the ranks' draws were other "processes'"
             sys.excepthook = excepthook  # each rank's init_process_group replaced it
     failed = [t for t in ranks if t.failure is not None and t.failed_at <= world.stopped_at]

@@ -144,8 +144,9 @@ def sweep(run: ScaleRun = ScaleRun(), world_sizes=SWEEP_SIZES, strategies=tuple(
     `formula` (memory.total_bytes: weights, gradients and optimizer state), `peak` (bytes live at once during
     the step) and `setup_peak`; `sent` (bytes this rank sent in the step) beside
     `formula_sent` (memory.traffic_per_step, exact ring factor), `messages_sent`, `padding`
-    (elements of this rank's shards that are padding) and `shard_numel` (elements of its
-    optimizer state: the padded shard, or every parameter). One rank by default: the last.
+    (elements of this rank's shards that are padding), `shard_numel` (elements of its
+    optimizer state: the padded shard, or every parameter) and `scalar_reads` (values read
+    from meta tensors, which have none: answered 0). One rank by default: the last.
     """
     parameters, precision, dtype_bytes = run.parameters, precision_of(run), dtype_bytes_of(run)
     rows = []
@@ -166,7 +167,7 @@ def sweep(run: ScaleRun = ScaleRun(), world_sizes=SWEEP_SIZES, strategies=tuple(
                     "formula_sent": memory.traffic_per_step(strategy, parameters, world_size,
                                                             dtype_bytes),
                     "messages_sent": row["messages_sent"], "padding": row["padding"],
-                    "shard_numel": row["shard_numel"]})
+                    "shard_numel": row["shard_numel"], "scalar_reads": row["scalar_reads"]})
     return pd.DataFrame(rows)
 
 
@@ -206,6 +207,18 @@ def paper_table(world_size: int = PAPER_WORLD_SIZE, run: ScaleRun = PAPER_RUN,
     table.index.name = "strategy"
     table.attrs.update(parameters=parameters, world_size=world_size, rank=rank)
     return table
+
+
+def paper_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """`paper_table` as a table to show: GB per rank by the paper, by the formula and measured
+    (what the paper counts), whether they agree, what the rank holds beyond the paper's count,
+    and the peaks in the step and while building (numbers and booleans only)."""
+    return pd.DataFrame({
+        "paper GB": table.paper_GB, "formula GB": table.formula_GB.round(2),
+        "measured GB": table.measured_GB.round(2), "agrees": table.agrees,
+        "beyond the paper GB": table.beyond.map(lambda items: sum(items.values()) / 1e9).round(3),
+        "peak in the step GB": table.peak_GB.round(1),
+        "peak while building GB": table.setup_peak_GB.round(1)})
 
 
 def value_run(run: ScaleRun) -> ScaleRun:
@@ -289,5 +302,6 @@ def measured_points(table: pd.DataFrame | None = None, run: ScaleRun = ScaleRun(
 __all__ = ["CHECK_RUN", "FORMULA_ITEMS", "KINDS", "PAPER_GB", "PAPER_GPT", "PAPER_RUN",
            "STRATEGIES", "SWEEP_GPT", "SWEEP_SIZES", "ScaleRun", "chosen_ranks",
            "compare_with_real", "counted_bytes", "exact_formula", "measure_step",
-           "measured_points", "mismatches", "paper_table", "precision_of", "simulate",
+           "measured_points", "mismatches", "paper_summary", "paper_table", "precision_of",
+           "simulate",
            "sweep", "value_run"]

@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         matches = scale_lab.mismatches(table).empty
         lines += report.sweep_lines(table, run.parameters, run.dtype, lang)
         lines.append(report.say("matches", lang, ok=matches))
+        lines += report.reads_lines(table, lang)
         ok &= matches
     if "paper" not in args.skip:
         paper = scale_lab.paper_table()

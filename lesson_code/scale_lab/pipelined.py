@@ -30,10 +30,10 @@ from lesson_code.harness.validate import require_choice, require_positive_int
 from lesson_code.models import GPTConfig, as_layers, build_model, count_parameters, loss_function
 from lesson_code.pipeline import HEADER_LENGTH, SCHEDULES, PipelineStage, partition_layers
 from lesson_code.pipeline_lab import PipeRun
-from lesson_code.runtime.simulated import run_threads
+from lesson_code.runtime.simulated import one_torch_thread, run_threads
 from lesson_code.scale_lab.storages import held_bytes
 
-STAGE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+STAGE_COUNTS = (1, 4, 16, 64, 256, 512)  # powers of 4, and 512: each P is a step of 512 layers
 # 510 blocks between the embedding and the head: 512 layers, one per stage at P = 512.
 DEEP_GPT = GPTConfig(vocab_size=64, context=16, n_layer=510, n_embd=32, n_head=4)
 
@@ -99,7 +99,8 @@ def sweep(run: PipelineScaleRun = PipelineScaleRun(), stage_counts=STAGE_COUNTS,
     The model is built once (from `run.seed`) and cut anew for each P; `table.attrs` holds its
     number of layers and of parameters. Raises ValueError for more stages than the model has
     layers."""
-    layers = as_layers(build_model("gpt", run.seed, run.gpt))
+    with one_torch_thread():
+        layers = as_layers(build_model("gpt", run.seed, run.gpt))
     batch = data.make_batch("gpt", run.sequences, 0, run.seed, run.gpt)
     rows = []
     for num_stages in stage_counts:

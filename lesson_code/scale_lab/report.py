@@ -30,6 +30,9 @@ SAY = {
         "sent": "MB each rank sent in the step, measured / formula:",
         "matches": "Of what the formulas count, every rank held exactly the formula over its "
                    "real shard (padded so that N divides it): {ok}",
+        "reads": "Values read from meta tensors, which have none, and answered 0: {reads} in "
+                 "each step of {strategies} (DDP's check that no rank missed a gradient: 0 "
+                 "says none did)",
         "paper": "The ZeRO paper's Table 1 (Rajbhandari et al., 2020), 7.5B parameters "
                  "({parameters:,}, a MiniGPT of 36 blocks of width 4096) on {world_size} ranks, "
                  "mixed-precision Adam, rank {rank}; GB = 1e9 bytes:",
@@ -55,9 +58,12 @@ SAY = {
         "check_values": "  {strategy}: after one step on 4 threads of this process, the "
                         "parameters differ from the real ranks' by {distance:.2g} of how far "
                         "the step moved them (largest difference {diff:.2g})",
+        "check_ddp": "  (Both runs of DDP here all-reduce with torch's own collectives: lesson "
+                     "77's ring runs on a thread of its own, to which a simulated rank cannot "
+                     "lend its process group.)",
         "check_pipeline": "  Lesson 79's step on 4 threads: traffic equal {traffic}, largest "
                           "gradient difference {grad:.2g}",
-        "seconds": "Simulated in {seconds:.0f} s.",
+        "seconds": "Ran in {seconds:.0f} s.",
         "why": {
             "gradients: buckets": "DDP's buckets: each gradient is copied into a bucket to be "
                                   "all-reduced, and both are kept (torch's DDP too, unless "
@@ -88,6 +94,9 @@ SAY = {
         "sent": "مگابایت فرستادهٔ هر رتبه در گام، اندازه‌گیری / فرمول:",
         "matches": "از آنچه فرمول‌ها می‌شمارند، هر رتبه دقیقاً همان فرمول را روی شارد واقعی‌اش "
                    "(با پدینگ تا N بر آن بخش‌پذیر شود) نگه داشت: {ok}",
+        "reads": "مقدارهایی که از تنسورهای meta خوانده شد، که مقداری ندارند، و با ۰ پاسخ "
+                 "گرفت: {reads} در هر گام {strategies} (وارسی DDP که هیچ رتبه‌ای گرادیانی را "
+                 "جا نینداخته باشد: ۰ یعنی هیچ‌کدام نینداخت)",
         "paper": "جدول ۱ مقالهٔ ZeRO (راجباندری و همکاران، ۲۰۲۰)، ۷٫۵ میلیارد پارامتر "
                  "({parameters:,}، یک MiniGPT با ۳۶ بلوک به پهنای ۴۰۹۶) روی {world_size} "
                  "رتبه، Adam با دقت ترکیبی، رتبهٔ {rank}؛ هر گیگابایت {gigabyte:g} بایت:",
@@ -113,9 +122,12 @@ SAY = {
         "check_values": "  {strategy}: پس از یک گام روی ۴ رشتهٔ همین فرایند، فاصلهٔ پارامترها "
                         "از پارامترهای رتبه‌های واقعی {distance:.2g} از مسافتی است که گام آن‌ها "
                         "را جابه‌جا کرد (بیشترین اختلاف {diff:.2g})",
+        "check_ddp": "  (هر دو اجرای DDP در این‌جا با عملیات جمعی خودِ PyTorch کاهش همگانی "
+                     "می‌کنند: حلقهٔ درس ۷۷ روی رشتهٔ جداگانه‌ای اجرا می‌شود که یک رتبهٔ "
+                     "شبیه‌سازی‌شده نمی‌تواند گروه فرایندش را به آن بسپارد.)",
         "check_pipeline": "  گام درس ۷۹ روی ۴ رشته: ترافیک برابر {traffic}، بیشترین اختلاف "
                           "گرادیان {grad:.2g}",
-        "seconds": "شبیه‌سازی در {seconds:.0f} ثانیه.",
+        "seconds": "اجرا در {seconds:.0f} ثانیه.",
         "why": {
             "gradients: buckets": "باکت‌های DDP: هر گرادیان برای کاهش همگانی در یک باکت "
                                   "رونوشت می‌شود و هر دو نگه داشته می‌شوند (DDP خودِ PyTorch هم، مگر "
@@ -164,6 +176,15 @@ def megabytes(nbytes: float, lang: str) -> str:
     return language.number(nbytes / 1e6, lang, ".2f")
 
 
+def reads_lines(table: pd.DataFrame, lang: str) -> list[str]:
+    """How many values the simulated steps read from meta tensors (answered 0), if any."""
+    reading = table[table.scalar_reads > 0]
+    if reading.empty:
+        return []
+    strategies = language.listed(dict.fromkeys(reading.strategy), lang)
+    return [say("reads", lang, reads=int(reading.scalar_reads.max()), strategies=strategies)]
+
+
 def paper_lines(table: pd.DataFrame, lang: str) -> list[str]:
     """The paper's table, each strategy's measured figure, and every byte beyond the paper's
     count with why it is there."""
@@ -204,5 +225,7 @@ def check_lines(check: pd.DataFrame, pipeline_check: pd.DataFrame, lang: str) ->
     for strategy, rows in check.groupby(level="strategy", sort=False):
         lines.append(say("check_values", lang, strategy=strategy, distance=rows.distance.max(),
                          diff=rows.max_param_diff.max()))
+        if strategy == "DDP":
+            lines.append(say("check_ddp", lang))
     return lines + [say("check_pipeline", lang, traffic=bool(pipeline_check.traffic_equal.all()),
                         grad=pipeline_check.max_grad_diff.max())]

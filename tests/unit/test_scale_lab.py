@@ -7,6 +7,7 @@ course's optimizers at every world size, and fail for one that keeps more than i
 shards (test_a_stage_one_optimizer_that_keeps_the_full_state_is_caught).
 """
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -14,6 +15,7 @@ import torch
 
 from lesson_code import memory, scale_lab, zero_lab
 from lesson_code.models import GPTConfig
+from lesson_code.plots import scale
 from lesson_code.scale_lab import ScaleRun, pipelined
 from lesson_code.scale_lab import __main__ as scale_lab_command
 from lesson_code.zero import ZeroOptimizer, flatten_params
@@ -109,6 +111,12 @@ def test_the_zero_papers_table_from_running_code():
     assert (table.peak_GB > table.held_GB).all()
     # Each rank builds the whole model in float32 before it shards it (zero_lab.run_model).
     assert (table.setup_peak_GB >= 4 * parameters / 1e9).all()
+    summary = scale_lab.paper_summary(table)
+    assert summary["paper GB"].tolist() == [120.0, 31.4, 16.6, 1.9]
+    assert summary.loc["DDP", "beyond the paper GB"] == round((2 * parameters + masks) / 1e9, 3)
+    persian = scale.table(summary, "fa")
+    assert "هم‌خوان" in persian.columns and persian["هم‌خوان"].all()
+    assert "<td" in persian._repr_html_() and "۱۲۰" in persian._repr_html_()
 
 
 def test_measured_points_are_plain_data_for_the_calculator(tiny_sweep):
@@ -118,6 +126,7 @@ def test_measured_points_are_plain_data_for_the_calculator(tiny_sweep):
     zero3 = points["points"]["ZeRO-3"]
     assert [p["N"] for p in zero3] == sorted(p["N"] for p in zero3)
     assert all(isinstance(value, int) for p in zero3 for value in p.values())
+    assert json.loads(json.dumps(points)) == points  # plain data, as the book's pages take it
     formula = memory.total_bytes("ZeRO-3", TINY_PARAMETERS, 4)
     assert any(p["N"] == 4 and p["model_states"] == formula for p in zero3)
 
