@@ -44,7 +44,8 @@ RANK_CHOICES = ("last", "ends", "all")
 PAPER_GPT = GPTConfig(vocab_size=30000, context=1024, n_layer=36, n_embd=4096, n_head=32)
 PAPER_WORLD_SIZE = 64
 # One sequence per rank; buckets of 500 MB (DeepSpeed reduces in buckets of 5e8 elements):
-# fewer, larger messages, which the simulation runs faster, and no byte held differs.
+# fewer, larger messages, which the simulation runs faster. No byte held after the step
+# depends on the bucket size; the step's peak does (a bucket being filled is one of its parts).
 PAPER_RUN = ScaleRun(gpt=PAPER_GPT, bucket_cap_mb=500.0)
 # Rajbhandari et al. 2020, Table 1 (and Figure 1): GB per rank (1 GB = 1e9 bytes) for
 # Psi = 7.5B, N = 64, mixed-precision Adam (K = 12), and the decimals the paper prints.

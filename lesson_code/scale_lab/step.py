@@ -172,6 +172,9 @@ def measure_step(rank: int, world_size: int, run: ScaleRun, shapes_only: bool = 
                "ledger": ledger.totals()}
     # Gathering ZeRO-3's shards is a collective of its own, after the step's traffic was read.
     params = None if shapes_only else zero_lab.gathered_parameters(model, optimizer)
+    for holder in (wrapper, optimizer):  # DDP's ring thread would otherwise wait on, idle
+        if getattr(holder, "comm", None) is not None:
+            holder.comm.close()
     return {"rank": rank, "world_size": world_size, "strategy": run.strategy, "held": held,
             "by_kind": {kind: sum(nbytes for name, nbytes in held.items()
                                   if name.startswith(kind)) for kind in KINDS},
