@@ -16,6 +16,7 @@ so results cross process boundaries by value.
 
 from __future__ import annotations
 
+import math
 import os
 from functools import partial
 
@@ -23,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import collectives, language
-from lesson_code.collectives import choose
+from lesson_code.collectives import choose, cost_model
 from lesson_code.collectives.comm import builtin_all_gather
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.runtime.devices import current_device
@@ -290,6 +291,24 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
         rows += [{"op": op, "nbytes": nbytes, "seconds": seconds}
                  for op, seconds in zip(chosen, times)]
     return rows
+
+
+def crossover_bytes(ring: cost_model.AlphaBeta, naive: cost_model.AlphaBeta,
+                    world_size: int) -> float:
+    """Tensor size (bytes) above which the fitted models predict the ring all-reduce faster than
+    the naive one on `world_size` ranks: 0 when the ring is never slower, inf when never faster.
+
+    Both models send m = 2(N-1) messages in a row, so T_ring(n) < T_naive(n) when
+    m (alpha_ring - alpha_naive) < n (b_naive beta_naive - b_ring beta_ring), with b the bytes per
+    rank of a one-byte tensor (2(N-1) for the naive scheme, 2(N-1)/N for the ring).
+    """
+    latency_gap = (ring.alpha - naive.alpha) * cost_model.message_count("all_reduce", world_size)
+    byte_gap = (cost_model.bytes_per_rank("naive_all_reduce", 1, world_size) * naive.beta
+                - cost_model.bytes_per_rank("all_reduce", 1, world_size) * ring.beta)
+    if byte_gap <= 0:  # the ring pays as much per byte or more: it wins at no size above some
+        # point, unless the per-byte costs are equal and it wins on latency at every size
+        return 0.0 if latency_gap < 0 and byte_gap == 0 else math.inf
+    return max(latency_gap / byte_gap, 0.0)
 
 
 # What lesson 76 prints (the command's report, and lines of the notebook), in each edition;

@@ -8,7 +8,9 @@ skip sending altogether through shared memory (`shared_memory`, two steps).
 kind of machine (read between the measured sizes, and beyond them from the alpha-beta model of
 `cost_model` fitted to them), and runs the fastest; `reduce_scatter` and `all_gather` choose
 between the ring, the direct and the naive (through rank 0) algorithm the same way, each from
-its own stored times. NCCL and MPICH choose the same way, from tables tuned per machine.
+its own stored times. Libraries choose by size too: MPICH and Open MPI by thresholds tuned by
+measurement, NCCL from a model of each algorithm's latency and bandwidth on the topology it
+detects.
 
 The times come from `stored_costs()`: this machine's own, which `make bench` writes into
 bench-results/, where they were measured on a machine described by the same line; otherwise the
@@ -109,9 +111,9 @@ class AlgorithmCosts:
         """Seconds `choose` expects: the measured times where they reach, the model beyond them.
 
         Between two measured sizes (on the world size measured) the time is read off the
-        straight line joining them on log-log axes, the way NCCL and MPICH read their tuned
-        tables: two constants cannot follow every step a real machine shows (here the fit
-        misses single sizes by up to 40%, enough to rank two algorithms the wrong way).
+        straight line joining them on log-log axes: two constants cannot follow every step a
+        real machine shows (on the book's stored tables the fit misses single sizes by tens of
+        percent, enough to rank two algorithms the wrong way).
         """
         ranks, points = self.measured.get(algorithm, (0, ()))
         if ranks != world_size or not points or not points[0][0] <= nbytes <= points[-1][0]:

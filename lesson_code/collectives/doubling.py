@@ -78,8 +78,9 @@ def recursive_doubling_all_reduce(tensor: torch.Tensor, op: str = "sum", *, grou
                                   timeout_s: float = DEFAULT_WAIT_S) -> torch.Tensor:
     """Reduce `tensor` over all ranks in place by recursive doubling; return it.
 
-    Collective: call on every rank with tensors of the same shape and dtype. ceil(log2 N) steps
-    (plus two for a world size that is not a power of two), each moving the whole tensor.
+    Collective: call on every rank with tensors of the same shape and dtype. log2 p steps, p the
+    largest power of two <= N (plus two for a world size that is not a power of two), each
+    moving the whole tensor.
     Raises ValueError for an unknown op, or op="avg" on an integer tensor.
     """
     return _folded_all_reduce(tensor, op, group, ledger, timeout_s, _doubling_core)

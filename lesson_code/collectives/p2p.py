@@ -73,8 +73,7 @@ class Peers:
         """One ring step: send `send` right, receive `recv` from the left, optionally add a chunk.
 
         Large chunks travel as a few pieces posted at once, so that adding piece j of the
-        received chunk overlaps with pieces j+1, ... still arriving (measured on a 2-core
-        machine, 4 ranks: a 64 MiB all-reduce went from about 1.3x to 1.05x of gloo's time).
+        received chunk overlaps with pieces j+1, ... still arriving.
         """
         # Sender and receiver split the same chunk, so they agree on the pieces.
         sends = torch.tensor_split(send, _piece_count(send))

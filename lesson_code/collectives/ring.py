@@ -217,8 +217,10 @@ def broadcast(tensor: torch.Tensor, src: int = 0, *, group=None,
     """Copy rank `src`'s `tensor` into `tensor` on every rank, in place, along a binomial tree.
 
     Collective: call on every rank with tensors of the same shape and dtype.
-    In round k every rank that already holds the data sends it to the rank 2^k places further
-    (counted from src), so all N ranks hold it after ceil(log2 N) rounds and N - 1 messages.
+    With m = ceil(log2 N) and ranks counted from src: in the first round src sends to the rank
+    2^(m-1) places further; in each following round every rank that holds the data sends it half
+    as far as in the round before (when that rank exists), so all N ranks hold it after m rounds
+    and N - 1 messages.
     Raises ValueError when `src` is not a rank of the group.
     """
     peers = peers_for("broadcast", group, ledger, timeout_s)

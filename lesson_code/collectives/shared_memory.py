@@ -6,8 +6,10 @@ by the kernel, and no algorithm sends fewer bytes than the ring. Processes on on
 share pages instead: each rank copies its tensor into its own slot of one shared segment; after a
 barrier, each rank adds up its chunk of every slot into a result slot; after a second barrier,
 each copies the result out. Nothing goes through a socket, so the ledger records no bytes for it
-(its barriers are one-element messages through rank 0, not counted). NCCL moves data between the GPUs of one node the
-same way (its SHM and P2P transports), MPICH between the processes of one node.
+(its barriers are one-element messages through rank 0, not counted). MPICH has shared-memory
+collectives of this kind for the processes of one node. NCCL's are not built this way: its SHM
+and P2P are transports, which carry the messages of its ring and tree algorithms between the
+GPUs of one node; the nearest it comes to one shared buffer is NVLS, where the NVSwitch reduces.
 
 It needs what a message does not: every rank on the same machine, a CPU tensor on gloo, and room
 in /dev/shm (a container may have as little as 64 MiB). Rank 0 creates the segment and the others

@@ -1,8 +1,9 @@
 """Figures of lesson 76: the ring schedule, measured bandwidth, the alpha-beta fit, ring vs naive.
 
-The ring figure is drawn from `collectives.ring_chunk_indices`, the same function the ring uses,
-so the picture cannot drift from the code. The other figures take rows measured by
-`collectives_lab.time_primitives` or ledger totals from `collectives_lab.measure_ledgers`.
+The ring figure and the ring's table of steps are drawn from `collectives.ring_chunk_indices`,
+the same function the ring uses, so the picture cannot drift from the code. The other figures
+take rows measured by `collectives_lab.time_primitives` (or read from the stored tables) or
+ledger totals from `collectives_lab.measure_ledgers`.
 Drawn by lesson 76's notebook (notebooks/en/76-collectives.ipynb); the measurements they show come
 from `python -m lesson_code.bench collectives` or the notebook's own runs.
 """
@@ -10,6 +11,7 @@ from `python -m lesson_code.bench collectives` or the notebook's own runs.
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -99,6 +101,18 @@ def ring_states(world_size: int) -> list[tuple[str, int, list[list[frozenset]], 
             state = new_state
             frames.append((phase, step, state, sent))
     return frames
+
+
+def ring_schedule_table(world_size: int, phase: str = "reduce_scatter") -> pd.DataFrame:
+    """Which chunk each rank sends right and receives from the left at each step of a ring
+    `phase`: rows "rank r", columns ("step k", "sends" / "receives") for k = 1 .. N-1, the steps
+    the figure and the lesson count from 1 (`ring_chunk_indices` counts them from 0)."""
+    steps = {}
+    for step in range(world_size - 1):
+        chunks = [ring_chunk_indices(phase, rank, step, world_size) for rank in range(world_size)]
+        steps[(f"step {step + 1}", "sends")] = [sent for sent, _ in chunks]
+        steps[(f"step {step + 1}", "receives")] = [received for _, received in chunks]
+    return pd.DataFrame(steps, index=[f"rank {rank}" for rank in range(world_size)])
 
 
 def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
@@ -219,6 +233,14 @@ TABLE_LABELS = {
     "halving_doubling all_reduce": "کاهش همگانی با نیم‌سازی و دوبرابرسازی",
     "ring / gloo": "حلقه / gloo", "auto / gloo": "auto / gloo",
     "fastest measured": "سریع‌ترینِ اندازه‌گیری‌شده", "auto's choice": "انتخاب auto",
+    "step": "گام", "sends": "می‌فرستد", "receives": "دریافت می‌کند",
+    "ring (model)": "حلقه (مدل)", "naive (model)": "ساده‌لوحانه (مدل)",
+    "GB sent by the busiest rank": "گیگابایتِ فرستادهٔ پرکارترین رتبه",
+    "modelled seconds": "ثانیه بنا بر مدل",
+    "latency term (ms)": "جملهٔ تأخیر (ms)",
+    "bandwidth term, 1 MiB (ms)": "جملهٔ پهنای باند، ۱ MiB (ms)",
+    "bandwidth term, 1 GiB (ms)": "جملهٔ پهنای باند، ۱ GiB (ms)",
+    "algorithm": "الگوریتم", "from (bytes)": "از (بایت)",
 }
 
 

@@ -1,0 +1,46 @@
+"""Lesson 76 without ranks: where two fitted models cross, and the ring's table of steps."""
+
+import math
+
+import pytest
+
+from lesson_code import collectives_lab
+from lesson_code.collectives import cost_model, ring_chunk_indices
+from lesson_code.collectives.cost_model import AlphaBeta
+from lesson_code.plots import collectives as figures
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 7])
+def test_the_crossover_is_where_the_two_predicted_times_meet(world_size):
+    ring, naive = AlphaBeta(alpha=1e-3, beta=1e-9), AlphaBeta(alpha=1e-4, beta=1e-9)
+    crossover = collectives_lab.crossover_bytes(ring, naive, world_size)
+    assert 0 < crossover < math.inf
+    ring_time = cost_model.predict("all_reduce", crossover, world_size, ring.alpha, ring.beta)
+    naive_time = cost_model.predict("naive_all_reduce", crossover, world_size, naive.alpha,
+                                    naive.beta)
+    assert ring_time == pytest.approx(naive_time, rel=1e-12)
+    for nbytes, ring_faster in ((crossover / 2, False), (crossover * 2, True)):
+        assert (cost_model.predict("all_reduce", nbytes, world_size, ring.alpha, ring.beta)
+                < cost_model.predict("naive_all_reduce", nbytes, world_size, naive.alpha,
+                                     naive.beta)) is ring_faster
+
+
+def test_a_ring_that_is_never_slower_crosses_at_zero_and_one_never_faster_at_infinity():
+    fast, slow = AlphaBeta(alpha=1e-5, beta=1e-9), AlphaBeta(alpha=1e-3, beta=1e-9)
+    assert collectives_lab.crossover_bytes(fast, slow, 4) == 0.0
+    # the naive scheme's bytes four times cheaper: on 4 ranks its 6n beta/4 is the ring's 1.5n beta
+    assert collectives_lab.crossover_bytes(slow, AlphaBeta(alpha=1e-5, beta=0.25e-9), 4) == math.inf
+
+
+def test_the_ring_table_is_the_ring_schedule_counted_from_step_one():
+    table = figures.ring_schedule_table(5, "all_gather")
+    assert table.index.tolist() == [f"rank {rank}" for rank in range(5)]
+    assert [step for step, _ in table.columns[::2]] == ["step 1", "step 2", "step 3", "step 4"]
+    for rank in range(5):
+        for step in range(4):
+            sent, received = ring_chunk_indices("all_gather", rank, step, 5)
+            assert table.loc[f"rank {rank}", (f"step {step + 1}", "sends")] == sent
+            assert table.loc[f"rank {rank}", (f"step {step + 1}", "receives")] == received
+    shown = figures.localized(figures.ring_schedule_table(3), "fa")
+    assert shown.index.tolist() == ["رتبهٔ ۰", "رتبهٔ ۱", "رتبهٔ ۲"]
+    assert shown.columns.tolist()[0] == ("گام ۱", "می‌فرستد")
