@@ -3,6 +3,8 @@
 The notebook, the tests and the benchmark run these through `launch.spawn` (or torchrun) and
 compare with `train_single_process`, one process on the full batch. A `DDPRun` (a frozen
 `experiment.RunConfig`) says what to train; the loop and the timing are `lesson_code.experiment`'s.
+The model of a bucketed backward (`overlap_model`, `bucket_sweep`, `ModelledCluster`) is plain
+arithmetic, with no ranks: the lesson compares it with the stored benchmark and runs it for a cluster.
 
     python -m lesson_code.ddp_lab          # 4 ranks: our wrappers and torch DDP vs one process
     python -m lesson_code.ddp_lab --lang fa  # the same, reported in Persian
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -28,7 +30,7 @@ from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters, bucket_
 from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import RunConfig, flat_parameters, train
 from lesson_code.harness.timing import PhaseClock
-from lesson_code.models import build_model
+from lesson_code.models import GPTConfig, MiniGPT, build_model, gpt_parameters
 from lesson_code.harness.validate import require_choice, require_positive_int
 
 WRAPPERS = ("naive", "bucketed", "torch")
@@ -183,8 +185,9 @@ def overlap_model(sizes: list[int], bucket_cap_mb: float, backward_s: float, alp
     starts when its last gradient is ready and the previous all-reduce has finished, and lasts
     the ring's alpha-beta time (`cost_model.predict`). Returns {"buckets": [{"bytes", "ready",
     "start", "end"}], "backward_s", "exposed_s"}: exposed is the communication still running
-    after the backward ended, the wait the step pays. The model gives communication a link of its
-    own; on a CPU whose cores the backward also needs, the measured wait is longer.
+    after the backward ended, the wait the step pays. The model gives communication hardware of
+    its own that leaves the backward as fast as it is alone; on a CPU whose cores the backward
+    also needs, both slow down, and overlap can cost the step more than it hides.
     """
     total, done, ready_at = sum(sizes), 0, []
     for nbytes in sizes:
@@ -199,6 +202,58 @@ def overlap_model(sizes: list[int], bucket_cap_mb: float, backward_s: float, alp
                         "end": previous_end})
     return {"buckets": buckets, "backward_s": backward_s,
             "exposed_s": max(0.0, previous_end - backward_s)}
+
+
+def gradient_sizes(config: GPTConfig) -> list[int]:
+    """Bytes of each float32 gradient of a MiniGPT of shape `config`, in the order backward
+    produces them (reverse registration order, as BucketedDDP sees them). Built on the meta
+    device: no memory is allocated, so a model of any size can be measured this way."""
+    with torch.device("meta"):
+        model = MiniGPT(config)
+    return [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
+
+
+@dataclass(frozen=True)
+class ModelledCluster:
+    """The cluster lesson 77 models (nothing here is measured): overlap_model's inputs for a
+    MiniGPT of GPT-2 small's shape, data parallel over `world_size` GPUs in as many nodes.
+
+    Constants, each an assumption named in the lesson: NCCL's latency per message `alpha_s`
+    (5 us) and one 200 Gb/s InfiniBand link per GPU (`bandwidth`, 25 GB/s); `sequences` of
+    `gpt.context` tokens per GPU; the backward's time is its 4 * parameters * tokens
+    floating-point operations (twice the forward's 2 * parameters * tokens, attention's own
+    T^2 term left out) at `flops_per_s`, 125 TFLOP/s (40% of an A100's 312 TFLOP/s bf16 peak);
+    gradients are float32, as DDP reduces them under bf16 autocast.
+    """
+
+    gpt: GPTConfig = field(default_factory=lambda: GPTConfig(
+        vocab_size=50257, context=1024, n_layer=12, n_embd=768, n_head=12))
+    world_size: int = 4
+    sequences: int = 8
+    alpha_s: float = 5e-6
+    bandwidth: float = 25e9        # bytes per second
+    flops_per_s: float = 125e12
+
+    def inputs(self) -> dict:
+        """overlap_model's inputs: {"sizes", "backward_s", "alpha", "beta", "world_size"}."""
+        tokens = self.sequences * self.gpt.context
+        return {"sizes": gradient_sizes(self.gpt), "world_size": self.world_size,
+                "backward_s": 4 * gpt_parameters(self.gpt) * tokens / self.flops_per_s,
+                "alpha": self.alpha_s, "beta": 1 / self.bandwidth}
+
+
+def bucket_sweep(inputs: dict, bucket_mbs: list[float]) -> list[dict]:
+    """overlap_model at each bucket size of `bucket_mbs` for `inputs` (a dict as
+    ModelledCluster.inputs returns): buckets, the communication left after the backward, and
+    the backward plus that exposed part, the share of the step the bucket size changes (ms)."""
+    rows = []
+    for mb in bucket_mbs:
+        model = overlap_model(inputs["sizes"], mb, inputs["backward_s"], inputs["alpha"],
+                              inputs["beta"], inputs["world_size"])
+        rows.append({"bucket MB": mb, "buckets": len(model["buckets"]),
+                     "exposed comm, model (ms)": 1e3 * model["exposed_s"],
+                     "backward + exposed, model (ms)": 1e3 * (model["backward_s"] + model["exposed_s"])})
+    return rows
 
 
 def attention_key_bias_mask(model: nn.Module) -> torch.Tensor:
@@ -313,12 +368,26 @@ SAY = {
     "en": {"title": "lesson 77: data-parallel training on {ranks} ranks vs one process, {steps} steps",
            "row": "  {model:3s} {optimizer:4s} {wrapper:8s} ranks identical: {identical}  max |param diff| "
                   "{param_diff:.1e}  max |loss diff| {loss_diff:.1e}  loss {first:.3f} -> {last:.3f}",
-           "gradients": "gradients: {mb:.1f} MB per rank"},
+           "gradients": "gradients: {mb:.1f} MB per rank",
+           "auto": "auto's choice for a {mb:g} MB bucket on {ranks} ranks, from lesson 76's stored "
+                   "times: {algorithm}",
+           "fit": "ring all-reduce fitted to these times: α = {alpha_us:.0f} µs per message, "
+                  "1/β = {gbps:.2f} GB/s",
+           "cluster": "modelled cluster: a MiniGPT of GPT-2 small's shape, {parameters:,} "
+                      "parameters, {mib:.0f} MiB of float32 gradients, a backward of "
+                      "{backward_ms:.1f} ms on each of {ranks} GPUs"},
     "fa": {"title": "درس ۷۷: آموزش با موازی‌سازی داده روی {ranks} رتبه در برابر یک فرایند، {steps} گام",
            "row": "  {model} {optimizer} {wrapper}: رتبه‌ها یکسان: {identical}، بیشینهٔ |اختلاف پارامتر| "
                   "{param_diff:.1e}، بیشینهٔ |اختلاف زیان| {loss_diff:.1e}، زیان از {first:.3f} به "
                   "{last:.3f}",
-           "gradients": "گرادیان‌ها: {mb:.1f} MB در هر رتبه"},
+           "gradients": "گرادیان‌ها: {mb:.1f} MB در هر رتبه",
+           "auto": "انتخاب `auto` برای باکتی {mb:g} مگابایتی روی {ranks} رتبه، از زمان‌های "
+                   "ذخیره‌شدهٔ درس ۷۶: `{algorithm}`",
+           "fit": "کاهش همگانی حلقه‌ای، برازش‌شده به این زمان‌ها: α برابر {alpha_us:.0f} µs برای "
+                  "هر پیام، پهنای باند 1/β برابر {gbps:.2f} GB/s",
+           "cluster": "خوشهٔ مدل‌شده: یک MiniGPT به شکل GPT-2 کوچک، {parameters:,} پارامتر، "
+                      "{mib:.0f} MiB گرادیان float32، گذر برگشتی {backward_ms:.1f} میلی‌ثانیه‌ای "
+                      "روی هر یک از {ranks} GPU"},
 }
 WORDS = {"mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "naive": "ساده‌لوحانه",
          "bucketed": "باکت‌دار", "torch": "DDP در PyTorch", "ring": "حلقه", "builtin": "توکار"}

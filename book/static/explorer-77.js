@@ -1,10 +1,12 @@
 /*
  * Lesson 77's explorer: one backward pass of bucketed DDP, each bucket's all-reduce starting when
- * the bucket is full, for a bucket size and a link speed of your choice. The same model as
- * lesson_code.ddp_lab.overlap_model (tests/book/test_explorers.py compares them on a grid):
- * `groups` is ddp.bucket_groups, `overlap` overlap_model. The gradients' sizes, the stored
- * backward time, the ring's alpha and beta and the measured waits come from the book's stored
- * benchmarks, written into the page by the book's build (lesson_code.book_build.explorer_data).
+ * the bucket is full, for a bucket size and a link speed of your choice, on this machine (the
+ * model's inputs measured, the measured wait and step beside it) or on a modelled GPU cluster.
+ * The same model as lesson_code.ddp_lab.overlap_model (tests/book/test_explorers.py compares
+ * them on a grid): `groups` is ddp.bucket_groups, `overlap` overlap_model. The gradients' sizes,
+ * the backward times, alpha and beta, and the measured waits and steps come from the book's
+ * stored benchmarks and ddp_lab.ModelledCluster, written into the page by the book's build
+ * (lesson_code.book_build.explorer_data).
  */
 (() => {
   "use strict";
@@ -45,21 +47,29 @@
     return { buckets, backward_s: backward, exposed_s: Math.max(0, previousEnd - backward) };
   };
 
-  const BUCKETS = [0.25, 0.5, 1, 2, 4, 8, 16, 32];
+  const BUCKETS = [0.25, 0.5, 1, 2, 4, 8, 16, 25, 32, 64, 128, 256, 1024];
   const SPEEDS = [1, 4, 16, 100];
   const TEXT = {
-    en: { title: "Buckets and overlap in one backward pass", bucket: "Bucket size (MB)", speed: "Link speed",
-          measuredLink: "as measured", times: "× faster", backward: "backward", comm: "all-reduces",
+    en: { title: "Buckets and overlap in one backward pass", setting: "Setting", bucket: "Bucket size (MB)",
+          speed: "Link speed", measuredLink: "as in the setting", times: "× faster", backward: "backward", comm: "all-reduces",
+          here: "this machine (measured inputs)", cluster: "a GPU cluster (modelled)",
           buckets: "Buckets", exposed: "Communication left after the backward (the model)",
+          total: "Backward plus that communication (the model)",
           measured: "Measured wait at this bucket size (stored benchmark, 4 ranks on 2 cores)",
-          none: "not measured at this size", chart: "Timeline: the backward pass, then each bucket's all-reduce",
-          note: "Gradients are ready as the backward reaches them, in proportion to their bytes; each all-reduce takes the ring's alpha–beta time with the α and β fitted to the book's stored times. The model gives communication a link of its own: on a CPU the backward also needs those cores, so the measured wait is longer. Measured on {date} on: " },
-    fa: { title: "باکت‌ها و هم‌پوشانی در یک گذر برگشت", bucket: "اندازهٔ باکت (مگابایت)", speed: "سرعت پیوند",
-          measuredLink: "همان اندازه‌گیری‌شده", times: "× سریع‌تر", backward: "گذر برگشت", comm: "کاهش‌های همگانی",
+          step: "Measured step at this bucket size (the same benchmark)",
+          none: "not measured at this setting", chart: "Timeline: the backward pass, then each bucket's all-reduce",
+          note: "Gradients are ready as the backward reaches them, in proportion to their bytes; each all-reduce takes the ring's alpha–beta time, and the backward runs as fast as it does alone. This machine: the benchmark's MiniGPT, the backward of its one-bucket row and the α and β fitted to the book's stored all-reduce times; here the all-reduces took cores from the backward, so the measured step is the figure of merit. Measured on {date} on: ",
+          clusterNote: "Modelled, nothing measured: a MiniGPT of GPT-2 small's shape (float32 gradients) on 4 GPUs, one 200 Gb/s InfiniBand link each (1/β = 25 GB/s, α = 5 µs per message), and a backward of 4 × parameters × tokens floating-point operations (8 sequences of 1024 tokens per GPU) at 125 TFLOP/s: lesson_code.ddp_lab.ModelledCluster." },
+    fa: { title: "باکت‌ها و هم‌پوشانی در یک گذر برگشت", setting: "حالت", bucket: "اندازهٔ باکت (مگابایت)",
+          speed: "سرعت پیوند", measuredLink: "همان حالتِ انتخاب‌شده", times: "× سریع‌تر", backward: "گذر برگشت", comm: "کاهش‌های همگانی",
+          here: "این دستگاه (ورودی‌های اندازه‌گیری‌شده)", cluster: "یک خوشهٔ GPU (مدل‌شده)",
           buckets: "تعداد باکت‌ها", exposed: "ارتباطی که پس از گذر برگشت می‌ماند (مدل)",
+          total: "گذر برگشت به‌اضافهٔ همین ارتباط (مدل)",
           measured: "انتظار اندازه‌گیری‌شده با این اندازهٔ باکت (محک ذخیره‌شده، ۴ رتبه روی ۲ هسته)",
-          none: "با این اندازه اندازه‌گیری نشده است", chart: "خط زمانی: گذر برگشت، سپس کاهش همگانی هر باکت",
-          note: "گرادیان‌ها به نسبت بایت‌هایشان، همان‌جا که گذر برگشت به آن‌ها می‌رسد، آماده می‌شوند؛ هر کاهش همگانی زمانِ مدل آلفا–بتای حلقه را با α و β برازش‌شده به زمان‌های ذخیره‌شدهٔ کتاب می‌گیرد. مدل برای ارتباط پیوندی جدا فرض می‌کند: روی CPU گذر برگشت هم همان هسته‌ها را می‌خواهد، پس انتظار اندازه‌گیری‌شده بیشتر است. اندازه‌گیری‌شده در {date} روی: " },
+          step: "گام اندازه‌گیری‌شده با این اندازهٔ باکت (همان محک)",
+          none: "در این حالت اندازه‌گیری نشده است", chart: "خط زمانی: گذر برگشت، سپس کاهش همگانی هر باکت",
+          note: "گرادیان‌ها به نسبت بایت‌هایشان، همان‌جا که گذر برگشت به آن‌ها می‌رسد، آماده می‌شوند؛ هر کاهش همگانی زمانِ مدل آلفا–بتای حلقه را می‌گیرد، و گذر برگشت همان‌قدر سریع اجرا می‌شود که به‌تنهایی. این دستگاه: MiniGPT محک، گذر برگشتِ سطر تک‌باکتی آن، و α و β برازش‌شده به زمان‌های ذخیره‌شدهٔ کاهش همگانی در کتاب؛ اینجا کاهش‌های همگانی هسته‌ها را از گذر برگشت گرفتند، پس معیار سنجش گامِ اندازه‌گیری‌شده است. اندازه‌گیری‌شده در {date} روی: ",
+          clusterNote: "مدل‌شده، بی هیچ اندازه‌گیری: یک MiniGPT به شکل GPT-2 کوچک (گرادیان‌های float32) روی ۴ GPU، هر کدام با یک پیوند InfiniBand با سرعت ۲۰۰ گیگابیت بر ثانیه (پهنای باند ۲۵ GB/s، و تأخیر α برابر ۵ µs برای هر پیام)، و گذر برگشتی با ۴ × پارامترها × توکن‌ها عمل ممیز شناور (۸ دنباله با ۱۰۲۴ توکن برای هر GPU) با سرعت ۱۲۵ TFLOP/s؛ ثابت‌ها در lesson_code.ddp_lab.ModelledCluster." },
   };
 
   const timeline = (model, lang, width) => {
@@ -89,23 +99,34 @@
   const build = (host, lang) => {
     const t = TEXT[lang];
     const data = JSON.parse(document.getElementById("explorer-data").textContent);
+    const setting = select("setting", [["here", t.here], ["cluster", t.cluster]], "here");
     const bucket = select("bucket_mb", BUCKETS.map((mb) => [String(mb), digits(mb, lang)]), "4");
     const speed = select("speed", SPEEDS.map((f) => [String(f), f === 1 ? t.measuredLink : `${digits(f, lang)}${t.times}`]), "1");
     const figure = element("div", { className: "explorer__figure", dir: "ltr" });
     const facts = element("dl", { className: "explorer__facts" });
+    const note = element("div");
+    const ms = (seconds) => `${format(seconds * 1e3, lang, 1)} ms`;
     const update = () => {
       const mb = Number(bucket.value);
-      const model = overlap(data.sizes, mb, data.backward_s, data.alpha, data.beta / Number(speed.value), data.world_size);
+      const here = setting.value === "here";
+      const inputs = here ? data : data.cluster;
+      const model = overlap(inputs.sizes, mb, inputs.backward_s, inputs.alpha, inputs.beta / Number(speed.value), inputs.world_size);
       figure.replaceChildren(timeline(model, lang, chartWidth(figure)));
-      const measured = Number(speed.value) === 1 ? data.measured_wait_ms[String(mb)] : undefined;
+      const asMeasured = here && Number(speed.value) === 1;
+      const measured = (table) => (asMeasured && table[String(mb)] !== undefined ? `${format(table[String(mb)], lang, 1)} ms` : t.none);
       facts.replaceChildren(...fact(t.buckets, digits(model.buckets.length, lang), "buckets"),
-        ...fact(t.exposed, `${format(model.exposed_s * 1e3, lang, 1)} ms`, "exposed"),
-        ...fact(t.measured, measured === undefined ? t.none : `${format(measured, lang, 1)} ms`, "measured"));
+        ...fact(t.exposed, ms(model.exposed_s), "exposed"),
+        ...fact(t.total, ms(model.backward_s + model.exposed_s), "total"),
+        ...fact(t.measured, measured(data.measured_wait_ms), "measured"),
+        ...fact(t.step, measured(data.measured_step_ms), "step"));
+      note.replaceChildren(here ? measuredNote(t.note, data.measured, lang)
+                                : element("p", { className: "explorer__note" }, t.clusterNote));
     };
-    for (const control of [bucket, speed]) control.addEventListener("input", update);
+    for (const control of [setting, bucket, speed]) control.addEventListener("input", update);
     host.append(element("p", { className: "explorer__title" }, t.title),
-                element("div", { className: "explorer__controls" }, labelled(t.bucket, bucket), labelled(t.speed, speed)),
-                figure, facts, measuredNote(t.note, data.measured, lang));
+                element("div", { className: "explorer__controls" }, labelled(t.setting, setting),
+                            labelled(t.bucket, bucket), labelled(t.speed, speed)),
+                figure, facts, note);
     update();
   };
 

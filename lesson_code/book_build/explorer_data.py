@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from lesson_code import ddp_lab
 from lesson_code.bench import capstone as capstone_bench
 from lesson_code.bench import ddp as ddp_bench
 from lesson_code.bench import stored
 from lesson_code.collectives import choose
-from lesson_code.models import GPTConfig, MiniGPT
+from lesson_code.models import GPTConfig
 
 RING_WORLD_SIZES = range(2, 17)  # the ranks lesson 76's explorer offers
 
@@ -60,20 +61,29 @@ def capstone() -> dict:
 @lru_cache(maxsize=None)
 def ddp() -> dict:
     """Lesson 77: the gradients' bytes of the benchmark's MiniGPT in the order backward makes
-    them, the stored benchmark's backward time (torch's DDP) and its measured waits per bucket
-    size (our bucketed ring), and the ring's alpha and beta on the 4 ranks the book measured."""
+    them, the ring's alpha and beta on the 4 ranks the book measured, and from the stored
+    benchmark (our bucketed ring) the step and the wait measured per bucket size and the backward
+    time of its one-bucket row: with every gradient in one bucket, its all-reduce starts when the
+    backward has ended, so that row times the backward with no communication beside it. Under
+    "cluster", the same inputs for ddp_lab.ModelledCluster (modelled, nothing measured)."""
     table, note = stored.load("ddp")
-    model = MiniGPT(ddp_bench.BENCH_GPT)
-    sizes = [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
+    sizes = ddp_lab.gradient_sizes(ddp_bench.BENCH_GPT)
     costs = choose.stored_costs(choose.STORED)
     ring, (world_size, _) = costs.fits["ring"], costs.measured["ring"]
-    torch_row = table[table["wrapper"] == "torch"].iloc[0]
     ours = table[(table["wrapper"] == "bucketed") & (table["comm"] == "ring")]
+    one_bucket = ours.loc[ours["bucket_mb"].idxmax()]
+    if one_bucket["bucket_mb"] * 2 ** 20 < sum(sizes):
+        raise ValueError(f"the stored benchmark's largest bucket ({one_bucket['bucket_mb']} MB) is "
+                         f"smaller than the gradients ({sum(sizes) / 2 ** 20:.1f} MiB): re-measure "
+                         "with python -m lesson_code.bench ddp --into-package")
     return {"sizes": sizes, "world_size": world_size,
-            "backward_s": float(torch_row["backward_ms"]) / 1e3, "alpha": ring.alpha, "beta": ring.beta,
+            "backward_s": float(one_bucket["backward_ms"]) / 1e3, "alpha": ring.alpha, "beta": ring.beta,
             "measured_wait_ms": {f"{row['bucket_mb']:g}": float(row["wait_ms"])
                                  for _, row in ours.iterrows()},
-            "measured": {"date": note["measured"], "machine": note["machine"]}}
+            "measured_step_ms": {f"{row['bucket_mb']:g}": float(row["step_ms"])
+                                 for _, row in ours.iterrows()},
+            "measured": {"date": note["measured"], "machine": note["machine"]},
+            "cluster": ddp_lab.ModelledCluster().inputs()}
 
 
 LESSONS = {"76-collectives": collectives, "77-ddp": ddp, "81-capstone": capstone}

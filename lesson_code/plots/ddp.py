@@ -82,15 +82,17 @@ TABLE_LABELS = {
     "max_loss_diff": "بیشینهٔ اختلاف زیان", "first_loss": "زیان نخستین گام",
     "last_loss": "زیان آخرین گام", "accumulation": "میکرودسته‌ها",
     "forward": "گذر رفت", "backward": "گذر برگشت", "step": "گام", "wait": "انتظار",
-    "hidden comm": "ارتباطات پنهان‌شده",
+    "overlapped comm": "ارتباط هم‌پوشان",
     "all-reduce calls": "فراخوانی‌های کاهش همگانی", "messages sent": "پیام‌های فرستاده",
     "bytes sent": "بایت‌های فرستاده", "bucket MB": "اندازهٔ باکت (MB)",
     "vs torch": "نسبت به DDP در PyTorch", "communicator": "ارتباط‌دهنده", "parameters": "پارامترها", "figure": "کمیت", "value": "مقدار",
     "key-bias gradient": "گرادیان بایاس کلید", "Adam eps": "`eps` در Adam",
     "first step / lr": "گام نخست / `lr`", "smallest max_param_diff": "کمینهٔ بیشینهٔ اختلاف پارامتر",
     "largest max_param_diff": "بیشینهٔ بیشینهٔ اختلاف پارامتر",
-    "buckets": "تعداد باکت‌ها", "exposed comm, model (ms)": "ارتباط پس از گذر برگشت، مدل (ms)",
+    "buckets": "تعداد باکت‌ها", "exposed comm, model (ms)": "ارتباط پنهان‌نشده، مدل (ms)",
+    "backward + exposed, model (ms)": "گذر برگشت + ارتباط پنهان‌نشده، مدل (ms)",
     "wait, measured (ms)": "انتظار، اندازه‌گیری‌شده (ms)",
+    "backward + wait, measured (ms)": "گذر برگشت + انتظار، اندازه‌گیری‌شده (ms)",
     **ddp_lab.WORDS,  # values: the runs' models, optimizers, wrappers and communicators
 }
 

@@ -52,6 +52,16 @@ def test_lesson_77s_lines_in_both_editions():
     assert f"{LRI}۲٫۴ × ۱۰⁻⁴{PDI}" in persian and not latin_words(persian), persian
     assert ddp_lab.say("gradients", "en", mb=18.26) == "gradients: 18.3 MB per rank"
     assert ddp_lab.say("gradients", "fa", mb=18.26) == "گرادیان‌ها: ۱۸٫۳ MB در هر رتبه"
+    facts = {"auto": dict(mb=4, ranks=4, algorithm="shared_memory"),
+             "fit": dict(alpha_us=1672.87, gbps=1.0644),
+             "cluster": dict(parameters=163037184, mib=621.94, backward_ms=42.739, ranks=4)}
+    assert ddp_lab.say("fit", "en", **facts["fit"]) == (
+        "ring all-reduce fitted to these times: α = 1673 µs per message, 1/β = 1.06 GB/s")
+    assert "۱۶۳٬۰۳۷٬۱۸۴ پارامتر" in ddp_lab.say("cluster", "fa", **facts["cluster"])
+    for key, values in facts.items():
+        persian = ddp_lab.say(key, "fa", **values)
+        assert not latin_words(persian) - {"GPT", "GPU", "GB", "µs", "float32", "s"}, persian
+        assert not re.search(r"[0-9]", re.sub(f"`[^`]*`|float32|GPT-2|1/β", "", persian)), persian
 
 
 def test_lesson_78s_lines_in_both_editions():
