@@ -3,17 +3,19 @@
 The stages are the ranks of a `Communicator`'s group: rank s of the group holds stage s, a
 contiguous run of the model's layers, and the group's size is the number of stages (a row of a 2-D
 data x pipeline grid is a sub-group). A batch is split into m micro-batches; activations flow
-forward from stage to stage and their gradients flow back, as point-to-point messages (isend, and
-irecv with a bounded wait; on gloo never batch_isend_irecv, which can hang there). Every message
-is counted in the communicator's ledger, under "pipeline", one entry per step. Two schedules
-order the work on each stage:
+forward from stage to stage and their gradients flow back, as point-to-point messages: on gloo
+isend, and irecv with a bounded wait; under NCCL each stage's sends go out with its next receive
+in one batch_isend_irecv (gloo has no such grouping: there batch_isend_irecv posts the same
+isend and irecv one by one). Every message is counted in the communicator's ledger, under
+"pipeline", one entry per step. Two schedules order the work on each stage:
 
 - GPipe: all m forwards, then all m backwards; every stage stores m micro-batches' activations.
 - 1F1B: P - s - 1 warm-up forwards, then one forward and one backward in turn, then the remaining
   backwards; a stage stores at most P - s micro-batches' activations.
 
 Each stage records timed events (stage, micro-batch, "F" or "B", start, end), from which the
-lesson measures the bubble: the fraction of time a stage sits idle, (P - 1) / (m + P - 1) in theory.
+lesson measures the bubble: the fraction of time a stage sits idle, (P - 1) / (m + P - 1) on equal
+stages, more on unequal ones (`unequal_stage_bubble`).
 
     python -m lesson_code.pipeline_lab      # 4 stages, both schedules, checked against torch
 """
@@ -291,20 +293,43 @@ def theoretical_bubble(num_stages: int, micro_batches: int) -> float:
     return (num_stages - 1) / (micro_batches + num_stages - 1)
 
 
-def ideal_timeline(schedule: str, num_stages: int, micro_batches: int, forward: float = 1.0,
-                   backward: float = 2.0) -> list[tuple[int, int, str, float, float]]:
-    """The step `schedule` gives on equal stages with free messages: events (stage, micro-batch,
-    "F" or "B", start, end), like those a real step measures.
+def unequal_stage_bubble(num_stages: int, micro_batches: int, floor: float) -> float:
+    """The bubble of GPipe on stages of unequal speed, from their `imbalance_floor` f.
+
+    With t_s the time stage s spends on one micro-batch (forward and backward), a step lasts
+    sum(t) + (m - 1) max(t): the first micro-batch crosses every stage, then the slowest stage
+    paces the other m - 1. So b = 1 - m sum(t) / (P (sum(t) + (m - 1) max(t))), which depends on
+    the times only through sum(t) / max(t) = P (1 - f). f = 0 gives (P - 1) / (m + P - 1); as m
+    grows, b falls to f. Exact for GPipe with free messages when every stage's backward takes the
+    same multiple of its forward; 1F1B's bubble is the same or lower (`ideal_timeline` with
+    per-stage times shows both).
+    """
+    ratio = num_stages * (1 - floor)  # sum(t) / max(t)
+    return 1 - micro_batches * ratio / (num_stages * (ratio + micro_batches - 1))
+
+
+def ideal_timeline(schedule: str, num_stages: int, micro_batches: int,
+                   forward: float | list[float] = 1.0, backward: float | list[float] = 2.0
+                   ) -> list[tuple[int, int, str, float, float]]:
+    """The step `schedule` gives with free messages: events (stage, micro-batch, "F" or "B",
+    start, end), like those a real step measures.
 
     Each stage runs its `schedule_order` one item at a time, each as soon as the stage is free
     and its input exists: forward i on stage s after forward i on s - 1, backward i after
     backward i on s + 1 (on the last stage, after its own forward i). Every forward takes
-    `forward`, every backward `backward` (about twice a forward in practice). Its
-    `bubble_fraction` is (P - 1) / (m + P - 1) under both schedules; lesson 79's explorer draws
-    this same timeline in the browser (book/static/explorer-79.js, tested against this).
+    `forward`, every backward `backward` (about twice a forward in practice), or, given lists,
+    each stage its own. On equal stages its `bubble_fraction` is (P - 1) / (m + P - 1) under
+    both schedules; lesson 79's explorer draws this same timeline in the browser
+    (book/static/explorer-79.js, tested against this). Raises ValueError for a list whose
+    length is not the number of stages.
     """
     orders = [schedule_order(schedule, stage, num_stages, micro_batches)
               for stage in range(num_stages)]
+    times = {kind: list(given) if isinstance(given, (list, tuple)) else [given] * num_stages
+             for kind, given in (("F", forward), ("B", backward))}
+    if any(len(per_stage) != num_stages for per_stage in times.values()):
+        raise ValueError(f"forward and backward times {forward!r}, {backward!r}: give one "
+                         f"number, or one per stage ({num_stages})")
     done: dict[tuple[int, str, int], float] = {}  # (stage, kind, micro-batch) -> end
     free, next_item, events = [0.0] * num_stages, [0] * num_stages, []
     while len(events) < 2 * micro_batches * num_stages:
@@ -321,7 +346,7 @@ def ideal_timeline(schedule: str, num_stages: int, micro_batches: int, forward: 
                 else:
                     break  # its input is not computed yet: another stage goes first
                 start = max(free[stage], ready)
-                free[stage] = done[(stage, kind, micro)] = start + (forward if kind == "F" else backward)
+                free[stage] = done[(stage, kind, micro)] = start + times[kind][stage]
                 events.append((stage, micro, kind, start, free[stage]))
                 next_item[stage] += 1
         if len(events) == before:  # cannot happen with schedule_order's orders; never spin

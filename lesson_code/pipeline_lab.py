@@ -2,7 +2,9 @@
 
 The notebook, tests and command run these rank functions through `launch.spawn` (or torchrun).
 A `PipeRun` says what to run; `reference_step` is the unsplit model on the whole batch in one
-process, and `torch_pipelining_step` the same split under torch.distributed.pipelining. The
+process, and `torch_pipelining_step` the same split under torch.distributed.pipelining;
+`torch_virtual_stages_steps` runs torch's schedules with several stages per rank, and
+`fsdp_pipeline_step` torch's pipeline over FSDP2-sharded stages on a data x pipeline grid. The
 algorithm itself is `lesson_code.pipeline`.
 
     python -m lesson_code.pipeline_lab                  # 4 stages, GPipe and 1F1B, checked
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lesson_code import language
 from lesson_code.collectives.comm import Communicator
@@ -28,12 +31,23 @@ from lesson_code.experiment import RunConfig, global_mean
 from lesson_code.harness.timing import PhaseClock
 from lesson_code.models import GPTConfig, as_layers, build_model, loss_function
 from lesson_code.pipeline import (SCHEDULES, PipelineStage, bubble_fraction, imbalance_floor,
-                                  partition_layers)
+                                  partition_layers, split_micro_batches)
 from lesson_code.harness.validate import require_choice, require_positive_int
 
 
 # The lesson's wide MiniGPT: 6 blocks of width 256, enough compute per micro-batch to time.
 WIDE_GPT = GPTConfig(n_embd=256, n_layer=6, n_head=8, context=32)
+# GPT-3's shape (Brown et al., 2020), for the lesson's modelled sizes at scale.
+GPT3 = {"parameters": 175e9, "layers": 96, "width": 12288, "tokens": 2048}
+
+
+def layer_activation_bytes(tokens: int, width: int, sequences: int = 1) -> float:
+    """Bytes of activations one transformer layer keeps from its forward to its backward, for a
+    micro-batch of `sequences` sequences of `tokens` tokens and width `width`: 34 s b h, the
+    model of Korthikanti et al. (2023, "Reducing activation recomputation in large transformer
+    models") for 16-bit training without tensor parallelism when the attention matrix is
+    recomputed rather than stored. A model, not a measurement."""
+    return 34 * tokens * sequences * width
 
 
 @dataclass(frozen=True)
@@ -79,12 +93,18 @@ def build_stage(run: PipeRun, comm: Communicator) -> tuple[PipelineStage, tuple[
     return PipelineStage(module, comm, loss_function(run.model)), bounds
 
 
-def layer_gradients(module: nn.Module, first_layer: int) -> dict[str, torch.Tensor]:
-    """Gradients keyed by the parameter's name in the *unsplit* layer list ("3.attn.qkv.weight")."""
+def layer_gradients(module: nn.Module, first_layer: int,
+                    sharded: bool = False) -> dict[str, torch.Tensor]:
+    """Gradients keyed by the parameter's name in the *unsplit* layer list ("3.attn.qkv.weight").
+
+    With `sharded` (FSDP's gradients are DTensors), each is gathered whole: a collective over
+    the ranks that share it.
+    """
     grads = {}
     for name, param in module.named_parameters():
         index, rest = name.split(".", 1)
-        grads[f"{first_layer + int(index)}.{rest}"] = param.grad.clone()
+        grad = param.grad.full_tensor() if sharded else param.grad.clone()
+        grads[f"{first_layer + int(index)}.{rest}"] = grad
     return grads
 
 
@@ -120,25 +140,168 @@ def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
     """The same step with torch.distributed.pipelining (PipelineStage, ScheduleGPipe/1F1B).
 
     Collective: call on every rank. Returns this stage's gradients and, on the last stage, the
-    mean loss over micro-batches (torch scales gradients by 1/m, as our pipeline does).
+    mean loss over micro-batches (torch scales the gradients by 1/m where our pipeline divides
+    the loss by m).
     """
     from torch.distributed.pipelining import PipelineStage as TorchStage
-    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
     module, (start, _) = stage_module(run, rank, world_size)
     stage = TorchStage(module, rank, world_size, current_device())
-    schedule_class = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B
-    schedule = schedule_class(stage, run.micro_batches, loss_fn=loss_function(run.model))
-    x, y = run.batch(0)
-    losses: list[torch.Tensor] = []
-    if rank == 0:
-        schedule.step(x)
-    elif rank == world_size - 1:
-        schedule.step(target=y, losses=losses)
-    else:
-        schedule.step()
+    schedule = _torch_schedule(run.schedule)(stage, run.micro_batches,
+                                             loss_fn=loss_function(run.model))
+    losses = _step_torch_schedule(schedule, *run.batch(0), rank == 0, rank == world_size - 1)
     loss = sum(l.item() for l in losses) / len(losses) if losses else None
     return {"grads": layer_gradients(module, start), "loss": loss}
+
+
+def _torch_schedule(schedule: str):
+    """torch's class for one of `pipeline.SCHEDULES`."""
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+
+    return ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
+
+
+def _step_torch_schedule(schedule, x: torch.Tensor, y: torch.Tensor, first: bool,
+                         last: bool) -> list[torch.Tensor]:
+    """One `schedule.step` as torch wants it: the inputs on the first stage, the targets on the
+    last; returns the last stage's micro-batch losses (empty elsewhere)."""
+    losses: list[torch.Tensor] = []
+    schedule.step(*([x] if first else []), **({"target": y, "losses": losses} if last else {}))
+    return losses
+
+
+def torch_order(schedule, rank: int) -> list[tuple[int, str, int]]:
+    """The compute actions a torch schedule with several stages per rank runs on `rank`, in
+    order (its `pipeline_order`, which its runtime executes): (stage, kind, micro-batch), kind
+    "F" (forward), "B" (full backward), "I" (backward to the input only) or "W" (backward to the
+    weights only). Idle time steps and the final gradient reduction are left out."""
+    return [(action.stage_index, action.computation_type.value, action.microbatch_index)
+            for action in schedule.pipeline_order[rank]
+            if action is not None and action.computation_type.value in ("F", "B", "I", "W")]
+
+
+# torch's schedules that give each rank several stages, and where rank r's stages sit among
+# world x virtual: interleaved ones loop over the ranks (r, r + world, ...), the V-shaped ZBV
+# goes down the ranks and back up (r and 2 world - 1 - r; exactly two per rank).
+VIRTUAL_SCHEDULES = ("ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble",
+                     "ScheduleZBVZeroBubble")
+
+
+def virtual_stage_indices(schedule: str, rank: int, world_size: int, virtual: int) -> list[int]:
+    """The stages rank `rank` holds under `schedule` (one of VIRTUAL_SCHEDULES)."""
+    require_choice("schedule", schedule, VIRTUAL_SCHEDULES)
+    if schedule == "ScheduleZBVZeroBubble":
+        if virtual != 2:
+            raise ValueError(f"ScheduleZBVZeroBubble places exactly 2 stages on each rank, "
+                             f"not {virtual}: pass virtual=2")
+        return [rank, 2 * world_size - 1 - rank]
+    return [rank + k * world_size for k in range(virtual)]
+
+
+def torch_virtual_stages_steps(rank: int, world_size: int, run: PipeRun,
+                               schedules: tuple[str, ...] = VIRTUAL_SCHEDULES,
+                               virtual: int = 2) -> list[dict]:
+    """One step under each of torch's `schedules`, with `virtual` stages per rank.
+
+    Collective: call on every rank. The model is cut into world_size x virtual stages and this
+    rank builds a torch PipelineStage for each of its own (`virtual_stage_indices`). Returns, per
+    schedule, this rank's stages, their gradients named as in the unsplit model, and this rank's
+    order as torch's schedule lists it (`torch_order`).
+    """
+    import torch.distributed.pipelining as pipelining
+
+    total = world_size * virtual
+    results = []
+    for name in schedules:
+        layers = as_layers(build_model(run.model, run.seed, run.gpt, current_device()))
+        bounds = partition_layers(layers, total)
+        mine = virtual_stage_indices(name, rank, world_size, virtual)
+        modules = {s: nn.Sequential(*layers[slice(*bounds[s])]) for s in mine}
+        stages = [pipelining.PipelineStage(modules[s], s, total, current_device()) for s in mine]
+        schedule = getattr(pipelining, name)(stages, run.micro_batches,
+                                             loss_fn=loss_function(run.model))
+        x, y = run.batch(0)
+        schedule.step(x, target=y, losses=[])  # each rank's stages take what they need
+        grads = {}
+        for s in mine:
+            grads.update(layer_gradients(modules[s], bounds[s][0]))
+        results.append({"schedule": name, "stages": mine, "grads": grads,
+                        "order": torch_order(schedule, rank)})
+    return results
+
+
+class CollectiveCounter(TorchDispatchMode):
+    """Counts the communication ops this rank calls while active, by torch's op name (c10d's
+    `_allgather_base_`, `_reduce_scatter_base_`, `send`, ...); `count` adds them up."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "c10d":
+            self.calls[func.__name__] = self.calls.get(func.__name__, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    def count(self, kind: str) -> int:
+        """Calls whose op name contains `kind` ("allgather", "reduce_scatter", "send", ...)."""
+        return sum(n for name, n in self.calls.items() if kind in name)
+
+
+def fsdp_pipeline_step(rank: int, world_size: int, run: PipeRun, data_parallel: int,
+                       reshard_after_forward: bool) -> dict:
+    """One step of torch's pipeline over FSDP2 stages, on a `data_parallel` x pipeline grid.
+
+    Collective: call on every rank. The grid is `torch.arange(world).view(dp, pp)`, as in
+    `data_and_pipeline_step`, built as a DeviceMesh ("dp", "pp"). Every layer of this rank's
+    stage that has parameters is one FSDP unit (`fully_shard` over the rank's column, with
+    `reshard_after_forward`), and so is the stage; torch's ScheduleGPipe or Schedule1F1B drives
+    the stage, which turns FSDP's gradient reduction off for every micro-batch's backward and
+    reduce-scatters once after the last (PipelineStage.backward_maybe_with_nosync and
+    perform_reduce_grad). Returns the collectives counted during the step, the gradient
+    elements this rank keeps against its stage's parameter count, and the stage's gradients
+    (gathered whole after the count), named as in the unsplit model. Raises ValueError unless
+    `data_parallel` divides the world size.
+    """
+    require_positive_int("data_parallel", data_parallel, f"a divisor of {world_size}")
+    if world_size % data_parallel:
+        raise ValueError(f"data_parallel={data_parallel} does not divide the world size "
+                         f"{world_size}: use a divisor of {world_size}")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.pipelining import PipelineStage as TorchStage
+
+    pipeline_size = world_size // data_parallel
+    mesh = init_device_mesh(current_device().type, (data_parallel, pipeline_size),
+                            mesh_dim_names=("dp", "pp"))
+    replica, stage_index = mesh["dp"].get_local_rank(), mesh["pp"].get_local_rank()
+    layers = as_layers(build_model(run.model, run.seed, run.gpt, current_device()))
+    start, end = partition_layers(layers, pipeline_size,
+                                  list(run.partition) if run.partition else None)[stage_index]
+    x, y = run.local_batch(0, replica, data_parallel)
+    # torch 2.13 learns a stage's shapes by a trial forward and backward before the first step,
+    # which fails on an FSDP stage; so give it one micro-batch's input and output, computed here
+    # by the unsplit layers.
+    module = nn.Sequential(*layers[start:end])
+    with torch.no_grad():
+        inputs = nn.Sequential(*layers[:start])(split_micro_batches(x, run.micro_batches)[0])
+        outputs = module(inputs)
+    units = [layer for layer in module if any(True for _ in layer.parameters())]
+    for unit in [*units, module]:
+        fully_shard(unit, mesh=mesh["dp"], reshard_after_forward=reshard_after_forward)
+    stage = TorchStage(module, stage_index, pipeline_size, current_device(),
+                       input_args=inputs.requires_grad_(inputs.is_floating_point()),
+                       output_args=outputs.requires_grad_(), group=mesh["pp"].get_group())
+    schedule = _torch_schedule(run.schedule)(stage, run.micro_batches,
+                                             loss_fn=loss_function(run.model))
+    with CollectiveCounter() as counter:
+        _step_torch_schedule(schedule, x, y, stage_index == 0, stage_index == pipeline_size - 1)
+    return {"replica": replica, "stage": stage_index, "units": len(units),
+            "all_gathers": counter.count("allgather"),
+            "reduce_scatters": counter.count("reduce_scatter"),
+            "gradient_elements_kept": sum(p.grad.to_local().numel() for p in module.parameters()),
+            "stage_parameters": sum(p.numel() for p in module.parameters()),
+            "grads": layer_gradients(module, start, sharded=True)}
 
 
 def timed_steps(rank: int, world_size: int, run: PipeRun, warmup: int = 1) -> dict:
@@ -177,17 +340,29 @@ def timed_sweep(rank: int, world_size: int, runs: list[PipeRun], warmup: int = 1
     return [timed_steps(rank, world_size, run, warmup) for run in runs]
 
 
+def fsdp_pipeline_steps(rank: int, world_size: int, run: PipeRun, data_parallel: int,
+                        settings: tuple[bool, ...] = (False, True)) -> list[dict]:
+    """`fsdp_pipeline_step` for each `reshard_after_forward` in `settings`, in one launch."""
+    return [fsdp_pipeline_step(rank, world_size, run, data_parallel, reshard_after_forward)
+            for reshard_after_forward in settings]
+
+
 def pipeline_steps(rank: int, world_size: int, runs: list[PipeRun]) -> list[dict]:
     """`pipeline_step` for each run in turn (one launch for many checks). Collective."""
     return [pipeline_step(rank, world_size, run) for run in runs]
 
 
+def max_grad_diff(results: list[dict], reference: dict) -> float:
+    """Largest |gradient difference| from `reference` over the "grads" of all `results`."""
+    return max((grad - reference["grads"][name]).abs().max().item()
+               for stage in results for name, grad in stage["grads"].items())
+
+
 def compare_with_reference(results: list[dict], reference: dict) -> dict[str, float]:
     """Largest |gradient difference| over all stages, |loss difference|, and layer coverage."""
-    worst = max((grad - reference["grads"][name]).abs().max().item()
-                for stage in results for name, grad in stage["grads"].items())
     covered = sorted(name for stage in results for name in stage["grads"])
-    return {"max_grad_diff": worst, "loss_diff": abs(results[-1]["loss"] - reference["loss"]),
+    return {"max_grad_diff": max_grad_diff(results, reference),
+            "loss_diff": abs(results[-1]["loss"] - reference["loss"]),
             "all_layers_once": covered == sorted(reference["grads"])}
 
 
@@ -195,12 +370,13 @@ def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
                            data_parallel: int) -> dict:
     """Exercise solution: a 2-D grid of `data_parallel` pipeline replicas of world/dp stages.
 
-    Collective: call on every rank. Ranks form `torch.arange(world).view(dp, pp)` (as picotron
-    and torchtitan do: the pipeline dimension varies fastest, so a replica's stages are
-    neighbours). Each row is a process group that runs the pipeline on its share of the batch;
-    then each stage averages its gradients with the same stage of the other replicas, inside its
-    column's group (`run.comm`: lesson 76's ring by default). Returns this stage's gradients and
-    the loss on the whole batch (the mean of the replicas' losses, on the last stages).
+    Collective: call on every rank. Ranks form `torch.arange(world).view(dp, pp)`, as picotron
+    orders them: the pipeline dimension varies faster, so a replica's stages are neighbours
+    (torchtitan puts the pipeline dimension first instead). Each row is a process group that
+    runs the pipeline on its share of the batch; then each stage averages its gradients with the
+    same stage of the other replicas, inside its column's group (`run.comm`: lesson 76's ring by
+    default). Returns this stage's gradients and the loss on the whole batch (the mean of the
+    replicas' losses, on the last stages).
     """
     pipeline_size = world_size // data_parallel
     grid = torch.arange(world_size).view(data_parallel, pipeline_size)

@@ -13,7 +13,14 @@
  *
  * It fills every <div class="memory-calculator"></div> of the page; when the page has none, it
  * places itself after the notebook cell that calls widgets.memory_calculator() (the live widget
- * of the notebook), else at the end of the article. Persian pages get Persian labels and digits.
+ * of the notebook); a page with neither gets no calculator. Persian pages get Persian labels and
+ * digits.
+ *
+ * Lesson 78a's explorer is here too, beside the formulas it shares: one ZeRO-3 step, event by
+ * event, as lesson_code.memory.stage3_step models it (stage3Step below, compared with the Python
+ * by tests/book/test_memory_calculator.py), for the units of the MiniGPT that lesson 78a measures
+ * and the peaks measured there, which the page holds as JSON (lesson_code.book_build.explorer_data).
+ * It fills <div class="explorer" data-explorer="78a"> through explorer-common.js.
  */
 (() => {
   "use strict";
@@ -132,17 +139,157 @@
       const host = document.createElement("div");
       const cell = [...document.querySelectorAll("article .cell")]
         .find((c) => (c.querySelector(".cell_input") || c).textContent.includes("memory_calculator("));
-      if (cell) cell.after(host);
-      else (document.querySelector("article.bd-article") || document.body).append(host);
+      if (!cell) return;  // a page of the book without the calculator (lesson 78a's explorer)
+      cell.after(host);
       hosts = [host];
     }
     for (const host of hosts) build(host, lang);
   };
 
+  /* Lesson 78a: the bytes a ZeRO-3 rank holds through one step, event by event, as
+     lesson_code.zero3 allocates them (memory.stage3_step): each unit padded to N chunks of
+     ceil(P_u / N), the rank's chunk kept with its fp32 master and moments; forward gathers and
+     frees each unit; backward gathers it again, fills its gradient bucket, reduce-scatters it into
+     the gradient shard (allocated whole at the first reduce-scatter) and frees the unit. */
+  const STAGE3_PRECISIONS = {
+    fp32master: { params: 4, grads: 4, optimizer: 12 },   // memory.FP32_MASTER_ADAM: as measured
+    mixed: PRECISIONS.mixed,
+  };
+  const stage3Step = (units, worldSize, precision = STAGE3_PRECISIONS.fp32master) => {
+    if (!Number.isInteger(worldSize) || worldSize < 1) {
+      throw new RangeError(`world size ${worldSize}: use a whole number of ranks, such as 8`);
+    }
+    const shards = new Map(units.map(([name, numel]) => {
+      if (!Number.isInteger(numel) || numel < 1) throw new RangeError(`unit ${name} has ${numel} parameters`);
+      return [name, Math.ceil(numel / worldSize)];
+    }));
+    const owned = [...shards.values()].reduce((a, b) => a + b, 0);
+    const events = [{ unit: "", pass: "", action: "start", change: 0,
+                      held: (precision.params + precision.optimizer) * owned }];
+    const add = (unit, pass, action, change) =>
+      events.push({ unit, pass, action, change, held: events[events.length - 1].held + change });
+    for (const [name] of units) {
+      const gathered = precision.params * shards.get(name) * worldSize;
+      add(name, "forward", "gather", gathered);
+      add(name, "forward", "compute", 0);
+      add(name, "forward", "free", -gathered);
+    }
+    [...units].reverse().forEach(([name], index) => {
+      const gathered = precision.params * shards.get(name) * worldSize;
+      const bucket = precision.grads * shards.get(name) * worldSize;
+      add(name, "backward", "gather", gathered);
+      add(name, "backward", "compute", bucket);
+      add(name, "backward", "reduce-scatter", (index === 0 ? precision.grads * owned : 0) - bucket);
+      add(name, "backward", "free", -gathered);
+    });
+    return events;
+  };
+
+  const STEP_TEXT = {
+    en: { title: "One ZeRO-3 step, event by event (model)", ranks: "Ranks N", precision: "Precision",
+          fp32master: "fp32 weights, fp32 master (as measured)", mixed: "mixed (bf16 + fp32 master)",
+          event: "Event", previous: "◀ previous", next: "next ▶", held: "Held between steps",
+          now: "This event", peak: "Modelled peak", measured: "Measured peak (stored table)",
+          unmeasured: "measured for N = 1, 2 and 4, fp32 only",
+          chart: "Bytes a rank holds through the step, one bar per event",
+          axis: "events: forward, then backward", start: "start of the step",
+          gather: "gather", compute: "compute", "reduce-scatter": "reduce-scatter", free: "free",
+          forward: "forward", backward: "backward", embed: "embedding", block: "block", head: "head",
+          during: "{action} of {unit}, {pass}", change: "{change} MB, {held} MB held",
+          note: "The model leaves out activations and temporaries; the peaks were measured on {date} on " },
+    fa: { title: "یک گام ZeRO-3، رویداد به رویداد (مدل)", ranks: "تعداد رتبه‌ها \u2066N\u2069",
+          precision: "دقت", fp32master: "وزن‌های \u2066fp32\u2069، وزن‌های اصلی \u2066fp32\u2069 (همان که اندازه‌گیری شد)",
+          mixed: "ترکیبی (\u2066bf16\u2069 با وزن‌های اصلی \u2066fp32\u2069)",
+          event: "رویداد", previous: "◀ قبلی", next: "بعدی ▶", held: "نگه‌داشته میان گام‌ها",
+          now: "همین رویداد", peak: "بیشینهٔ مدل", measured: "بیشینهٔ اندازه‌گیری‌شده (جدول ذخیره‌شده)",
+          unmeasured: "فقط برای \u2066N\u2069 برابر ۱، ۲ و ۴، با \u2066fp32\u2069 اندازه‌گیری شده است",
+          chart: "بایت‌هایی که یک رتبه در طول گام نگه می‌دارد، یک ستون برای هر رویداد",
+          axis: "رویدادها: گذر رفت، سپس گذر برگشت", start: "آغاز گام",
+          gather: "گردآوری همگانی", compute: "محاسبه", "reduce-scatter": "کاهش و پخش", free: "آزادسازی",
+          forward: "گذر رفت", backward: "گذر برگشت", embed: "لایهٔ جاسازی", block: "بلوک",
+          head: "لایهٔ خروجی", during: "{action} {unit}، {pass}", change: "{change} مگابایت، {held} مگابایت نگه‌داشته",
+          note: "مدل فعال‌سازی‌ها و تنسورهای موقت را نمی‌شمارد؛ بیشینه‌ها در {date} اندازه‌گیری شدند، روی " },
+  };
+  const ACTION_COLOURS = { start: "#c7c7c7", gather: "#1f77b4", compute: "#2ca02c",
+                           "reduce-scatter": "#ff7f0e", free: "#7f7f7f" };
+
+  const unitName = (name, t, lang) => {
+    const block = name.match(/^blocks\.(\d+)$/);
+    if (block) return `${t.block} ${format(Number(block[1]), lang)}`;
+    return t[name] || name;
+  };
+  const fill = (template, values) => template.replace(/\{(\w+)\}/g, (_, key) => values[key]);
+  const describe = (event, t, lang) => (event.action === "start" ? t.start
+    : fill(t.during, { action: t[event.action], unit: unitName(event.unit, t, lang), pass: t[event.pass] }));
+
+  const drawStep = (events, current, t, lang) => {
+    const { svgElement } = globalThis.CourseExplorers;
+    const width = 720, height = 230, left = 56, bottom = 40, top = 8;
+    const most = Math.max(...events.map((e) => e.held));
+    const x = (i) => left + (i + 0.5) * (width - left - 4) / events.length;
+    const y = (bytes) => top + (height - top - bottom) * (1 - bytes / most);
+    const bar = (width - left - 4) / events.length;
+    const svg = svgElement("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": t.chart,
+                                    class: "explorer__chart explorer__chart--wide" });
+    for (const fraction of [0, 0.5, 1]) {
+      svg.append(svgElement("text", { x: left - 6, y: y(fraction * most) + 4, "text-anchor": "end",
+                                      class: "explorer__label" }, format(fraction * most / 1e6, lang, 1)));
+    }
+    events.forEach((event, i) => {
+      svg.append(svgElement("rect", { x: x(i) - bar / 2 + 0.5, y: y(event.held), width: bar - 1,
+                                      height: y(0) - y(event.held), fill: ACTION_COLOURS[event.action],
+                                      opacity: i === current ? 1 : 0.55, "data-action": event.action }));
+    });
+    svg.append(svgElement("rect", { x: x(current) - bar / 2, y: top, width: bar, height: y(0) - top,
+                                    fill: "none", stroke: "#d62728", "stroke-width": 2, class: "explorer__current" }));
+    svg.append(svgElement("text", { x: (left + width) / 2, y: height - 12, "text-anchor": "middle",
+                                    class: "explorer__label" }, t.axis));
+    svg.append(svgElement("text", { x: 12, y: top + 10, class: "explorer__label" }, "MB"));
+    return svg;
+  };
+
+  const buildStep = (host, lang) => {
+    const { element, labelled, slider, select, fact, stepButtons, measuredNote } = globalThis.CourseExplorers;
+    const t = STEP_TEXT[lang];
+    const data = JSON.parse(document.getElementById("explorer-data").textContent);
+    const ranks = slider("world_size", 1, 64, 4, lang);
+    const precision = select("precision", [["fp32master", t.fp32master], ["mixed", t.mixed]], "fp32master");
+    const event = slider("event", 0, 1, 0, lang);
+    const figure = element("div", { className: "explorer__figure", dir: "ltr" });
+    const facts = element("dl", { className: "explorer__facts" });
+    const mb = (bytes) => format(bytes / 1e6, lang, 2);
+    const update = () => {
+      const n = Number(ranks.input.value);
+      const events = stage3Step(data.units, n, STAGE3_PRECISIONS[precision.value]);
+      event.input.max = events.length - 1;
+      const i = Math.min(Number(event.input.value), events.length - 1);
+      event.shown.textContent = format(i, lang);
+      const top = events.reduce((a, b) => (b.held > a.held ? b : a));
+      const stored = data.measured_peaks[String(n)];
+      const sign = events[i].change > 0 ? "+" : events[i].change < 0 ? "−" : "";
+      figure.replaceChildren(drawStep(events, i, t, lang));
+      facts.replaceChildren(
+        ...fact(t.held, `${mb(events[0].held)} MB`, "held"),
+        ...fact(t.now, [describe(events[i], t, lang), ": ", fill(t.change, {
+          change: sign + mb(Math.abs(events[i].change)), held: mb(events[i].held) })], "event"),
+        ...fact(t.peak, [`${mb(top.held)} MB, `, describe(top, t, lang)], "peak"),
+        ...fact(t.measured, stored && precision.value === "fp32master"
+          ? `${mb(stored.peak)} MB` : t.unmeasured, "measured"));
+    };
+    for (const control of [ranks.input, precision, event.input]) control.addEventListener("input", update);
+    host.append(element("p", { className: "explorer__title" }, t.title),
+                element("div", { className: "explorer__controls" }, ranks.wrap(t.ranks),
+                        labelled(t.precision, precision), event.wrap(t.event),
+                        ...stepButtons(event, t, update)),
+                figure, facts, measuredNote(t.note, data.measured, lang));
+    update();
+  };
+
   // The formulas, for the page's other scripts and for the test that runs this file under node.
   globalThis.MemoryCalculator = { STAGES, PRECISIONS, bytesPerRank, totalBytes, trafficPerStep,
-                                  format, rows };
+                                  format, rows, STAGE3_PRECISIONS, stage3Step };
   if (typeof document === "undefined") return;
+  if (globalThis.CourseExplorers) globalThis.CourseExplorers.mount("78a", buildStep);
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", place);
   else place();
 })();

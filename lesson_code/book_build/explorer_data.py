@@ -86,7 +86,25 @@ def ddp() -> dict:
             "cluster": ddp_lab.ModelledCluster().inputs()}
 
 
-LESSONS = {"76-collectives": collectives, "77-ddp": ddp, "81-capstone": capstone}
+@lru_cache(maxsize=None)
+def zero_stages() -> dict:
+    """Lesson 78a: the units ZeRO-3 gathers in the MiniGPT whose steps lesson 78a measures, as
+    (name, parameters) in forward order (`zero_lab.stage3_units`), what the stored table of
+    `bench zero_stages` measured of ZeRO-3 for each world size (the peak, where it fell, the
+    formula beside it), and when and on what machine."""
+    from lesson_code import zero_lab  # here: the other explorers need no model built
+
+    table, note = stored.load("zero_stages")
+    rows = table[table["stage"] == "ZeRO-3"]
+    return {"units": [[name, numel] for name, numel in zero_lab.stage3_units()],
+            "measured_peaks": {str(n): {"peak": int(row["peak"]), "peak_in": row["peak_in"],
+                                        "formula": int(row["formula"])}
+                               for n, row in rows.iterrows()},
+            "measured": {"date": note["measured"], "machine": note["machine"]}}
+
+
+LESSONS = {"76-collectives": collectives, "77-ddp": ddp, "78a-zero-stages": zero_stages,
+           "81-capstone": capstone}
 
 
 def for_lesson(name: str) -> dict | None:

@@ -1,7 +1,8 @@
-"""Figures of lesson 79: Gantt charts of measured pipeline steps, and the bubble against m.
+"""Figures and tables of lesson 79: Gantt charts of pipeline steps, the bubble against m.
 
-Drawn from events measured on real ranks by `pipeline_lab.timed_steps`:
-(stage, micro-batch, "F" or "B", start, end), in seconds from the step's start.
+Drawn from events measured on real ranks by `pipeline_lab.timed_steps` (or made by
+`pipeline.ideal_timeline`): (stage, micro-batch, "F" or "B", start, end), in seconds from the
+step's start.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ LABELS = {
     "en": {"stage": "stage", "time": "time (ms)", "slots": "time (slots: a forward takes 1, a backward 2)", "F": "forward", "B": "backward",
            "micro": "micro-batches m", "bubble": "bubble (idle fraction)",
            "measured": "measured, P = {p}", "formula": "(P − 1)/(m + P − 1), P = {p}",
-           "floor": "imbalance floor, P = {p}"},
+           "floor": "imbalance floor, P = {p}", "model": "model of unequal stages, P = {p}"},
     "fa": {"stage": "مرحله", "time": "زمان (ms)", "slots": "زمان (بازه‌ها: هر گذر رفت ۱ بازه و هر گذر برگشت ۲ بازه)", "F": "گذر رفت", "B": "گذر برگشت",
            "micro": "تعداد میکرودسته‌ها m", "bubble": "حباب (کسر زمان بیکاری)",
            "measured": "اندازه‌گیری‌شده، P = {p}", "formula": "(P − 1)/(m + P − 1)، P = {p}",
-           "floor": "کف ناترازی، P = {p}"},
+           "floor": "کف ناترازی، P = {p}", "model": "مدل مرحله‌های نابرابر، P = {p}"},
 }
 # Table labels of the Persian edition (the English labels are the keys).
 TABLE_WORDS = {"fa": {
@@ -37,7 +38,17 @@ TABLE_WORDS = {"fa": {
     "value": "مقدار", "balanced": "متوازن", "5 + 3 layers": "۵ + ۳ لایه", "floor": "کف ناترازی",
     # values: the schedules as pipeline.SCHEDULES names them, and the layers of MiniGPT
     "gpipe": "GPipe", "1f1b": "1F1B", "embedding": "لایهٔ جاسازی", "block": "بلوک",
-    "head": "لایهٔ خروجی",
+    "head": "لایهٔ خروجی", "unequal_model": "مدل مرحله‌های نابرابر",
+    "reshard_after_forward": "`reshard_after_forward`", "units": "واحدهای FSDP",
+    "all_gathers": "شمار گردآوری همگانی", "reduce_scatters": "شمار کاهش و پخش",
+    "gradient_elements_kept": "عنصرهای گرادیانِ نگه‌داشته", "stage_parameters": "پارامترهای مرحله",
+    "rank_0_stages": "مرحله‌های رتبهٔ ۰", "rank_1_stages": "مرحله‌های رتبهٔ ۱",
+    "boundaries_crossed": "مرزهای پیموده در مسیر رفت",
+    "model state, Adam in mixed precision": "وضعیت مدل، Adam با دقت ترکیبی",
+    "bf16 weights ZeRO-3 gathers per pass": "وزن‌های bf16 که ZeRO-3 در هر گذر گرد می‌آورد",
+    "bf16 activations at one cut, per sequence": "فعال‌سازی‌های bf16 در یک برش، برای هر دنباله",
+    "one micro-batch of one sequence": "یک میکرودسته با یک دنباله",
+    "GPipe, m = 32": "GPipe، m = ۳۲", "1F1B, stage 0 of 8": "1F1B، مرحلهٔ ۰ از ۸",
 }}
 
 
@@ -77,11 +88,13 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
 
 
 def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en",
-                  floors: dict[int, dict[int, float]] | None = None) -> Figure:
+                  floors: dict[int, dict[int, float]] | None = None,
+                  models: dict[int, dict[int, float]] | None = None) -> Figure:
     """Measured bubble against m (points) beside (P - 1)/(m + P - 1) (lines), for each P.
 
     `measured[P][m]` is the measured idle fraction with P stages and m micro-batches;
-    `floors[P][m]`, when given, the measured imbalance floor (dotted).
+    `floors[P][m]`, when given, the measured imbalance floor (dotted); `models[P][m]`, when
+    given, the bubble `pipeline.unequal_stage_bubble` predicts from it (dashed).
     """
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.8))
     for stages, by_m in sorted(measured.items()):
@@ -90,9 +103,10 @@ def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en",
                         label=labels["formula"].format(p=number(stages, lang)))
         ax.plot(ms, [by_m[m] for m in ms], "o", color=line.get_color(),
                 label=labels["measured"].format(p=number(stages, lang)))
-        if floors and stages in floors:
-            ax.plot(ms, [floors[stages][m] for m in ms], ":", color=line.get_color(),
-                    label=labels["floor"].format(p=number(stages, lang)))
+        for lines, style, key in ((models, "--", "model"), (floors, ":", "floor")):
+            if lines and stages in lines:
+                ax.plot(ms, [lines[stages][m] for m in ms], style, color=line.get_color(),
+                        label=labels[key].format(p=number(stages, lang)))
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({m for by_m in measured.values() for m in by_m}))
     ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())

@@ -163,3 +163,36 @@ def stage3_timeline_figure(timeline: dict, model: list[dict], lang: str = "en") 
                markerfirst=lang != "fa")
     fig.tight_layout(rect=(0, 0.11, 1, 1))
     return fig
+
+
+# The tables of lesson 78a in Persian, beside lesson 78's (`TABLE_LABELS`).
+STAGES_LABELS = {
+    "unit": "واحد", "shard": "شارد (عنصر)", "gathered bytes": "بایت‌های گردآوری‌شده",
+    "max |difference| after 10 steps": "بیشینهٔ |اختلاف| پس از ۱۰ گام",
+    "ZeRO-2 vs torch.optim.Adam": "ZeRO-2 در برابر torch.optim.Adam",
+    "ZeRO-3 vs torch.optim.Adam": "ZeRO-3 در برابر torch.optim.Adam",
+    "fully_shard vs torch.optim.Adam": "`fully_shard` در برابر torch.optim.Adam",
+    "ZeRO-3 vs fully_shard": "ZeRO-3 در برابر `fully_shard`",
+    "zero2": "ZeRO-2", "zero3": "ZeRO-3", "step_ms": "گام (ms)", "comm_ms": "ارتباطات (ms)",
+    "MB_sent_per_step": "MB فرستاده در هر گام", "vs_ddp": "نسبت به DDP",
+    "GB sent per rank": "گیگابایت فرستادهٔ هر رتبه",
+    "seconds at 50 GB/s": "ثانیه با ۵۰ گیگابایت بر ثانیه",
+    "formula (MB)": "فرمول (MB)", "peak (MB)": "بیشینه (MB)", "gap (MB)": "فاصله (MB)",
+    "peak_in": "بخش بیشینه", "held": "نگه‌داشته از پیش از گام", "gathered": "گردآوری‌شده",
+    "reduce-scatter": "کاهش و پخش", "peak, this run": "بیشینه، همین اجرا",
+    "peak, stored": "بیشینه، جدول ذخیره‌شده", "model's peak": "بیشینهٔ مدل",
+    "MB on one rank": "MB روی یک رتبه", "backward's peak (MB)": "بیشینهٔ گذر برگشت (MB)",
+    "bucket MB": "اندازهٔ باکت (MB)", "held between steps (MB)": "نگه‌داشته میان گام‌ها (MB)",
+    "block and bucket, share of the peak": "سهم یک بلوک و باکتش از بیشینه",
+    "ZeRO-3 (ours)": "ZeRO-3 (کد ما)", "FSDP2 stage in a pipeline": "مرحلهٔ FSDP2 در پایپلاین",
+    "elements per step / Ψ(N-1)/N": "عنصر در هر گام / Ψ(N-1)/N",
+    "micro-batches G": "تعداد میکرودسته‌ها G",
+    "held between steps": "نگه‌داشته میان گام‌ها",
+    "held after forward, unfreed": "نگه‌داشته پس از گذر رفت، بی‌آزادسازی",
+    "ZeRO-2 formula": "فرمول ZeRO-2", "bytes on one rank": "بایت روی یک رتبه",
+}
+
+
+def stages_table(table, lang: str):
+    """A table of lesson 78a to show in edition `lang` (`localized`, with `STAGES_LABELS` too)."""
+    return localized_with(table, lang, {**TABLE_LABELS, **STAGES_LABELS})

@@ -214,9 +214,11 @@ def test_english_lesson_is_ltr_and_offline(browser, site: str) -> None:
 # --- The two editions: language, chrome, navigation, switch, calculator, search --------------
 
 def toc_pages() -> list[str]:
-    """The root page and every chapter of _toc.yml's parts (the book has no deeper sections)."""
+    """The root page and every chapter of _toc.yml's parts, each followed by its sections (the
+    optional pages after a lesson, such as 78a)."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    return [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    return [toc["root"]] + [page for part in toc["parts"] for chapter in part["chapters"]
+                            for page in [chapter["file"]] + [s["file"] for s in chapter.get("sections", [])]]
 
 
 EDITION_PAGES = ["fa/intro", "en/intro", "notebooks/fa/78-zero", "notebooks/en/78-zero",
@@ -584,8 +586,29 @@ def check_explorer_77(explorer, edition: str) -> None:
     assert "ms" not in explorer.locator("dd[data-value=measured]").inner_text()
 
 
+def check_explorer_78a(explorer, edition: str) -> None:
+    """Lesson 78a: one ZeRO-3 step on 8 ranks, event by event, is memory.stage3_step's; the peak
+    measured on 4 ranks is the stored table's."""
+    from lesson_code import memory, zero_lab
+    from lesson_code.book_build import explorer_data
+
+    events = memory.stage3_step(zero_lab.stage3_units(), 8)
+    explorer.locator("input[name=world_size]").fill("8")
+    assert explorer.locator("dd[data-value=held]").inner_text() == \
+        f"{shown(events[0]['held'] / 1e6, edition, 2)} MB"
+    assert explorer.locator("svg rect[data-action]").count() == len(events)
+    peak = max(event["held"] for event in events)
+    assert explorer.locator("dd[data-value=peak]").inner_text().startswith(f"{shown(peak / 1e6, edition, 2)} MB")
+    for _ in range(4):  # the start, then the embedding's gather, compute, free; then block 0's gather
+        explorer.locator("button", has_text="▶").click()
+    assert f"{shown(events[4]['held'] / 1e6, edition, 2)} " in explorer.locator("dd[data-value=event]").inner_text()
+    explorer.locator("input[name=world_size]").fill("4")
+    stored = explorer_data.zero_stages()["measured_peaks"]["4"]["peak"]
+    assert explorer.locator("dd[data-value=measured]").inner_text() == f"{shown(stored / 1e6, edition, 2)} MB"
+
+
 EXPLORER_CHECKS = {"76-collectives": check_explorer_76, "77-ddp": check_explorer_77,
-                   "79-pipeline": check_explorer_79,
+                   "78a-zero-stages": check_explorer_78a, "79-pipeline": check_explorer_79,
                    "80-checkpoint": check_explorer_80, "81-capstone": check_explorer_81}
 
 
@@ -596,12 +619,13 @@ def test_each_explorer_computes_what_the_package_does(browser, site, lesson, edi
     size = {"width": PHONE_WIDTHS[0], "height": PHONE_HEIGHT} if phone else {"width": 1280, "height": 900}
     v = open_at(browser, f"{site}/notebooks/{edition}/{lesson}.html", size)
     try:
-        explorer = v.page.locator(f"div.explorer[data-explorer='{lesson[:2]}']")
+        name = lesson.split("-")[0]  # "78a-zero-stages": 78a
+        explorer = v.page.locator(f"div.explorer[data-explorer='{name}']")
         assert explorer.count() == 1 and explorer.get_attribute("lang") == edition
         EXPLORER_CHECKS[lesson](explorer, edition)
         explorer.scroll_into_view_if_needed()
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        explorer.screenshot(path=str(SCREENSHOTS / f"explorer-{lesson[:2]}-{edition}-"
+        explorer.screenshot(path=str(SCREENSHOTS / f"explorer-{name}-{edition}-"
                                                    f"{'phone' if phone else 'desktop'}.png"))
         assert v.page.evaluate("document.documentElement.scrollWidth") <= v.page.viewport_size["width"]
         if not phone:  # the theme's dark mode: the explorer's words take the page's text colour
@@ -610,10 +634,10 @@ def test_each_explorer_computes_what_the_package_does(browser, site, lesson, edi
             colours = v.page.evaluate("""(host) => [getComputedStyle(document.querySelector(host + ' .explorer__title')).color,
                 getComputedStyle(document.querySelector('article.bd-article p')).color,
                 [...document.querySelectorAll(host + ' .explorer__label')].map(t => getComputedStyle(t).fill)]""",
-                f"div.explorer[data-explorer='{lesson[:2]}']")
+                f"div.explorer[data-explorer='{name}']")
             title, text, labels = colours
             assert title == text and all(fill == text for fill in labels), colours
-            explorer.screenshot(path=str(SCREENSHOTS / f"explorer-{lesson[:2]}-{edition}-dark.png"))
+            explorer.screenshot(path=str(SCREENSHOTS / f"explorer-{name}-{edition}-dark.png"))
         assert not v.blocked and not v.console, (v.blocked, v.console)
     finally:
         v.page.context.close()

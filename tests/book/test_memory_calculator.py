@@ -53,3 +53,36 @@ def test_the_traffic_column_is_memory_traffic_per_step():
     for (stage, p, n, name), js in zip(GRID, got, strict=True):
         python = memory.traffic_per_step(stage, p, n, dtype_bytes=PRECISIONS[name].grads)
         assert js == pytest.approx(python, rel=1e-15, abs=0), (stage, p, n, name)
+
+
+# Lesson 78a's step explorer, in the same file: one ZeRO-3 step as memory.stage3_step models it.
+STEP_UNITS = [[["embed", 9216], ["blocks.0", 198272], ["blocks.1", 198272], ["head", 8448]],
+              [["layers.0", 2112], ["layers.2", 4160], ["layers.4", 650]], [["one", 1]]]
+STEP_GRID = [(units, n, name) for units in STEP_UNITS for n in (1, 2, 3, 4, 7, 64)
+             for name in ("fp32master", "mixed")]
+STEP_PRECISIONS = {"fp32master": memory.FP32_MASTER_ADAM, "mixed": memory.MIXED_ADAM}
+
+
+def test_the_step_explorer_models_what_lesson_code_memory_models():
+    got = run_javascript("""(grid) => grid.map(([units, n, precision]) =>
+        globalThis.MemoryCalculator.stage3Step(units, n,
+            globalThis.MemoryCalculator.STAGE3_PRECISIONS[precision]))""", STEP_GRID)
+    for (units, n, name), js in zip(STEP_GRID, got, strict=True):
+        python = memory.stage3_step([tuple(unit) for unit in units], n, STEP_PRECISIONS[name])
+        assert js == python, (units, n, name)  # whole bytes: equal, not close
+
+
+def test_the_step_explorer_reads_the_measured_units_and_peaks():
+    from lesson_code import zero_lab
+    from lesson_code.bench import stored
+    from lesson_code.book_build import explorer_data
+
+    data = explorer_data.for_lesson("78a-zero-stages")
+    assert data["units"] == [list(unit) for unit in zero_lab.stage3_units()]
+    table, note = stored.load("zero_stages")
+    zero3 = table[table["stage"] == "ZeRO-3"]
+    assert {int(n): row["peak"] for n, row in data["measured_peaks"].items()} == zero3["peak"].to_dict()
+    assert data["measured"]["date"] == note["measured"]
+    message = run_javascript("""() => { try { globalThis.MemoryCalculator.stage3Step([["a", 1]], 0);
+        return "accepted"; } catch (e) { return e.message; } }""", None)
+    assert "world size 0" in message and "such as 8" in message

@@ -11,9 +11,9 @@ import torch
 
 from lesson_code import launch, pipeline_lab
 from lesson_code.models import MLP, as_layers, build_model
-from lesson_code.pipeline import (HEADER_LENGTH, PipelineStage, bubble_fraction,
+from lesson_code.pipeline import (HEADER_LENGTH, PipelineStage, bubble_fraction, ideal_timeline,
                                   imbalance_floor, partition_layers, schedule_order, split_micro_batches,
-                                  theoretical_bubble)
+                                  theoretical_bubble, unequal_stage_bubble)
 from lesson_code.pipeline_lab import PipeRun, reference_step
 from lesson_code.harness.reference import in_one_rank
 
@@ -252,3 +252,68 @@ def test_the_bfloat16_tolerance_catches_misaligned_targets():
     for loss, batch_size in zip(wrong, (16, 8)):
         expected = in_one_rank(unsplit_loss, "bfloat16", batch_size)
         assert abs(loss - expected) > loss_tolerance("bfloat16", expected), (batch_size, loss)
+
+
+def test_the_unequal_stage_model_is_gpipes_bubble_and_bounds_1f1bs():
+    for times in ([1.0, 2.0, 2.0, 1.0], [3.0, 1.0], [1.0, 1.2, 3.0, 1.0]):
+        p = len(times)
+        floor = 1 - sum(times) / (p * max(times))
+        for m in (1, 2, 4, 16):
+            model = unequal_stage_bubble(p, m, floor)
+            gpipe = ideal_timeline("gpipe", p, m, times, [2 * t for t in times])
+            one_f_one_b = ideal_timeline("1f1b", p, m, times, [2 * t for t in times])
+            assert bubble_fraction(gpipe, p) == pytest.approx(model, abs=1e-12)
+            assert bubble_fraction(one_f_one_b, p) <= model + 1e-12
+            assert imbalance_floor(gpipe, p) == pytest.approx(floor)
+    assert unequal_stage_bubble(4, 8, 0.0) == pytest.approx(theoretical_bubble(4, 8))
+    assert unequal_stage_bubble(4, 10 ** 6, 0.2) == pytest.approx(0.2, abs=1e-5)  # m -> floor
+    # 1F1B does better when the slow stage comes first: the model is an upper bound, not exact.
+    slow_first = ideal_timeline("1f1b", 2, 4, [3.0, 1.0], [6.0, 2.0])
+    assert bubble_fraction(slow_first, 2) < unequal_stage_bubble(2, 4, 1 - 4 / 6) - 0.04
+    with pytest.raises(ValueError, match="one per stage"):
+        ideal_timeline("gpipe", 3, 2, [1.0, 2.0])
+
+
+def test_torch_schedules_with_two_stages_per_rank_match_the_unsplit_model():
+    run = PipeRun(micro_batches=4)
+    per_rank = launch.spawn(pipeline_lab.torch_virtual_stages_steps, run, world_size=2)
+    reference = in_one_rank(reference_step, run)
+    placements = {"ScheduleInterleaved1F1B": [[0, 2], [1, 3]],
+                  "ScheduleInterleavedZeroBubble": [[0, 2], [1, 3]],
+                  "ScheduleZBVZeroBubble": [[0, 3], [1, 2]]}
+    for index, name in enumerate(pipeline_lab.VIRTUAL_SCHEDULES):
+        results = [rank_results[index] for rank_results in per_rank]
+        assert [r["stages"] for r in results] == placements[name]
+        grads = {key: grad for r in results for key, grad in r["grads"].items()}
+        assert sorted(grads) == sorted(reference["grads"])
+        for key, grad in grads.items():
+            torch.testing.assert_close(grad, reference["grads"][key], rtol=0, atol=1e-6)
+        for r in results:  # every stage of the rank forwards every micro-batch once
+            forwards = sorted((s, i) for s, kind, i in r["order"] if kind == "F")
+            assert forwards == sorted((s, i) for s in r["stages"] for i in range(4))
+            backward_kinds = {kind for _, kind, _ in r["order"] if kind != "F"}
+            assert backward_kinds == ({"B"} if name == "ScheduleInterleaved1F1B" else {"I", "W"})
+    with pytest.raises(ValueError, match="exactly 2 stages"):
+        pipeline_lab.virtual_stage_indices("ScheduleZBVZeroBubble", 0, 2, 3)
+
+
+def test_fsdp_stages_reduce_scatter_once_per_step():
+    run = PipeRun(micro_batches=4)
+    per_rank = launch.spawn(pipeline_lab.fsdp_pipeline_steps, run, 2, (False, True), world_size=4)
+    reference = in_one_rank(reference_step, run)
+    for index, reshard_after_forward in enumerate((False, True)):
+        results = [rank_results[index] for rank_results in per_rank]
+        assert [(r["replica"], r["stage"]) for r in results] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        for r in results:
+            for key, grad in r["grads"].items():
+                torch.testing.assert_close(grad, reference["grads"][key], rtol=0, atol=1e-6)
+            # one reduce-scatter per FSDP unit after the last micro-batch, not one per micro-batch
+            assert r["reduce_scatters"] == r["units"]
+            # gathered once and kept, or gathered again for every forward and the first backward
+            gathers = r["units"] * (run.micro_batches + 1 if reshard_after_forward else 1)
+            assert r["all_gathers"] == gathers
+        for stage in (0, 1):  # each replica keeps its shard of the stage's gradients
+            column = [r for r in results if r["stage"] == stage]
+            assert sum(r["gradient_elements_kept"] for r in column) == column[0]["stage_parameters"]
+    with pytest.raises(launch.RankFailedError, match="does not divide the world size 4"):
+        launch.spawn(pipeline_lab.fsdp_pipeline_step, run, 3, False, world_size=4)
