@@ -22,13 +22,14 @@ from pathlib import Path
 
 from lesson_code import launch
 from lesson_code.capstone.config import CapstoneConfig
-from lesson_code.capstone.report import (LANGUAGES, loss_table, manifest_summary, memory_table,
-                                         number, reason_text, write_metrics, write_summary)
+from lesson_code.capstone.report import (loss_table, manifest_summary, memory_table, reason_text,
+                                         write_metrics, write_summary)
 from lesson_code.capstone.resume import check_folder, start_or_continue, world_size_name
 from lesson_code.capstone.train import all_events, all_records, compare_resumed
 from lesson_code.checkpoint.tools import list_checkpoints
 from lesson_code.harness.cli_args import (check_divides, check_in_range, non_negative_int,
                                           positive_int, seed_int, world_size_in_use)
+from lesson_code.language import LANGUAGES, fill, listed, number
 
 
 # What the command prints around the report's tables, in each language of `--lang`.
@@ -98,7 +99,7 @@ WORDS = {
         "check_2": "وارسی ۲ ادامهٔ آموزش: از گام {step} ادامه یافت و تا گام {steps} آموزش دید؛ "
                    "روی هر رتبه بیت‌به‌بیت برابر با اجرای بی‌وقفه:",
         "check_1_continued": "وارسی ۱ ادامهٔ آموزش: چکپوینت گام {step} که این اجرا از آن ادامه "
-                             "یافت، تانسور به تانسور همان است که اجرایی بی‌وقفه از گام ۰ پس از گام "
+                             "یافت، تنسور به تنسور همان است که اجرایی بی‌وقفه از گام ۰ پس از گام "
                              "{step} ذخیره کرد، و هر چکپوینت هر دو اجرا بایت‌به‌بایت بازمی‌گردد، "
                              "روی هر {n} رتبه: {same}",
         "check_2_continued": "وارسی ۲ ادامهٔ آموزش: از گام {step} تا گام {steps} ادامه یافت؛ روی هر "
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     results = resumed if continued else straight  # the run of record; the other checks it
     first = results[0]
     print(said["title"].format(numel=n(first["numel"]), n=n(len(results)),
-                               steps=", ".join(n(step) for step in sorted(config.save_steps()))))
+                               steps=listed(map(n, sorted(config.save_steps())), lang)))
     print(start_line(started, out / "checkpoints", fresh, config.steps, lang))
     records, events = all_records(first), all_events(first)
     print(loss_table(records, lang))
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if continued:
         reloaded = reloaded and outcome[0]["same_start"]
     compared = compare_resumed(straight, resumed)
-    print(said["norms"].format(same=same_norms))
+    print(fill(said["norms"], lang, same=same_norms))  # in Persian, True is درست
     print(said["metrics"].format(metrics=metrics, plot=out / "loss.png"))
     print()  # the resume report, the last paragraph: `stdout.rsplit("\n\n", 1)[-1]` finds it
     from_step = started["from_step"] if continued else resumed_from(resumed[0])
@@ -311,7 +312,8 @@ def start_line(started: dict, root: Path, fresh: bool, steps: int, lang: str = "
 def resume_report(config: CapstoneConfig, world_size: int, reloaded: bool,
                   resumed: dict[str, bool], lang: str = "en", from_step: int | None = None,
                   continued: bool = False, saved: list[int] | None = None) -> str:
-    """What the resume checks compared, one line each, with its verdict (True or False).
+    """What the resume checks compared, one line each, with its verdict (True or False; in
+    Persian درست or نادرست).
 
     `from_step` is where the checked run resumed (default `config.checkpoint_step`); `continued`
     says whether it is this run, continued after a stop, or a replay of a fresh run; `saved`
@@ -320,14 +322,15 @@ def resume_report(config: CapstoneConfig, world_size: int, reloaded: bool,
     said, n = WORDS[lang], lambda value: number(value, lang)
     step = config.checkpoint_step if from_step is None else from_step
     if continued:
-        lines = [said["check_1_continued"].format(step=n(step), n=n(world_size), same=reloaded),
+        lines = [fill(said["check_1_continued"], lang, step=n(step), n=n(world_size), same=reloaded),
                  said["check_2_continued"].format(step=n(step), steps=n(config.steps))]
     else:
-        steps = ", ".join(f"step-{n(s)}" if lang == "en" else f"گام {n(s)}"
-                          for s in (saved or [config.checkpoint_step]))
-        lines = [said["check_1"].format(steps=steps, n=n(world_size), same=reloaded),
+        steps = listed((f"step-{n(s)}" if lang == "en" else f"گام {n(s)}"
+                        for s in (saved or [config.checkpoint_step])), lang)
+        lines = [fill(said["check_1"], lang, steps=steps, n=n(world_size), same=reloaded),
                  said["check_2"].format(step=n(step), steps=n(config.steps))]
-    lines += [f"  {said['items'].get(name, name)}: {same}" for name, same in resumed.items()]
+    lines += [fill("  {name}: {same}", lang, name=said["items"].get(name, name), same=same)
+              for name, same in resumed.items()]
     return "\n".join(lines)
 
 

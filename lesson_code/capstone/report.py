@@ -1,7 +1,8 @@
 """What the capstone (lesson 81) prints and writes: loss table, memory profile, manifest, metrics.
 
 Plain text for a terminal (the notebook shows the same data as tables and figures), in English or
-Persian (`lang="fa"`, for `python -m lesson_code.capstone --lang fa`): the words change, the
+Persian (`lang="fa"`, for `python -m lesson_code.capstone --lang fa`): the words change, and a
+number inside a sentence is written by the course's rule (`language.number`: Persian digits); the
 numbers of the tables and the names of files and tensors do not. Rank 0's records are the run's:
 every rank holds the same global loss and the same parameters. `python -m lesson_code.capstone`
 prints all of it.
@@ -16,9 +17,7 @@ import re
 from pathlib import Path
 
 from lesson_code.checkpoint import read_manifest
-
-LANGUAGES = ("en", "fa")
-PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
+from lesson_code.language import LANGUAGES, check_language, number
 
 WORDS = {
     "en": {
@@ -29,7 +28,7 @@ WORDS = {
         "plus_padding": " + padding",
         "manifest": "checkpoint {folder}: step {step}, world size {world_size}, format {format}, "
                     "manifest sha256 verified",
-        "file": "  {name:26s} {size:7d} B  sha256 {digest}…{where}",
+        "file": "  {name:26s} {size:>7} B  sha256 {digest}…{where}",
         "elements": " elements {first}..{last}",
         "replicated": " (replicated)",
         "not_finite": "loss is {loss}: not finite",
@@ -43,7 +42,7 @@ WORDS = {
         "plus_padding": " + پدینگ",
         "manifest": "چکپوینت گام {step} با {world_size} رتبه، قالب {format}؛ چکیدهٔ مانیفست وارسی شد: "
                     "{folder}",
-        "file": "  {name:26s} {size:7d} بایت  sha256 {digest}…{where}",
+        "file": "  {name:26s} {size:>7} بایت  sha256 {digest}…{where}",
         "elements": "  عنصرهای {first} تا {last}",
         "replicated": "  (تکرارشده)",
         "not_finite": "زیان {loss} است و متناهی نیست",
@@ -52,21 +51,9 @@ WORDS = {
 }
 
 
-def check_language(lang: str) -> str:
-    """`lang` if the report speaks it; ValueError naming the choices otherwise."""
-    if lang not in LANGUAGES:
-        raise ValueError(f"unknown language {lang!r}: use one of {', '.join(LANGUAGES)}")
-    return lang
-
-
 def words(lang: str) -> dict[str, str]:
     """The report's phrases in `lang` ("en" or "fa")."""
     return WORDS[check_language(lang)]
-
-
-def number(value, lang: str) -> str:
-    """`value` in `lang`'s digits, for numbers inside a sentence (tables keep Latin digits)."""
-    return str(value).translate(PERSIAN_DIGITS) if check_language(lang) == "fa" else str(value)
 
 
 def reason_text(reason: str, lang: str = "en") -> str:
@@ -115,9 +102,10 @@ def manifest_summary(folder: Path | str, lang: str = "en") -> str:
                                      format=number(manifest["format_version"], lang))]
     for entry in manifest["files"]:
         layout = entry["layout"]
-        where = (said["elements"].format(first=layout["start"], last=layout["start"] + layout["length"] - 1)
+        where = (said["elements"].format(first=number(layout["start"], lang),
+                                         last=number(layout["start"] + layout["length"] - 1, lang))
                  if "start" in layout else said["replicated"])
-        lines.append(said["file"].format(name=entry["name"], size=entry["bytes"],
+        lines.append(said["file"].format(name=entry["name"], size=number(entry["bytes"], lang),
                                          digest=entry["sha256"][:16], where=where))
     return "\n".join(lines)
 
@@ -178,13 +166,13 @@ def read_metrics(path: Path | str) -> list[dict]:
     """
     lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
     rows = []
-    for number, line in enumerate(lines, start=1):
+    for line_number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as error:
-            if number == len(lines) and not line.endswith("\n"):
+            if line_number == len(lines) and not line.endswith("\n"):
                 break  # cut short by a kill: the step it logged is not in the file
-            raise ValueError(f"{path}, line {number}: not a JSON object ({error})") from None
+            raise ValueError(f"{path}, line {line_number}: not a JSON object ({error})") from None
     return rows

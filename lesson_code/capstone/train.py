@@ -77,10 +77,13 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     `config.skip_after_rollback` the first rollback skips the batches from the checkpoint to
     that step instead of replaying them. Every checkpoint saved is reloaded at once into fresh
     objects and compared with what was saved ("resume_verified", by step). Rank 0 appends each
-    step and event to out_dir/metrics.jsonl as it happens. `config.kill_at_step` kills this
-    process (SIGKILL) if this is `config.victim()`.
+    step and event to out_dir/metrics.jsonl as it happens. "traffic" is this rank's
+    communication ledger by collective (`CommLedger.totals()`: the broadcast, then every step's
+    reduce-scatter, all-gather and gradient-norm all-reduce; empty with `comm="builtin"`, which
+    counts nothing). `config.kill_at_step` kills this process (SIGKILL) if this is
+    `config.victim()`.
     """
-    model, _, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
+    model, comm, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
     checkpointer = Checkpointer(Path(config.out_dir) / "checkpoints", model, optimizer,
                                 save_after=config.save_steps(), keep_last=config.keep_last,
                                 verify=lambda folder, snapshot: verify_resume(
@@ -141,7 +144,8 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             "numel": optimizer.numel, "params": flat_parameters(model),
             "final_state": {**state_copy(model, optimizer), "optimizer_step": optimizer.step_count},
             "checkpoints": {s: str(f) for s, f in checkpointer.folders.items()},
-            "resume_verified": dict(checkpointer.verified)}
+            "resume_verified": dict(checkpointer.verified),
+            "traffic": comm.ledger.totals()}  # bytes this rank sent and received, per collective
 
 
 def run_state(config: CapstoneConfig, world_size: int, guard: DivergenceGuard, spiked: bool,

@@ -37,7 +37,8 @@ TABLE_WORDS = {"fa": {
     "(a) loss falls at every step": "(الف) زیان در هر گام کم می‌شود",
     "(b) same parameter norm on every rank, every step": "(ب) نرم پارامترها در همهٔ رتبه‌ها و همهٔ گام‌ها یکسان است",
     "(c) optimizer bytes = 12P/N on every rank": "(ج) بایت‌های بهینه‌ساز در هر رتبه = 12P/N",
-    "(d) step-10 checkpoint restores byte for byte": "(د) چکپوینت گام ۱۰ بایت‌به‌بایت بازمی‌گردد",
+    "(d) checkpoints of steps 10 and 20 restore byte for byte":
+        "(د) چکپوینت‌های گام‌های ۱۰ و ۲۰ بایت‌به‌بایت بازمی‌گردند",
     "command": "فرمان", "median_s": "میانهٔ ثانیه‌ها", "runs_s": "ثانیه‌های هر اجرا",
     "loss_rows": "سطرهای زیان", "same_losses": "زیان‌های یکسان", "value": "مقدار",
     "2 ranks, half the heads each": "۲ رتبه، هر کدام نیمی از سرها",
@@ -52,6 +53,9 @@ TABLE_WORDS = {"fa": {
     "killed run (s)": "اجرای کشته‌شده (ثانیه)", "run again (s)": "اجرای دوباره (ثانیه)",
     "uninterrupted run (s)": "اجرای بی‌وقفه (ثانیه)", "same losses": "زیان‌های یکسان",
     "same last checkpoint": "آخرین چکپوینت یکسان",
+    "collective": "عملیات جمعی", "calls": "فراخوانی‌ها", "bytes_sent": "بایت‌های فرستاده",
+    "bytes_received": "بایت‌های دریافتی", "broadcast": "بازپخش", "reduce_scatter": "کاهش و پخش",
+    "all_reduce": "کاهش همگانی", "all_gather": "گردآوری همگانی",
 }}
 
 

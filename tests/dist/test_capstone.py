@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from lesson_code import launch, memory
+from lesson_code.collectives import cost_model
 from lesson_code.capstone import cli as capstone_cli
 from lesson_code.capstone.crash import crash_and_continue, same_tensors
 from lesson_code.capstone.report import read_metrics
@@ -71,6 +72,20 @@ def test_c_optimizer_bytes_per_rank_are_12_p_over_n(clean_run):
     # Lesson 81's explorer draws memory.capstone_bytes: what the tensors' storage holds.
     assert all(r["memory"] == memory.capstone_bytes(numel, len(results)) for r in results)
     assert numel == gpt_parameters(GPTConfig())
+
+
+def test_zero_1_sends_per_step_what_an_all_reduce_of_the_gradients_sends(clean_run):
+    # Lesson 81's traffic table: the ledger of each rank's ring communicator, over 20 steps.
+    config, results = clean_run
+    numel, world_size = results[0]["numel"], len(results)
+    masks = config.gpt.n_layer * config.gpt.context ** 2  # the causal masks, broadcast as buffers
+    for result in results:
+        traffic = result["traffic"]
+        per_step = (traffic["reduce_scatter"]["bytes_sent"] + traffic["all_gather"]["bytes_sent"]) / 20
+        assert per_step == cost_model.bytes_per_rank("all_reduce", 4 * numel, world_size) == 180480
+        assert traffic["broadcast"]["calls"] == 2 and traffic["reduce_scatter"]["calls"] == 20
+    received = [r["traffic"]["broadcast"]["bytes_received"] for r in results]
+    assert received == [0, 4 * numel + masks, 4 * numel + masks, 4 * numel + masks]
 
 
 def test_d_the_step_10_checkpoint_restores_byte_for_byte(clean_run):

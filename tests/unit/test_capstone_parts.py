@@ -2,6 +2,8 @@
 
 import dataclasses
 import math
+import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,11 @@ from lesson_code.capstone.guard import DivergenceGuard
 from lesson_code.capstone.cli import (parse_arguments, restarts_share_a_store, resume_report,
                                       start_line)
 from lesson_code.capstone.crash import CrashAndResume
-from lesson_code.capstone.report import (MetricsLog, loss_table, read_metrics, reason_text,
-                                         write_metrics)
+from lesson_code.capstone.report import (MetricsLog, loss_table, manifest_summary, read_metrics,
+                                         reason_text, write_metrics)
+from lesson_code.checkpoint import files
+from lesson_code.checkpoint.files import write_file, write_manifest
+from lesson_code.language import persian_digits
 from lesson_code.capstone.resume import check_checkpoint
 from lesson_code.capstone.train import restore_run_state
 from lesson_code.plots.capstone import TABLE_WORDS
@@ -31,6 +36,18 @@ def test_corpus_is_deterministic_and_mostly_follows_its_chain():
     assert 0.85 < top < 0.95  # 90% of transitions follow the chain
     with pytest.raises(ValueError):
         make_corpus(0, 1)
+
+
+def test_the_chain_entropy_is_about_0_73_nats_as_make_corpus_says():
+    # Lesson 81 quotes it: the loss a model that learnt the table would reach.
+    tokens = make_corpus(0, 200_000).tolist()
+    pairs = Counter(zip(tokens[:-1], tokens[1:]))
+    before = Counter(tokens[:-1])
+    entropy = -sum(n / (len(tokens) - 1) * math.log(n / before[a]) for (a, _), n in pairs.items())
+    likely, other = 0.9 + 0.1 / 64, 0.1 / 64
+    exact = -(likely * math.log(likely) + 63 * other * math.log(other))
+    assert round(exact, 2) == 0.73 and abs(entropy - exact) < 0.02
+    assert "about 0.73 nats" in " ".join(make_corpus.__doc__.split())
 
 
 def test_batches_split_the_global_batch_by_rank_and_advance_with_the_step():
@@ -170,12 +187,39 @@ def test_the_report_speaks_persian_with_the_same_numbers():
     assert reason_text(guard.check(math.nan), "fa") == "زیان nan است و متناهی نیست"
     assert reason_text("another reason", "fa") == "another reason"  # never a wrong translation
     resumed = {"steps and losses": True, "params": True, "rng_state": False}
-    report = resume_report(CapstoneConfig(), 4, True, resumed, "fa")
-    assert "گام‌ها و زیان‌ها: True" in report and "وضعیت مولد اعداد تصادفی: False" in report
-    assert report.count(": True") == 3 and "resume check" not in report
-    assert resume_report(CapstoneConfig(), 4, True, resumed).startswith("resume check 1: step-10 ")
+    report = resume_report(CapstoneConfig(), 4, True, resumed, "fa", saved=[10, 20])
+    assert "گام‌ها و زیان‌ها: درست" in report and "وضعیت مولد اعداد تصادفی: نادرست" in report
+    assert report.count(": درست") == 3 and "True" not in report and "resume check" not in report
+    assert "چکپوینت‌های گام ۱۰، گام ۲۰،" in report  # a Persian list, with its comma
+    english = resume_report(CapstoneConfig(), 4, True, resumed, saved=[10, 20])
+    assert english.startswith("resume check 1: step-10, step-20 checkpoint(s) reloaded")
+    assert english.count(": True") == 3 and "  rng_state: False" in english
     assert "چکپوینت گام ۸ که این اجرا از آن ادامه یافت" in resume_report(
         CapstoneConfig(), 4, True, resumed, "fa", from_step=8, continued=True)
+
+
+def test_the_manifest_summary_writes_persian_numbers_and_english_as_before(tmp_path):
+    folder = tmp_path / "step-00000010"
+    folder.mkdir()
+    shard = write_file(folder, "shard-00001-of-00004.pt", {"master": torch.zeros(7520)})
+    shard["layout"] = {"numel": 30080, "start": 7520, "length": 7520, "padding": 0}
+    weights = write_file(folder, "replicated.pt", {"w": torch.zeros(3)})
+    weights["layout"] = {}
+    write_manifest(folder, {"format_version": files.FORMAT_VERSION, "step": 10, "world_size": 4,
+                            "files": [shard, weights]})
+    english = manifest_summary(folder).splitlines()
+    assert english[0] == (f"checkpoint {folder}: step 10, world size 4, format "
+                          f"{files.FORMAT_VERSION}, manifest sha256 verified")
+    assert english[1] == (f"  shard-00001-of-00004.pt    {shard['bytes']:7d} B  sha256 "
+                          f"{shard['sha256'][:16]}… elements 7520..15039")
+    assert english[2].endswith("… (replicated)")
+    persian = manifest_summary(folder, "fa").splitlines()
+    assert persian[0].startswith("چکپوینت گام ۱۰ با ۴ رتبه")
+    assert "عنصرهای ۷۵۲۰ تا ۱۵۰۳۹" in persian[1]
+    assert persian_digits(str(shard["bytes"])) + " بایت" in persian[1]
+    numbers_outside_names = re.sub(r"shard-\d+-of-\d+\.pt|sha256 [0-9a-f]+…|" + re.escape(str(folder)),
+                                   "", "\n".join(persian))
+    assert not re.search(r"[0-9]", numbers_outside_names), numbers_outside_names
 
 
 def test_the_command_reads_its_language_and_fresh(tmp_path):
