@@ -187,7 +187,7 @@
 
   const STEP_TEXT = {
     en: { title: "One ZeRO-3 step, event by event (model)", ranks: "Ranks N", precision: "Precision",
-          fp32master: "fp32 weights, fp32 master (as measured)", mixed: "mixed (bf16 + fp32 master)",
+          fp32master: "fp32, as measured", mixed: "mixed (bf16 + fp32 master)",
           event: "Event", previous: "◀ previous", next: "next ▶", held: "Held between steps",
           now: "This event", peak: "Modelled peak", measured: "Measured peak (stored table)",
           unmeasured: "measured for N = 1, 2 and 4, fp32 only",
@@ -198,7 +198,7 @@
           during: "{action} of {unit}, {pass}", change: "{change} MB, {held} MB held",
           note: "The model leaves out activations and temporaries; the peaks were measured on {date} on " },
     fa: { title: "یک گام ZeRO-3، رویداد به رویداد (مدل)", ranks: "تعداد رتبه‌ها \u2066N\u2069",
-          precision: "دقت", fp32master: "وزن‌های \u2066fp32\u2069، وزن‌های اصلی \u2066fp32\u2069 (همان که اندازه‌گیری شد)",
+          precision: "دقت", fp32master: "\u2066fp32\u2069، همان که اندازه‌گیری شد",
           mixed: "ترکیبی (\u2066bf16\u2069 با وزن‌های اصلی \u2066fp32\u2069)",
           event: "رویداد", previous: "◀ قبلی", next: "بعدی ▶", held: "نگه‌داشته میان گام‌ها",
           now: "همین رویداد", peak: "بیشینهٔ مدل", measured: "بیشینهٔ اندازه‌گیری‌شده (جدول ذخیره‌شده)",
@@ -224,7 +224,7 @@
 
   const drawStep = (events, current, t, lang) => {
     const { svgElement } = globalThis.CourseExplorers;
-    const width = 720, height = 230, left = 56, bottom = 40, top = 8;
+    const width = 720, height = 240, left = 56, bottom = 40, top = 22;
     const most = Math.max(...events.map((e) => e.held));
     const x = (i) => left + (i + 0.5) * (width - left - 4) / events.length;
     const y = (bytes) => top + (height - top - bottom) * (1 - bytes / most);
@@ -244,7 +244,7 @@
                                     fill: "none", stroke: "#d62728", "stroke-width": 2, class: "explorer__current" }));
     svg.append(svgElement("text", { x: (left + width) / 2, y: height - 12, "text-anchor": "middle",
                                     class: "explorer__label" }, t.axis));
-    svg.append(svgElement("text", { x: 12, y: top + 10, class: "explorer__label" }, "MB"));
+    svg.append(svgElement("text", { x: left - 6, y: 12, "text-anchor": "end", class: "explorer__label" }, "MB"));
     return svg;
   };
 
@@ -258,6 +258,9 @@
     const figure = element("div", { className: "explorer__figure", dir: "ltr" });
     const facts = element("dl", { className: "explorer__facts" });
     const mb = (bytes) => format(bytes / 1e6, lang, 2);
+    const legend = element("p", { className: "explorer__legend" }, ...Object.entries(ACTION_COLOURS).flatMap(
+      ([action, colour]) => [element("span", { className: "explorer__swatch", style: `background: ${colour}` }),
+                             ` ${action === "start" ? t.start : t[action]}  `]));
     const update = () => {
       const n = Number(ranks.input.value);
       const events = stage3Step(data.units, n, STAGE3_PRECISIONS[precision.value]);
@@ -272,7 +275,7 @@
         ...fact(t.held, `${mb(events[0].held)} MB`, "held"),
         ...fact(t.now, [describe(events[i], t, lang), ": ", fill(t.change, {
           change: sign + mb(Math.abs(events[i].change)), held: mb(events[i].held) })], "event"),
-        ...fact(t.peak, [`${mb(top.held)} MB, `, describe(top, t, lang)], "peak"),
+        ...fact(t.peak, [`${mb(top.held)} MB${lang === "fa" ? "، " : ", "}`, describe(top, t, lang)], "peak"),
         ...fact(t.measured, stored && precision.value === "fp32master"
           ? `${mb(stored.peak)} MB` : t.unmeasured, "measured"));
     };
@@ -281,7 +284,7 @@
                 element("div", { className: "explorer__controls" }, ranks.wrap(t.ranks),
                         labelled(t.precision, precision), event.wrap(t.event),
                         ...stepButtons(event, t, update)),
-                figure, facts, measuredNote(t.note, data.measured, lang));
+                figure, legend, facts, measuredNote(t.note, data.measured, lang));
     update();
   };
 
