@@ -29,7 +29,7 @@ from lesson_code.practice.lessons.ddp_support import (counted_collectives, over_
 from lesson_code.practice.messages import listing, phrase
 from lesson_code.practice.rank_checks import during
 from lesson_code.practice.timing import Timing, paired_rounds
-from lesson_code.zero2 import ShardedGroup, Zero2Optimizer
+from lesson_code.zero2 import ShardedGroup
 from lesson_code.zero3 import Zero3Optimizer, default_units
 from lesson_code.zero_lab import ZeroRun, run_loss, run_model
 
@@ -38,14 +38,12 @@ MODELS = {"mlp": ZeroRun(model="mlp", batch_size=12), "gpt": ZeroRun(model="gpt"
 LAYER = (7, 5)  # a Linear of 7 x 5 + 5 = 40 parameters: ceil(40 / 3) = 14, padded to 42
 
 
-class CourseUnit:
+class CourseUnit(Zero3Optimizer):
     """The exercise's ShardedUnit made of the course's own pieces: `zero3.Zero3Optimizer`'s
-    gather, free and hooks on one of stage 2's `ShardedGroup`s. What the learner's file is timed
+    gather, free and forward hooks on one unit, one of stage 2's `ShardedGroup`s. Built without
+    the optimizer's own constructor, so it has no master copy and none of stage 2's gradient
+    hooks: gradients stay in .grad, as the exercise asks. What the learner's file is timed
     against; the practice tests check that it passes every check."""
-
-    _own_chunk = Zero2Optimizer._own_chunk
-    _gather, _free = Zero3Optimizer._gather, Zero3Optimizer._free
-    _before_forward, _after_forward = Zero3Optimizer._before_forward, Zero3Optimizer._after_forward
 
     def __init__(self, module, world_size: int, rank: int, group=None, comm: str = "ring"):
         self.module, self.world_size, self.rank = module, world_size, rank
