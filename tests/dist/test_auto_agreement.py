@@ -73,11 +73,12 @@ def test_ranks_in_different_algorithms_are_named_with_where_they_wait():
     assert "rank 1: " in str(caught.value) and "two_algorithms (own_tables.py:" in str(caught.value)
 
 
-def test_a_deadlock_is_named_as_every_rank_waiting_in_the_same_place():
+def test_a_ring_of_receives_before_sends_is_named_as_every_rank_waiting_in_dist_recv():
     with pytest.raises(launch.RankTimeoutError) as caught:
         launch.spawn(receive_before_sending, world_size=3, timeout_s=3)
     where = caught.value.where
     assert sorted(where) == [0, 1, 2]
     assert {tuple(calls) for calls in where.values()} == {tuple(where[0])}
-    assert where[0][0].startswith("receive_before_sending (own_tables.py:")
-    assert "Every rank waits in the same place" in str(caught.value)
+    assert where[0][0].startswith("recv (torch/distributed/")  # what the rank is blocked in
+    assert where[0][1].startswith("receive_before_sending (own_tables.py:")
+    assert "Every rank waits in a blocking dist.recv" in str(caught.value)
