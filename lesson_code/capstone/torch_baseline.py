@@ -2,9 +2,13 @@
 
 The same model, corpus, seeds, learning rate and 20 steps on the same launcher, but
 DistributedDataParallel (broadcast and gradient all-reduce), ZeroRedundancyOptimizer (ZeRO-1 over
-Adam) and torch.distributed.checkpoint (a sharded save after step 10).
+Adam) and, after step 10, a checkpoint a run could continue from: the model's weights through
+torch.distributed.checkpoint (DCP), and the whole optimizer state, which ZeroRedundancyOptimizer
+gathers to rank 0 (`consolidate_state_dict`) for rank 0 to write.
 
     python -m lesson_code.capstone.torch_baseline [--out-dir DIR]
+
+It writes into capstone-torch-run/ by default (ignored by git, as the capstone's capstone-run/ is).
 """
 
 from __future__ import annotations
@@ -21,14 +25,16 @@ from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.harness.cli_args import positive_int
 from lesson_code.data import batch_for_step
 from lesson_code.runtime.devices import current_device
-from lesson_code.experiment import train
+from lesson_code.experiment import flat_parameters, train
 from lesson_code.models import MiniGPT
 
 
-def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> list[float]:
-    """Train with DDP + ZeroRedundancyOptimizer, save with DCP after `checkpoint_step`.
+def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> dict:
+    """Train with DDP + ZeroRedundancyOptimizer; save model and optimizer after `checkpoint_step`.
 
-    Collective: call on every rank. Returns the global mean loss of every step.
+    Collective: call on every rank. Returns {"losses": the global mean loss of every step,
+    "params": the final parameters, flat}. The checkpoint is the folder
+    `out_dir/dcp-step-N`: the model through DCP, and `optimizer.pt`, written by rank 0.
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -47,10 +53,15 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> list[float]:
 
     def after_step(done: int) -> None:
         if done == config.checkpoint_step:
-            optimizer.consolidate_state_dict(to=0)  # ZeroRedundancyOptimizer's way to save
-            dcp.save({"model": model.module.state_dict()},
-                     checkpoint_id=str(Path(config.out_dir) / f"dcp-step-{done}"))
-    return train(step_loss, optimizer, range(config.steps), after_step=after_step)
+            folder = Path(config.out_dir) / f"dcp-step-{done}"
+            dcp.save({"model": model.module.state_dict()}, checkpoint_id=str(folder))
+            # ZeroRedundancyOptimizer's way to save: a collective that gathers every rank's
+            # shard of Adam's state to rank 0, which alone holds (and writes) the whole of it.
+            optimizer.consolidate_state_dict(to=0)
+            if rank == 0:
+                torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+    losses = train(step_loss, optimizer, range(config.steps), after_step=after_step)
+    return {"losses": losses, "params": flat_parameters(model.module)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = dataclasses.replace(CapstoneConfig(), out_dir=args.out_dir, world_size=args.world_size)
     start = time.perf_counter()
-    losses = launch.run(run_rank, config, world_size=config.world_size)[0]
+    losses = launch.run(run_rank, config, world_size=config.world_size)[0]["losses"]
     if launch.is_reporting_process():
         for step, loss in enumerate(losses, start=1):
             print(f"{step:4d}  {loss:.5f}")

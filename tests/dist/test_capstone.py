@@ -25,7 +25,7 @@ from lesson_code.capstone.crash import crash_and_continue, same_tensors
 from lesson_code.capstone.report import read_metrics
 from lesson_code.checkpoint.tools import list_checkpoints
 from lesson_code.ddp_lab import attention_key_bias_mask
-from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank
+from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank, torch_baseline
 from lesson_code.models import GPTConfig, gpt_parameters
 from lesson_code.capstone.train import COMPARED, compare_resumed, run_and_resume
 from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
@@ -203,6 +203,21 @@ def test_exercise_1_tensor_parallel_attention_matches_one_rank():
     split = launch.spawn(tensor_parallel_loss, config, world_size=2)
     assert split[0] == split[1]
     assert abs(split[0] - in_one_rank(single_rank_loss, config)) < 1e-5
+
+
+def test_the_torch_twin_saves_a_checkpoint_a_run_could_continue_from(tmp_path):
+    # The twin of lesson 81's timing table: DCP writes the model, and rank 0 the optimizer state
+    # that ZeroRedundancyOptimizer gathered to it, every parameter's Adam state after 2 steps.
+    config = CapstoneConfig(out_dir=str(tmp_path), world_size=2, steps=3, checkpoint_step=2)
+    results = launch.spawn(torch_baseline.run_rank, config, world_size=2)
+    assert len(results[0]["losses"]) == 3 and torch.equal(results[0]["params"], results[1]["params"])
+    folder = tmp_path / "dcp-step-2"
+    assert (folder / ".metadata").is_file()
+    state = torch.load(folder / "optimizer.pt")["state"]
+    shapes = [tuple(p.shape) for p in MiniGPT(config.gpt).parameters()]
+    assert sorted(state) == list(range(len(shapes)))
+    assert all(float(state[i]["step"]) == 2 and tuple(state[i]["exp_avg_sq"].shape) == shape
+               for i, shape in enumerate(shapes))
 
 
 def run_command(command, tmp_path):
