@@ -10,7 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from lesson_code.pipeline import theoretical_bubble
+from lesson_code.pipeline import bubble_fraction, theoretical_bubble
 from lesson_code import language
 from lesson_code.plots import FIGURE_WIDTH, legend_below, number, start_figure
 from lesson_code.plots.tables import translate
@@ -19,11 +19,15 @@ LABELS = {
     "en": {"stage": "stage", "time": "time (ms)", "slots": "time (slots: a forward takes 1, a backward 2)", "F": "forward", "B": "backward",
            "micro": "micro-batches m", "bubble": "bubble (idle fraction)",
            "measured": "measured, P = {p}", "formula": "(P − 1)/(m + P − 1), P = {p}",
-           "floor": "imbalance floor, P = {p}", "model": "model of unequal stages, P = {p}"},
+           "floor": "imbalance floor, P = {p}", "model": "model of unequal stages, P = {p}",
+           "panel": "{name}: a step of {span} ms, bubble {bubble}",
+           "panel_slots": "{name}: a step of {span} slots, bubble {bubble}"},
     "fa": {"stage": "مرحله", "time": "زمان (ms)", "slots": "زمان (بازه‌ها: هر گذر رفت ۱ بازه و هر گذر برگشت ۲ بازه)", "F": "گذر رفت", "B": "گذر برگشت",
            "micro": "تعداد میکرودسته‌ها m", "bubble": "حباب (کسر زمان بیکاری)",
            "measured": "اندازه‌گیری‌شده، P = {p}", "formula": "(P − 1)/(m + P − 1)، P = {p}",
-           "floor": "کف ناترازی، P = {p}", "model": "مدل مرحله‌های نابرابر، P = {p}"},
+           "floor": "کف ناترازی، P = {p}", "model": "مدل مرحله‌های نابرابر، P = {p}",
+           "panel": "{name}: گامی {span} میلی‌ثانیه‌ای، حباب {bubble}",
+           "panel_slots": "{name}: گامی {span} بازه‌ای، حباب {bubble}"},
 }
 # Table labels of the Persian edition (the English labels are the keys).
 TABLE_WORDS = {"fa": {
@@ -65,12 +69,18 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
     """One Gantt panel per schedule: a row per stage, a box per forward/backward, numbered.
 
     Times are seconds of a measured step, drawn in milliseconds; with `slots`, the time units
-    of `pipeline.ideal_timeline` (a forward takes 1), drawn as they are."""
+    of `pipeline.ideal_timeline` (a forward takes 1), drawn as they are. The panels share one
+    time axis, so that a longer step draws longer, and each title gives its step's length and
+    `pipeline.bubble_fraction`."""
     scale = 1 if slots else 1e3
     labels, fig, axes = start_figure(LABELS, lang, len(runs), 1, figsize=(FIGURE_WIDTH, 1.4 + 1.8 * len(runs)),
-                                     squeeze=False)
+                                     squeeze=False, sharex=True)
     for ax, (title, events) in zip(axes[:, 0], runs.items()):
         stages = sorted({e[0] for e in events})
+        span = scale * (max(e[4] for e in events) - min(e[3] for e in events))
+        ax.set_title(labels["panel_slots" if slots else "panel"].format(
+            name=title, span=number(round(span), lang),
+            bubble=number(round(bubble_fraction(events, len(stages)), 2), lang)))
         for stage, micro, kind, start, end in events:
             ax.barh(stage, scale * (end - start), left=scale * start, height=0.7,
                     color=COLOURS[kind], edgecolor="white")
@@ -78,8 +88,7 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
                     fontsize=10, color="black" if kind == "F" else "white")
         ax.set_yticks(stages, [language.numbered(labels["stage"], s, lang) for s in stages])
         ax.invert_yaxis()
-        ax.set_title(title)
-        ax.set_xlabel(labels["slots" if slots else "time"])
+    axes[-1, 0].set_xlabel(labels["slots" if slots else "time"])
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in "FB"]
     fig.legend(handles, [labels["F"], labels["B"]], loc="lower center", ncol=2,
                markerfirst=lang != "fa")

@@ -168,3 +168,21 @@ def test_notebooks_show_figures_as_svg_with_words_as_paths():
     finally:
         plt.close("all")
         InteractiveShell.clear_instance()
+
+
+def test_gantt_panels_share_one_time_axis_and_title_their_step_and_bubble():
+    # Two steps of different lengths must draw at one scale: the longer step's bars end further
+    # right, and each title says how long its step lasted and how much of it sat idle.
+    from lesson_code.pipeline import ideal_timeline
+    short = ideal_timeline("gpipe", 2, 2)                      # 9 slots: 3 + (2 + 1) * 2
+    long = ideal_timeline("1f1b", 2, 2, forward=2.0, backward=4.0)  # the same step, twice as long
+    figure = pipeline.gantt_figure({"short": short, "long": long}, slots=True)
+    try:
+        top, bottom = figure.axes[:2]
+        assert top.get_xlim() == bottom.get_xlim()
+        assert [ax.get_title() for ax in (top, bottom)] == [
+            "short: a step of 9 slots, bubble 0.33", "long: a step of 18 slots, bubble 0.33"]
+        persian = pipeline.gantt_figure({"short": short}, lang="fa", slots=True).axes[0].get_title()
+        assert "۹" in persian and "۰٫۳۳" in persian
+    finally:
+        plt.close("all")
