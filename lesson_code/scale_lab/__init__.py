@@ -43,10 +43,11 @@ RANK_CHOICES = ("last", "ends", "all")
 # 4096 with 32 heads of 128, a vocabulary of 30,000 and a context of 1024 tokens.
 PAPER_GPT = GPTConfig(vocab_size=30000, context=1024, n_layer=36, n_embd=4096, n_head=32)
 PAPER_WORLD_SIZE = 64
-# One sequence per rank; buckets of 500 MB (DeepSpeed reduces in buckets of 5e8 elements):
-# fewer, larger messages, which the simulation runs faster. No byte held after the step
-# depends on the bucket size; the step's peak does (a bucket being filled is one of its parts).
-PAPER_RUN = ScaleRun(gpt=PAPER_GPT, bucket_cap_mb=500.0)
+# One sequence per rank; buckets of 5e8 bf16 elements (1e9 bytes, in the MiB that bucket_cap_mb
+# counts), DeepSpeed's default reduce_bucket_size: fewer, larger messages than torch's 25 MB,
+# which the simulation also runs faster. No byte held after the step depends on the bucket
+# size; the step's peak does (a bucket being filled is one of its parts).
+PAPER_RUN = ScaleRun(gpt=PAPER_GPT, bucket_cap_mb=5e8 * 2 / 2 ** 20)
 # Rajbhandari et al. 2020, Table 1 (and Figure 1): GB per rank (1 GB = 1e9 bytes) for
 # Psi = 7.5B, N = 64, mixed-precision Adam (K = 12), and the decimals the paper prints.
 PAPER_GB = {"DDP": 120.0, "ZeRO-1": 31.4, "ZeRO-2": 16.6, "ZeRO-3": 1.9}
@@ -222,6 +223,30 @@ def paper_summary(table: pd.DataFrame) -> pd.DataFrame:
         "peak while building GB": table.setup_peak_GB.round(1)})
 
 
+def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """A `sweep` as a table to show, one row per (N, strategy): MB of model state held after
+    the step beside the formula's, MB and messages sent in the step beside the formula's MB,
+    and whether what the formulas count matches the formula over the rank's real shard."""
+    shown = pd.DataFrame({
+        "N": table.N, "strategy": table.strategy,
+        "MB held": (table.model_states / 1e6).round(2), "formula MB": (table.formula / 1e6).round(2),
+        "MB sent": (table.sent / 1e6).round(2), "formula MB sent": (table.formula_sent / 1e6).round(2),
+        "messages sent": table.messages_sent, "matches": table.matches})
+    return shown.set_index(["N", "strategy"])
+
+
+def check_summary(check: pd.DataFrame) -> pd.DataFrame:
+    """`compare_with_real` per strategy, over its ranks: whether every rank's held bytes, sent
+    bytes, messages and peak equal the real rank's, the largest peak difference (bytes), and
+    the largest parameter difference and `distance` after the step on threads."""
+    by = check.groupby(level="strategy", sort=False)
+    return pd.DataFrame({
+        "held equal": by.held_equal.all(), "sent equal": by.sent_equal.all(),
+        "messages equal": by.messages_equal.all(), "peak equal": by.peak_equal.all(),
+        "peak difference, bytes": by.peak_difference.max(),
+        "largest parameter difference": by.max_param_diff.max(), "distance": by.distance.max()})
+
+
 def value_run(run: ScaleRun) -> ScaleRun:
     """`run` as the values check runs it: DDP with torch's all-reduce. Lesson 77's DDP runs
     its ring on a thread of its own, which a simulated rank's thread cannot lend its process
@@ -301,8 +326,7 @@ def measured_points(table: pd.DataFrame | None = None, run: ScaleRun = ScaleRun(
 
 
 __all__ = ["CHECK_RUN", "FORMULA_ITEMS", "KINDS", "PAPER_GB", "PAPER_GPT", "PAPER_RUN",
-           "STRATEGIES", "SWEEP_GPT", "SWEEP_SIZES", "ScaleRun", "chosen_ranks",
+           "STRATEGIES", "SWEEP_GPT", "SWEEP_SIZES", "ScaleRun", "check_summary", "chosen_ranks",
            "compare_with_real", "counted_bytes", "exact_formula", "measure_step",
            "measured_points", "mismatches", "paper_summary", "paper_table", "precision_of",
-           "simulate",
-           "sweep", "value_run"]
+           "simulate", "sweep", "sweep_summary", "value_run"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lesson_code import language
+from lesson_code.bench import stored as bench_stored
 
 SAY = {
     "en": {
@@ -64,6 +65,12 @@ SAY = {
         "check_pipeline": "  Lesson 79's step on 4 threads: traffic equal {traffic}, largest "
                           "gradient difference {grad:.2g}",
         "seconds": "Ran in {seconds:.0f} s.",
+        "stored": "lesson 78b scale lab: MiniGPT with {parameters:,} parameters, {dtype} weights "
+                  "and gradients, fp32 master copy and moments, one step of {tokens} tokens on "
+                  "each rank; bytes held, peak and sent by the last rank of N simulated ranks "
+                  "(torch's fake process group, tensors on the meta device)",
+        "stored_to": "The sweep is stored in {path}, which the book's page and its memory "
+                     "calculator read.",
         "why": {
             "gradients: buckets": "DDP's buckets: each gradient is copied into a bucket to be "
                                   "all-reduced, and both are kept (torch's DDP too, unless "
@@ -128,6 +135,12 @@ SAY = {
         "check_pipeline": "  گام درس ۷۹ روی ۴ رشته: ترافیک برابر {traffic}، بیشترین اختلاف "
                           "گرادیان {grad:.2g}",
         "seconds": "اجرا در {seconds:.0f} ثانیه.",
+        "stored": "آزمایشگاه مقیاس درس ۷۸ب: MiniGPT با {parameters:,} پارامتر، وزن‌ها و "
+                  "گرادیان‌های {dtype}، وزن‌های اصلی و گشتاورهای fp32، یک گام با {tokens} توکن "
+                  "روی هر رتبه؛ بایت‌های نگه‌داشته، اوج و بایت‌های فرستادهٔ آخرین رتبه از N رتبهٔ "
+                  "شبیه‌سازی‌شده (گروه فرایند fake در PyTorch، تنسورها روی دستگاه meta)",
+        "stored_to": "پیمایش در {path} ذخیره شد؛ صفحهٔ کتاب و ماشین‌حساب حافظه‌اش آن را "
+                     "می‌خوانند.",
         "why": {
             "gradients: buckets": "باکت‌های DDP: هر گرادیان برای کاهش همگانی در یک باکت "
                                   "رونوشت می‌شود و هر دو نگه داشته می‌شوند (DDP خودِ PyTorch هم، مگر "
@@ -150,6 +163,28 @@ def say(key: str, lang: str, **values) -> str:
 def header(lang: str) -> list[str]:
     """What the lab is, what it measures and what it cannot."""
     return [say("title", lang), say("measures", lang), say("cannot", lang)]
+
+
+def stored_description(run) -> str:
+    """What the stored sweep of `run` (a `ScaleRun`) holds, as its file's first line says it."""
+    return say("stored", "en", **_stored_facts(run))
+
+
+def stored_note(note: dict[str, str], run, lang: str) -> str:
+    """The stored sweep's note (`scale_lab.stored.load`) in `lang`: what it holds, then when
+    and on what machine (bench.stored.note_text's words). Raises ValueError when the table was
+    stored for another run than `run`, whose facts the Persian sentence is written from."""
+    if note["description"] != stored_description(run):
+        raise ValueError(f"the stored sweep is of another run ({note['description']!r}): store "
+                         "this one with python -m lesson_code.scale_lab --into-package")
+    measured = bench_stored.MEASURED_ON[0].format(date=note["measured"], machine=note["machine"])
+    return "\n".join([say("stored", lang, **_stored_facts(run)),
+                      bench_stored.note_text([measured], lang)])
+
+
+def _stored_facts(run) -> dict:
+    tokens = run.sequences_per_rank * (run.tokens or run.gpt.context)
+    return {"parameters": run.parameters, "dtype": run.dtype, "tokens": tokens}
 
 
 def sweep_lines(table: pd.DataFrame, parameters: int, dtype: str, lang: str) -> list[str]:

@@ -25,6 +25,10 @@ def test_simulated_ranks_hold_and_send_exactly_what_real_ranks_do(check):
     equal = check[["held_equal", "sent_equal", "messages_equal"]]
     assert equal.all().all(), check[~equal.all(axis=1)]
     assert (check.loc["ZeRO-3", "sent"] > check.loc["DDP", "sent"]).all()  # its third pass
+    summary = scale_lab.check_summary(check)
+    assert list(summary.index) == list(scale_lab.STRATEGIES)
+    assert summary[["held equal", "sent equal", "messages equal"]].all().all()
+    assert summary.loc[["DDP", "ZeRO-1"], "peak equal"].all()
 
 
 def test_simulated_peaks_differ_only_by_layer_norms_statistics(check):

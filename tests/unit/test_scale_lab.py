@@ -11,14 +11,13 @@ import json
 from dataclasses import replace
 
 import pytest
-import torch
 
 from lesson_code import memory, scale_lab, zero_lab
 from lesson_code.models import GPTConfig
 from lesson_code.plots import scale
-from lesson_code.scale_lab import ScaleRun, pipelined
+from lesson_code.scale_lab import ScaleRun, faults, pipelined, report, stored
 from lesson_code.scale_lab import __main__ as scale_lab_command
-from lesson_code.zero import ZeroOptimizer, flatten_params
+from lesson_code.zero import ZeroOptimizer
 
 TINY = ScaleRun(gpt=GPTConfig(vocab_size=64, context=16, n_layer=2, n_embd=32, n_head=4))
 TINY_PARAMETERS = 30_080  # 0 mod 4 and mod 64, 1 mod 7, 0 mod 128
@@ -69,22 +68,10 @@ def test_bytes_sent_are_the_rings_whatever_n(tiny_sweep):
     assert (exact.sent == exact.formula_sent).all()
 
 
-class FullStateZero(ZeroOptimizer):
-    """Stage 1 in name only: its master copy and moments are views of buffers of every
-    parameter, so it runs like ZeRO-1 but holds DDP's 12 bytes per parameter."""
-
-    def __init__(self, model, world_size, rank, *args, **kwargs):
-        super().__init__(model, world_size, rank, *args, **kwargs)
-        whole = self._padded(flatten_params(model).to(torch.float32))
-        shard = slice(self.start, self.start + self.shard_numel)
-        self.master = whole[shard]
-        self.exp_avg = torch.zeros_like(whole)[shard]
-        self.exp_avg_sq = torch.zeros_like(whole)[shard]
-
-
-def test_a_stage_one_optimizer_that_keeps_the_full_state_is_caught(monkeypatch):
-    monkeypatch.setattr(zero_lab, "ZeroOptimizer", FullStateZero)
-    table = scale_lab.sweep(TINY, world_sizes=(1, 4), strategies=("ZeRO-1", "ZeRO-2"))
+def test_a_stage_one_optimizer_that_keeps_the_full_state_is_caught():
+    with faults.in_place_of_zero1(faults.SlicedStateZero):
+        table = scale_lab.sweep(TINY, world_sizes=(1, 4), strategies=("ZeRO-1", "ZeRO-2"))
+    assert zero_lab.ZeroOptimizer is ZeroOptimizer  # the course's own again afterwards
     caught = scale_lab.mismatches(table)
     assert list(zip(caught.N, caught.strategy)) == [(4, "ZeRO-1")]  # N = 1: the same bytes
     row = caught.iloc[0]
@@ -117,6 +104,34 @@ def test_the_zero_papers_table_from_running_code():
     persian = scale.table(summary, "fa")
     assert "هم‌خوان" in persian.columns and persian["هم‌خوان"].all()
     assert "<td" in persian._repr_html_() and "۱۲۰" in persian._repr_html_()
+
+
+def test_the_stored_sweep_is_what_the_code_measures_now(tmp_path):
+    """The book reads the stored sweep instead of running it: a live run of two of its world
+    sizes must find the same bytes in every compared column, and a changed byte is named."""
+    table, note = stored.load()
+    assert set(table.N) == set(scale_lab.SWEEP_SIZES) and set(table.strategy) == set(scale_lab.STRATEGIES)
+    assert table.matches.all() and note["command"] == stored.COMMAND
+    live = scale_lab.sweep(world_sizes=(4, 64))
+    assert stored.differences(live, table).empty
+    tampered = table.copy()
+    tampered.loc[(tampered.N == 64) & (tampered.strategy == "ZeRO-1"), "optimizer"] += 4
+    found = stored.differences(live, tampered)
+    assert found[["N", "strategy", "column"]].values.tolist() == [[64, "ZeRO-1", "optimizer"]]
+    assert stored.differences(scale_lab.sweep(TINY, world_sizes=(3,), strategies=("DDP",)),
+                              table).column.tolist() == ["row"]
+    # what the note says, in both editions, and a note of another run is refused
+    assert report.stored_note(note, ScaleRun(), "en").startswith(note["description"])
+    persian = report.stored_note(note, ScaleRun(), "fa")
+    assert "۴٬۷۸۸٬۲۲۴" in persian and "measured" not in persian
+    with pytest.raises(ValueError, match="the stored sweep is of another run"):
+        report.stored_note(note, TINY, "en")
+    # written and read back whole, with its note
+    path = stored.write(live, report.stored_description(ScaleRun()), tmp_path / "sweep.csv")
+    again, again_note = stored.load(path)
+    assert stored.differences(live, again).empty and again_note["description"] == note["description"]
+    with pytest.raises(FileNotFoundError, match="--into-package"):
+        stored.load(tmp_path / "none.csv")
 
 
 def test_measured_points_are_plain_data_for_the_calculator(tiny_sweep):
@@ -160,6 +175,10 @@ def test_every_pipeline_stage_sends_what_lesson_79s_protocol_sends():
         assert (group.peak_stored <= (stages - group.stage).clip(upper=SHALLOW.micro_batches)).all()
     losses = table.loss.dropna()
     assert len(losses) == 4 and (losses == losses.iloc[0]).all()  # the same step, however cut
+    shown = pipelined.summary(table)
+    assert list(shown.index) == [1, 2, 3, 8] and (shown["bytes sent, most"] == shown["protocol's bytes, most"]).all()
+    assert shown.loc[8, ["layers per stage, fewest", "layers per stage, most"]].tolist() == [1, 1]
+    assert shown.loc[3, ["layers per stage, fewest", "layers per stage, most"]].tolist() == [2, 3]
     with pytest.raises(ValueError, match="9 stages but only 8 layers"):
         pipelined.sweep(SHALLOW, stage_counts=(9,))
 
@@ -181,7 +200,9 @@ def test_the_command_reports_what_it_measures_and_what_it_cannot(lang, capsys):
 def test_the_command_refuses_bad_arguments_with_status_2(capsys):
     for argv, says in ((["--world-sizes", "4,0"], "0 is not positive"),
                        (["--skip", "paper,table"], "'table': pass parts among sweep, paper"),
-                       (["--lang", "de"], "invalid choice: 'de'")):
+                       (["--lang", "de"], "invalid choice: 'de'"),
+                       (["--stages", "1,600"], "--stages 600: the pipeline's model has 512 layers"),
+                       (["--into-package", "--world-sizes", "4"], "--into-package stores the whole")):
         with pytest.raises(SystemExit) as exited:
             scale_lab_command.main(argv)
         assert exited.value.code == 2 and says in capsys.readouterr().err
