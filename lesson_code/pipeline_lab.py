@@ -4,8 +4,10 @@ The notebook, tests and command run these rank functions through `launch.spawn` 
 A `PipeRun` says what to run; `reference_step` is the unsplit model on the whole batch in one
 process, and `torch_pipelining_step` the same split under torch.distributed.pipelining;
 `torch_virtual_stages_steps` runs torch's schedules with several stages per rank, and
-`fsdp_pipeline_step` torch's pipeline over FSDP2-sharded stages on a data x pipeline grid. The
-algorithm itself is `lesson_code.pipeline`.
+`fsdp_pipeline_step` torch's pipeline over FSDP2-sharded stages on a data x pipeline grid;
+`train_after_flush` finishes each step with the whole model's gradient clipping, each stage's
+optimizer step and the loss broadcast to every stage. The algorithm itself is
+`lesson_code.pipeline`.
 
     python -m lesson_code.pipeline_lab                  # 4 stages, GPipe and 1F1B, checked
     python -m lesson_code.pipeline_lab --world-size 2
@@ -100,12 +102,20 @@ def layer_gradients(module: nn.Module, first_layer: int,
     With `sharded` (FSDP's gradients are DTensors), each is gathered whole: a collective over
     the ranks that share it.
     """
-    grads = {}
-    for name, param in module.named_parameters():
-        index, rest = name.split(".", 1)
-        grad = param.grad.full_tensor() if sharded else param.grad.clone()
-        grads[f"{first_layer + int(index)}.{rest}"] = grad
-    return grads
+    return {_unsplit_name(name, first_layer): param.grad.full_tensor() if sharded
+            else param.grad.clone() for name, param in module.named_parameters()}
+
+
+def layer_weights(module: nn.Module, first_layer: int) -> dict[str, torch.Tensor]:
+    """A copy of the weights, keyed by the parameter's name in the unsplit layer list."""
+    return {_unsplit_name(name, first_layer): param.detach().clone()
+            for name, param in module.named_parameters()}
+
+
+def _unsplit_name(name: str, first_layer: int) -> str:
+    """"1.attn.qkv.weight" of a stage that starts at layer 2 is "3.attn.qkv.weight"."""
+    index, rest = name.split(".", 1)
+    return f"{first_layer + int(index)}.{rest}"
 
 
 def reference_step(run: PipeRun) -> dict:
@@ -134,6 +144,29 @@ def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
     return {"grads": layer_gradients(stage.layers, start), "layers": (start, end),
             "loss": stats.loss, "events": stats.events, "peak_stored": stats.peak_stored,
             "traffic": comm.ledger.totals()["pipeline"]}
+
+
+def unsplit_step_seconds(run: PipeRun, repeats: int = 3) -> float:
+    """Median seconds of one forward and backward of the unsplit model on the whole batch, after
+    one untimed warm-up: the step a pipeline of the same model is compared with. Run it with
+    `reference.in_one_rank`, so that it has one thread, as each stage does."""
+    layers = nn.Sequential(*as_layers(build_model(run.model, run.seed, run.gpt, current_device())))
+    x, y = run.batch(0)
+    clock = PhaseClock()
+    for index in range(repeats + 1):
+        layers.zero_grad()
+        clock.start()
+        loss_function(run.model)(layers(x), y).backward()
+        clock.stop()
+    return statistics.median(clock.samples["step"][1:])
+
+
+def ours_and_torch_steps(rank: int, world_size: int, runs: list[PipeRun]) -> list[dict]:
+    """For each run, {"ours": `pipeline_step`, "torch": `torch_pipelining_step`}, in one launch.
+
+    Collective: call on every rank."""
+    return [{"ours": pipeline_step(rank, world_size, run),
+             "torch": torch_pipelining_step(rank, world_size, run)} for run in runs]
 
 
 def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
@@ -279,9 +312,10 @@ def fsdp_pipeline_step(rank: int, world_size: int, run: PipeRun, data_parallel: 
     start, end = partition_layers(layers, pipeline_size,
                                   list(run.partition) if run.partition else None)[stage_index]
     x, y = run.local_batch(0, replica, data_parallel)
-    # torch 2.13 learns a stage's shapes by a trial forward and backward before the first step,
-    # which fails on an FSDP stage; so give it one micro-batch's input and output, computed here
-    # by the unsplit layers.
+    # Without example tensors, torch 2.13 infers a stage's shapes inside the first step(), by a
+    # real forward and backward of the first micro-batch, whose gathers the counter below would
+    # count with the step's. Given one micro-batch's input and output (computed here by the
+    # unsplit layers), the stage takes its shapes from them and the step runs only the schedule.
     module = nn.Sequential(*layers[start:end])
     with torch.no_grad():
         inputs = nn.Sequential(*layers[:start])(split_micro_batches(x, run.micro_batches)[0])
@@ -364,6 +398,61 @@ def compare_with_reference(results: list[dict], reference: dict) -> dict[str, fl
     return {"max_grad_diff": max_grad_diff(results, reference),
             "loss_diff": abs(results[-1]["loss"] - reference["loss"]),
             "all_layers_once": covered == sorted(reference["grads"])}
+
+
+def train_after_flush(rank: int, world_size: int, run: PipeRun, max_norm: float,
+                      lr: float = 0.1) -> dict:
+    """`run.steps` training steps of our pipeline, each finished as the unsplit model's would be.
+
+    Collective: call on every rank. After each step's flush, every stage adds up the squares of
+    its own gradients and one all-reduce of that one number over the pipeline gives the whole
+    model's gradient norm, so that every stage clips by the factor `clip_grad_norm_` would use
+    on the unsplit model (max_norm / (norm + 1e-6), at most 1). Then each stage's optimizer (SGD
+    with learning rate `lr`) steps on its own layers only, and the loss, which only the last
+    stage computed, is broadcast to every stage for logging. Returns the losses and the norms
+    (the same on every rank) and this stage's weights, named as in the unsplit model.
+    """
+    comm = run.communicator()
+    stage, (start, _) = build_stage(run, comm)
+    optimizer = torch.optim.SGD(stage.layers.parameters(), lr=lr)
+    losses, norms = [], []
+    for step in range(run.steps):
+        x, y = run.batch(step)
+        optimizer.zero_grad()
+        stats = stage.train_step(x, y, run.micro_batches, run.schedule)
+        grads = [param.grad for param in stage.layers.parameters()]
+        squares = torch.stack([grad.double().pow(2).sum() for grad in grads]).sum()
+        dist.all_reduce(squares, group=comm.group)  # this stage's share of the norm, summed
+        norm = squares.sqrt()
+        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        for grad in grads:
+            grad.mul_(scale.to(grad.dtype))
+        optimizer.step()
+        loss = torch.tensor(stats.loss if stage.is_last else 0.0, dtype=torch.float64,
+                            device=current_device())
+        dist.broadcast(loss, group=comm.group, group_src=comm.world_size - 1)
+        losses.append(loss.item())
+        norms.append(norm.item())
+    return {"losses": losses, "norms": norms, "weights": layer_weights(stage.layers, start)}
+
+
+def reference_train(run: PipeRun, max_norm: float, lr: float = 0.1) -> dict:
+    """`train_after_flush` on the unsplit model in one process: `clip_grad_norm_`, then SGD.
+
+    Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
+    """
+    layers = nn.Sequential(*as_layers(build_model(run.model, run.seed, run.gpt, current_device())))
+    optimizer = torch.optim.SGD(layers.parameters(), lr=lr)
+    losses, norms = [], []
+    for step in range(run.steps):
+        x, y = run.batch(step)
+        optimizer.zero_grad()
+        loss = loss_function(run.model)(layers(x), y)
+        loss.backward()
+        norms.append(nn.utils.clip_grad_norm_(layers.parameters(), max_norm).item())
+        optimizer.step()
+        losses.append(loss.item())
+    return {"losses": losses, "norms": norms, "weights": layer_weights(layers, 0)}
 
 
 def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
