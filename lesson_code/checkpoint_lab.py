@@ -1,7 +1,7 @@
 """Rank functions of lesson 80: save and resume ZeRO training, time a save, crash one, compare
 with DCP (its layout, its resharding at load time, a flipped byte); and `shard_layout`, each
-shard's place and own padding as a manifest records them, and `dcp_chunks`, what DCP's
-.metadata records of a saved tensor.
+shard's place and padding as a manifest records them, and `dcp_chunks`, what DCP's .metadata
+records of a saved tensor.
 
 `save_zero` and `load_zero` join lesson 78's ZeroOptimizer to lesson 80's checkpoints: the
 optimizer hands its shard over as a plain dict (`state_dict`) and takes it back
@@ -16,6 +16,12 @@ the notebook: files a lesson writes never land in the repository).
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import io
+import tempfile
+import threading
+import zlib
 from pathlib import Path
 
 import torch
@@ -23,9 +29,9 @@ import torch.distributed as dist
 
 from lesson_code.checkpoint.faults import CrashingDisk, flip_one_byte
 from lesson_code.checkpoint.files import DISK, Disk
-from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights, load_flat_state,
-                                               save_flat_state)
-from lesson_code.checkpoint.shards import load_sharded
+from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights, flat_snapshot,
+                                               load_flat_state, save_flat_state)
+from lesson_code.checkpoint.shards import load_sharded, save_sharded
 from lesson_code.runtime.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
 from lesson_code.zero_lab import ZeroRun, build_optimizer, parameter_digest, run_loss, run_model
@@ -71,34 +77,97 @@ def train_steps(run: ZeroRun, model, optimizer, steps: range, after_step=None) -
 
 
 def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
-                           save_after: list[int]) -> dict:
+                           save_after: list[int], background: bool = False) -> dict:
     """Train `run.steps` steps, saving a checkpoint after each step in `save_after`.
 
-    Collective: call on every rank. Returns losses, the final parameters and the digest. Each
-    rank's random stream starts from run.seed + rank: its state is saved in the rank's shard, so
-    that the same run writes the same bytes (torch.save gives equal states equal files).
+    Collective: call on every rank. Returns losses, the final parameters and the digest, and
+    how long each save held the training loop up ("blocked_s", seconds by step). Each rank's
+    random stream starts from run.seed + rank: its state is saved in the rank's shard, so that
+    the same run writes the same bytes (torch.save gives equal states equal files). With
+    `background`, saves go through a `BackgroundSaver` (exercise 6): the loop waits only for a
+    copy of the state, and for the last save to finish before it returns.
     """
     torch.manual_seed(run.seed + rank)
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size)
+    saver = BackgroundSaver(root, model, optimizer) if background else None
+    blocked = {}
 
     def maybe_save(done: int) -> None:
         if done in save_after:
-            save_zero(root, model, optimizer, step=done, extra={"next_step": done})
+            start = clock()
+            if saver is None:
+                save_zero(root, model, optimizer, step=done, extra={"next_step": done})
+            else:
+                saver.save(done, extra={"next_step": done})
+            blocked[done] = clock() - start
     losses = train_steps(run, model, optimizer, range(run.steps), maybe_save)
-    return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model)}
+    if saver is not None:
+        saver.wait()
+    return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),
+            "blocked_s": blocked}
+
+
+class BackgroundSaver:
+    """Exercise 6's solution: a ZeRO save that holds the training loop up only for a copy.
+
+    `save` copies this rank's state to the CPU (`flat_snapshot(..., to_cpu=True)`: the loop may
+    then change its own tensors at once) and writes the copy with `save_sharded` in a thread,
+    while training goes on. The thread's collectives run over a gloo group of its own, created
+    here: on the loop's group they could interleave with the loop's own collectives, which must
+    come in the same order on every rank. Only one save is in flight: `save` first waits for the
+    previous one, and `wait` for the last (re-raising, on every rank, the error its save raised).
+    This is what `dcp.async_save` does with its default stager (a CPU copy, then a thread).
+    Every wait inside a save is bounded (its group's `timeout_s`, the folder lock's timeout), so
+    `wait` is too. Collective: construct, `save` and `wait` on every rank of the optimizer's group.
+    """
+
+    def __init__(self, root: Path | str, model, optimizer, timeout_s: float = 120.0):
+        self.root, self.model, self.optimizer = Path(root), model, optimizer
+        ranks = dist.get_process_group_ranks(optimizer.comm.group or dist.group.WORLD)
+        self.group = dist.new_group(ranks, backend="gloo",
+                                    timeout=datetime.timedelta(seconds=timeout_s))
+        self.thread: threading.Thread | None = None
+        self.failure: BaseException | None = None
+
+    def save(self, step: int, extra: dict | None = None) -> None:
+        """Wait for the previous save, copy the state now, and write it in the background."""
+        self.wait()
+        parts = flat_snapshot(self.model, self.optimizer.state_dict(), rank=self.optimizer.rank,
+                              extra=extra, to_cpu=True)
+        self.thread = threading.Thread(target=self._write, args=(step, parts), daemon=True)
+        self.thread.start()
+
+    def _write(self, step: int, parts: dict) -> None:
+        try:
+            save_sharded(self.root, **parts, step=step, rank=self.optimizer.rank,
+                         world_size=self.optimizer.world_size, group=self.group)
+        except BaseException as error:  # noqa: BLE001 - handed to the loop by wait()
+            self.failure = error
+
+    def wait(self) -> None:
+        """Wait for the save in flight, if any; raise the error it raised."""
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
 
 
 def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str) -> dict:
     """Load `folder` into a freshly built model and optimizer and train up to `run.steps`.
 
     Collective: call on every rank. The fresh model starts from another seed, so only the
-    checkpoint can make the result match the run that never stopped.
+    checkpoint can make the result match the run that never stopped. Returns the losses, the
+    final parameters and digest, the step it resumed at, and this rank's random-number state
+    right after the load (`rng_state`).
     """
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=100 + rank), rank, world_size)
     extra = load_zero(folder, model, optimizer)
+    rng_state = torch.get_rng_state()
     losses = train_steps(run, model, optimizer, range(extra["next_step"], run.steps))
     return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),
-            "resumed_at": extra["next_step"]}
+            "resumed_at": extra["next_step"], "rng_state": rng_state}
 
 
 def round_trip(rank: int, world_size: int, run: ZeroRun, root: str) -> dict[str, bool]:
@@ -243,6 +312,22 @@ def dcp_chunks(destination: str, key: str) -> list[dict]:
             for chunk in metadata.state_dict_metadata[key].chunks]
 
 
+def dcp_files(destination: str) -> list[dict]:
+    """Which items of the DCP checkpoint in `destination` each data file holds (from its
+    .metadata): per file, how many tensors of the model's state dict ("model.*", which every
+    rank held) and how many of the ranks' own flat vectors ("rank<r>.*"). One process; reads the
+    metadata only."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    metadata = FileSystemReader(destination).read_metadata()
+    files: dict[str, dict] = {}
+    for index, info in metadata.storage_data.items():
+        row = files.setdefault(info.relative_path, {"file": info.relative_path,
+                                                    "model tensors": 0, "own vectors": 0})
+        row["model tensors" if index.fqn.startswith("model.") else "own vectors"] += 1
+    return sorted(files.values(), key=lambda row: row["file"])
+
+
 class TimedDisk(Disk):
     """The real disk, noting when each file write, fsync and rename of a save began and ended.
 
@@ -273,34 +358,86 @@ class TimedDisk(Disk):
 
 
 def timed_save(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
-    """Train one step, then save it through a `TimedDisk`: every rank's file operations in time.
+    """Train two steps, timing the second, then save through a `TimedDisk`: every rank's file
+    operations in time.
 
-    Collective: call on every rank. The ranks start the save together (a barrier); returns
-    this rank's events with times in seconds from that start, and the published folder.
+    Collective: call on every rank. The ranks start the timed step and the save together (a
+    barrier each); returns this rank's events with times in seconds from the save's start, how
+    long the step took ("step_s") and the whole save call ("save_s"), and the published folder.
     """
     model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
-    train_steps(run, model, optimizer, range(1))
+    train_steps(run, model, optimizer, range(1))  # the first step also allocates Adam's state
+    dist.barrier()
+    started = clock()
+    train_steps(run, model, optimizer, range(1, 2))
+    step_s = clock() - started
     disk = TimedDisk()
     dist.barrier()
     origin = clock()
-    folder = save_zero(root, model, optimizer, step=1, extra={"next_step": 1}, disk=disk)
+    folder = save_zero(root, model, optimizer, step=2, extra={"next_step": 2}, disk=disk)
+    save_s = clock() - origin
     events = [(kind, name, start - origin, end - origin) for kind, name, start, end in disk.events]
-    return {"rank": rank, "events": events, "folder": str(folder)}
+    return {"rank": rank, "events": events, "folder": str(folder), "step_s": step_s,
+            "save_s": save_s}
 
 
 def shard_layout(manifest: dict) -> list[dict]:
-    """Each shard's rank, start, length and its own padding, from a checkpoint's manifest.
+    """Each shard's rank, start, length and padding (its own: the run's padding sits at the end
+    of the last shard), from a checkpoint's manifest, in rank order."""
+    return [{key: entry["rank"] if key == "rank" else entry["layout"][key]
+             for key in ("rank", "start", "length", "padding")}
+            for entry in manifest["files"] if entry["rank"] is not None]
 
-    The manifest's layout gives every shard the run's total padding (the zeros ZeRO appends to
-    the flat vector so that it splits evenly); they all sit at the end of the last shard, so a
-    shard's own padding is how far it reaches past the `numel` real elements.
+
+def folder_changes(states: list[list[str]]) -> list[str]:
+    """What changed from each state of a folder to the next (`faults.SnapshotDisk.states`): a
+    line per state, "+ path" for what appeared and "− path" for what went, "—" for the first.
+
+    A rename of a folder moves every path inside it: such a change is named by its folders
+    (".step-00000002.tmp" to "step-00000002"), not by each file.
     """
+    lines = ["—"]
+    for before, after in zip(states, states[1:]):
+        added, removed = set(after) - set(before), set(before) - set(after)
+        renamed = len(added) > 1 or len(removed) > 1
+        name = (lambda path: path.rstrip("/").split("/")[0]) if renamed else \
+            (lambda path: path.rstrip("/"))
+        lines.append("; ".join([f"+ {path}" for path in sorted({name(p) for p in added})]
+                               + [f"− {path}" for path in sorted({name(p) for p in removed})]))
+    return lines
+
+
+def save_costs(megabytes: int = 64, folder: Path | str | None = None) -> list[dict]:
+    """Time each stage of saving a float32 tensor of `megabytes` MB, as `files.write_file` does
+    it, in this process; one row per stage with its seconds and its rate in GB/s.
+
+    The stages: a copy of the tensor in memory (what a snapshot for a background save costs; a
+    GPU's copy to the host adds the bus), `torch.save` into memory (a second copy of the data,
+    now as bytes; `getvalue()` then hands those bytes over without copying them again), sha256
+    over them, zlib's crc32 over them (another checksum, for comparison: the save does not use
+    it), and the atomic write (temporary file, fsync, rename, fsync of the folder) into `folder`
+    (a temporary folder by default). The times are this machine's, taken once each: noisy, and
+    the disk's depends on what else writes to it.
+    """
+    numel = megabytes * 10**6 // 4
+    tensor = torch.randn(numel, generator=torch.Generator().manual_seed(0))
     rows = []
-    for entry in manifest["files"]:
-        if entry["rank"] is None:
-            continue
-        layout = entry["layout"]
-        own = min(layout["length"], max(0, layout["start"] + layout["length"] - layout["numel"]))
-        rows.append({"rank": entry["rank"], "start": layout["start"], "length": layout["length"],
-                     "padding": own})
+
+    def timed(stage: str, action):
+        start = clock()
+        result = action()
+        rows.append({"stage": stage, "seconds": clock() - start})
+        return result
+
+    timed("copy in memory", lambda: tensor.clone())
+    buffer = io.BytesIO()
+    timed("torch.save into memory", lambda: torch.save({"x": tensor}, buffer))
+    payload = buffer.getvalue()
+    timed("sha256", lambda: hashlib.sha256(payload).hexdigest())
+    timed("crc32 (zlib), for comparison", lambda: zlib.crc32(payload))
+    with tempfile.TemporaryDirectory(dir=folder) as where:
+        timed("write, fsync, rename, fsync", lambda: DISK.write_atomically(Path(where) / "x.pt",
+                                                                             payload))
+    for row in rows:
+        row["GB/s"] = len(payload) / row["seconds"] / 1e9
     return rows

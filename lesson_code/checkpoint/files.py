@@ -34,7 +34,10 @@ FORMAT_VERSION = 2  # 2: the manifest's sha256 in manifest.sha256 (1 kept it ins
 MANIFEST = "manifest.json"
 MANIFEST_SHA256 = "manifest.sha256"
 LOCK = ".lock"
-LOCK_TIMEOUT_S = 60.0
+# How long a wait for root/.lock lasts before it gives up, naming the holder: long enough for
+# another writer to finish a large save or a prune to hash what it keeps; every function that
+# takes the lock accepts `lock_timeout_s` to change it.
+LOCK_TIMEOUT_S = 600.0
 
 
 class CheckpointError(Exception):
@@ -174,9 +177,10 @@ class Disk:
         The bytes go to a temporary file in the same folder, are flushed and fsynced, the file
         is renamed over `path`, and the folder is fsynced. A process killed at any point leaves
         `path` absent or complete; once this returns, the file and its name also survive a power
-        cut, on Linux and on macOS (see `fsync`). The process that renames must fsync: on a
-        filesystem shared by several nodes, another node's fsync of the folder does not cover
-        this node's rename.
+        cut, on Linux and on macOS (see `fsync`). The process that renames fsyncs the folder
+        itself: on a local filesystem that is the fsync tied to its rename, and on a filesystem
+        shared by several nodes it is right too (NFS commits a rename on the server before it
+        answers, unless exported `async`; Lustre's metadata server commits by its own rules).
         """
         temporary = partial_path(path)
         with open(temporary, "wb") as handle:
@@ -359,15 +363,17 @@ def manifest_fingerprint(folder: Path | str) -> str | None:
 @contextlib.contextmanager
 def locked(root: Path | str, doing: str, *, shared: bool = False,
            timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold root/.lock, alone to save, recover or prune, `shared` with other readers to read.
+    """Hold root/.lock: alone to save, recover, prune or reshard; `shared` to read.
 
-    Readers (latest_checkpoint) share it, so they never wait for one another; a writer holds it
-    alone, so it waits until every reader and any other writer is done, and no reader looks at a
-    save half-way. Two runs that save into one folder take turns instead of deleting each other's
-    files. While it holds the lock, a process records `doing` (e.g. "latest_checkpoint"), its pid
-    and its host in root/.lock.<random>, a file it keeps locked too: a waiter that gives up names
-    the holders from these records, and the next holder removes a record no process holds (its
-    writer was killed).
+    A writer holds it alone, so two runs that save into one folder take turns instead of
+    deleting each other's files, and a prune never deletes the staging folder of a save in
+    progress. Readers share it, so they never wait for one another; `latest_checkpoint` takes it
+    only for a second look at a folder that failed to verify, and alone for the moment it
+    publishes a hidden copy (its first look needs no lock: see there). While it holds the lock,
+    a process records `doing` (e.g. "latest_checkpoint"), its pid and its host in
+    root/.lock.<random>, a file it keeps locked too: a waiter that gives up names the holders
+    from these records, and the next holder removes a record no process holds (its writer was
+    killed).
 
     The locks are POSIX flock locks and die with their process, so a killed save never blocks the
     next one. They hold across nodes on NFS (Linux sends flock to the server as a byte-range lock)
@@ -395,6 +401,23 @@ def locked(root: Path | str, doing: str, *, shared: bool = False,
                 yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def held_alone(root: Path | str) -> bool:
+    """Whether some process holds root/.lock alone right now (a save, a prune, a recovery or a
+    reshard): a shared probe that never waits, and False where there is no lock file."""
+    try:
+        handle = os.open(Path(root) / LOCK, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(handle)
 
 
 @contextlib.contextmanager

@@ -7,11 +7,12 @@ in FLAT_KEYS, where the slice sits in "shard", the "step" and the "hyperparamete
 module stores it and gives it back, and knows nothing of the optimizer that made it. Like
 DeepSpeed, a checkpoint holds one optimizer file per rank (its slices, and its RNG state) and one
 replicated file of model weights written by rank 0. The manifest's layout says which elements
-of the flat vector each shard holds and how much padding the last one carries; `extra` keeps
+of the flat vector each shard holds and how many of them are padding (the last shard's); `extra` keeps
 the step, the data position, the parameter table and the hyper-parameters, all a bit-for-bit
 resume or a consolidation needs.
 
     save_flat_state(root, model, optimizer.state_dict(), step=10, rank=r, world_size=n)
+    parts = flat_snapshot(model, optimizer.state_dict(), rank=r, to_cpu=True)  # to save later
     state, weights, extra = load_flat_state(folder, rank=r, world_size=n)
     optimizer.load_state_dict(state); check_weights(model, weights, folder)
     model_state, adam_state = consolidate(folder)        # one process: torch.optim.Adam loads it
@@ -24,8 +25,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lesson_code.checkpoint.files import DISK, Disk, read_manifest, read_verified
-from lesson_code.checkpoint.shards import load_sharded, save_sharded, shard_name
+from lesson_code.checkpoint.files import DISK, LOCK_TIMEOUT_S, Disk, read_manifest, read_verified
+from lesson_code.checkpoint.shards import flat_layout, load_sharded, save_sharded, shard_name
 from lesson_code.checkpoint.staging import REPLICATED
 from lesson_code.runtime.devices import current_device
 
@@ -34,34 +35,52 @@ FLAT_KEYS = ["master", "exp_avg", "exp_avg_sq"]
 
 def save_flat_state(root: Path | str, model: nn.Module, state: dict, *, step: int, rank: int,
                     world_size: int, extra: dict | None = None, group=None,
-                    disk: Disk = DISK) -> Path:
+                    disk: Disk = DISK, lock_timeout_s: float = LOCK_TIMEOUT_S) -> Path:
     """Save this rank's slices of a flat-sharded optimizer `state` (and, on rank 0, the model's
     weights) as checkpoint `step` of `world_size` ranks.
 
     Collective: call on every rank of `group` (default: the default group), each with its own
-    `state`. `disk` does the file operations (`files.Disk`). Returns the published folder;
-    raises what `shards.save_sharded` raises.
+    `state`. `disk` does the file operations (`files.Disk`); `lock_timeout_s` bounds rank 0's
+    wait for the folder's lock. Returns the published folder; raises what `shards.save_sharded`
+    raises.
+    """
+    return save_sharded(root, **flat_snapshot(model, state, rank=rank, extra=extra), step=step,
+                        rank=rank, world_size=world_size, group=group, disk=disk,
+                        lock_timeout_s=lock_timeout_s)
+
+
+def flat_snapshot(model: nn.Module, state: dict, *, rank: int, extra: dict | None = None,
+                  to_cpu: bool = False) -> dict:
+    """What `save_flat_state` writes for this rank, as keyword arguments of `save_sharded`:
+    `shard` (the flat slices and this rank's RNG state, taken now), its `layout`, `replicated`
+    (rank 0: the model's weights) and `extra` (with the step count, the parameter table and the
+    hyper-parameters). With `to_cpu`, every tensor is a copy on the CPU, which the training loop
+    cannot change: what a save that writes in the background needs.
     """
     shard = {key: state[key] for key in FLAT_KEYS}
     shard["rng_state"] = torch.get_rng_state()
     if current_device().type == "cuda":  # a GPU's own generator (dropout there draws from it)
         shard["cuda_rng_state"] = torch.cuda.get_rng_state(current_device())
-    layout = {"numel": state["shard"]["numel"], "start": state["shard"]["start"],
-              "length": state["shard"]["shard_numel"], "padding": state["shard"]["padding"],
-              "flat": FLAT_KEYS}
+    layout = {**flat_layout(state["shard"]["numel"], state["shard"]["start"],
+                            state["shard"]["shard_numel"]), "flat": FLAT_KEYS}
     table = [[name, list(p.shape), str(p.dtype).removeprefix("torch.")]
              for name, p in model.named_parameters() if p.requires_grad]
     everything = {**(extra or {}), "optimizer_step": state["step"], "parameters": table,
                   "hyperparameters": state["hyperparameters"]}
     replicated = dict(model.state_dict()) if rank == 0 else None
-    return save_sharded(root, shard, step=step, rank=rank, world_size=world_size, layout=layout,
-                        replicated=replicated, extra=everything, group=group, disk=disk)
+    if to_cpu:
+        shard = {key: value.detach().to("cpu", copy=True) for key, value in shard.items()}
+        if replicated is not None:
+            replicated = {key: value.detach().to("cpu", copy=True)
+                          for key, value in replicated.items()}
+    return {"shard": shard, "layout": layout, "replicated": replicated, "extra": everything}
 
 
 def load_flat_state(folder: Path | str, *, rank: int, world_size: int,
                     group=None) -> tuple[dict, dict, dict]:
     """(the optimizer state of this rank, the model's weights, the extra dict) saved by
-    `save_flat_state`; restores this rank's RNG state.
+    `save_flat_state`; restores this rank's RNG state, or, from a checkpoint resharded to another
+    world size (`tools.reshard`), seeds this rank's generators from its own `rng_seed`.
 
     Collective: call on every rank of `group`; each loads the shard of `rank` and needs a
     checkpoint of `world_size` ranks. The ranks agree on the files first: a missing or damaged
@@ -75,9 +94,12 @@ def load_flat_state(folder: Path | str, *, rank: int, world_size: int,
     state = {"step": extra["optimizer_step"], **{key: shard[key] for key in FLAT_KEYS},
              "shard": {"rank": rank, "world_size": world_size, "numel": layout["numel"],
                        "shard_numel": layout["length"]}}
-    torch.set_rng_state(shard["rng_state"])
-    if "cuda_rng_state" in shard and current_device().type == "cuda":
-        torch.cuda.set_rng_state(shard["cuda_rng_state"], current_device())
+    if "rng_state" not in shard:  # resharded: a stream of its own, on the CPU and every GPU
+        torch.manual_seed(int(shard["rng_seed"]))
+    else:
+        torch.set_rng_state(shard["rng_state"])
+        if "cuda_rng_state" in shard and current_device().type == "cuda":
+            torch.cuda.set_rng_state(shard["cuda_rng_state"], current_device())
     return state, replicated, extra
 
 

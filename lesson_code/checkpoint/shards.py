@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from lesson_code.checkpoint.files import (
-    DISK, MANIFEST, CheckpointError, Disk, FolderNotSharedError, FormatVersionError,
+    DISK, LOCK_TIMEOUT_S, MANIFEST, CheckpointError, Disk, FolderNotSharedError, FormatVersionError,
     ManifestDamagedError, ManifestMissingError, ShardCorruptedError, ShardMissingError,
     WorldSizeMismatchError, locked, manifest_fingerprint, read_manifest, read_verified,
     write_file)
@@ -50,16 +50,19 @@ ERRORS = {error.__name__: error for error in (
 def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int, rank: int,
                  world_size: int, layout: dict | None = None,
                  replicated: dict[str, torch.Tensor] | None = None,
-                 extra: dict | None = None, group=None, disk: Disk = DISK) -> Path:
+                 extra: dict | None = None, group=None, disk: Disk = DISK,
+                 lock_timeout_s: float = LOCK_TIMEOUT_S) -> Path:
     """Write this rank's `shard` tensors, and on rank 0 `replicated` and the manifest; publish.
 
     Collective: call on every rank of a group of `world_size` ranks (gloo or NCCL), each with its
     own shard and the same `root`, a folder every rank sees. `layout` (JSON) describes the shard,
-    e.g. {"numel": P, "start": s, "length": n, "padding": p} for a slice of a flat vector;
+    e.g. `flat_layout(P, s, n)` for a slice of a flat vector;
     `extra` (JSON, rank 0's is kept) holds what else a resume needs, such as the data position.
     JSON keeps str keys only: an `extra` of {1: "a"} loads as {"1": "a"}, a tuple as a list.
     `disk` does the writes, renames and fsyncs (`files.Disk`; a fault-injecting one in tests).
-    Returns the published folder root/step-XXXXXXXX. Raises ValueError for a rank outside the
+    Rank 0 holds root/.lock alone from the start of the save to its publish, waiting at most
+    `lock_timeout_s` seconds for it (another writer may hold it: a save of another run, a
+    prune). Returns the published folder root/step-XXXXXXXX. Raises ValueError for a rank outside the
     world or a world size that differs from the group's; on every rank the same
     FolderNotSharedError when some rank does not see rank 0's folder, TypeError when `extra` is
     not JSON, or CheckpointError naming the file a rank could not write.
@@ -70,7 +73,8 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
     with contextlib.ExitStack() as lock:
         began, failure = None, None
         if rank == 0:
-            began, failure = _attempt(lambda: _begin(final, extra, lock, disk), "prepare", final.parent)
+            began, failure = _attempt(lambda: _begin(final, extra, lock, disk, lock_timeout_s),
+                                      "prepare", final.parent)
         began, verdict = _gather((began, _verdict(failure)), group)[0]
         _raise_agreed([verdict], failure)
         try:
@@ -93,8 +97,8 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
     return final
 
 
-def _begin(final: Path, extra: dict | None, lock: contextlib.ExitStack,
-           disk: Disk) -> tuple[str, str]:
+def _begin(final: Path, extra: dict | None, lock: contextlib.ExitStack, disk: Disk,
+           lock_timeout_s: float) -> tuple[str, str]:
     """Rank 0: take the folder's lock, recover this step's unpublished copy, create staging.
 
     A staging folder it created is removed again if writing the token there fails (a full disk).
@@ -102,7 +106,8 @@ def _begin(final: Path, extra: dict | None, lock: contextlib.ExitStack,
     that they see the very folder rank 0 created.
     """
     json.dumps(extra or {})  # TypeError now rather than after every shard is written
-    lock.enter_context(locked(final.parent, f"save_sharded of {final.name}"))
+    lock.enter_context(locked(final.parent, f"save_sharded of {final.name}",
+                              timeout_s=lock_timeout_s))
     recover_step(final, disk)
     staging = stage(final, disk)
     token = secrets.token_hex(16)
@@ -136,6 +141,14 @@ def _finish(staging: Path, final: Path, files: list, replicated: dict | None, di
     """Rank 0, once every shard is on disk: drop the owner token, then `staging.seal`."""
     (staging / OWNER).unlink()
     seal(staging, final, files, replicated=replicated, disk=disk, **manifest)
+
+
+def flat_layout(numel: int, start: int, length: int) -> dict:
+    """The layout of a shard that holds elements [start, start + length) of a flat vector of
+    `numel` real elements, padded at its end to split evenly: "padding" counts this shard's own
+    padding elements (the last shard's, where the run's padding sits; 0 elsewhere)."""
+    return {"numel": numel, "start": start, "length": length,
+            "padding": max(0, min(length, start + length - numel))}
 
 
 def shard_name(rank: int, world_size: int) -> str:

@@ -1,28 +1,33 @@
-"""Living with sharded checkpoints (lesson 80): find the latest, recover, keep the last K, save
-on a clock, and reshard a checkpoint taken on N ranks for M ranks. One process, no process group.
+"""Living with sharded checkpoints (lesson 80): find the latest, recover, keep the last K, decide
+when to save, and reshard a checkpoint taken on N ranks for M ranks. One process, no process
+group, except `CheckpointPolicy.should_save`, which makes the ranks agree.
 
     folder, skipped = latest_checkpoint("runs/ckpt")      # verifies every byte, says what it skipped
     recover_checkpoints("runs/ckpt")                       # publishes what a crash left hidden
     reshard("runs/ckpt/step-00000010", "runs/ckpt2", 2)    # 4 shards -> 2 shards
+    young_interval(save_s=30, mtbf_s=3 * 3600)             # how often to save: sqrt(2 C M)
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import re
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from lesson_code import language
-from lesson_code.checkpoint.files import (CheckpointError, ManifestMissingError, locked,
-                                          read_manifest, read_verified, verify_checkpoint,
-                                          write_file)
-from lesson_code.checkpoint.shards import shard_name
+from lesson_code.checkpoint.files import (LOCK_TIMEOUT_S, CheckpointError, ManifestMissingError,
+                                          held_alone, locked, read_manifest, read_verified,
+                                          verify_checkpoint, write_file)
+from lesson_code.checkpoint.shards import flat_layout, shard_name
 from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
                                             step_folder)
 from lesson_code.harness.validate import require_positive_int
@@ -33,24 +38,31 @@ HIDDEN_COPY = re.compile(r"^\.step-(\d{8})\.(tmp|replaced)$")
 
 class Skipped(str):
     """One line of what `latest_checkpoint` skipped, "<folder>: <why>", which also keeps the
-    folder's name and the CheckpointError that ruled it out (`interrupted`: a hidden copy with no
-    manifest), so that `explain("fa")` says it in Persian from those facts."""
+    folder's name and the CheckpointError that ruled it out, so that `explain("fa")` says it in
+    Persian from those facts. A hidden copy with no manifest is `interrupted` when no process
+    holds the folder's lock alone, else `running`: a save that may still be writing it."""
 
-    def __new__(cls, folder: str, error: CheckpointError, interrupted: bool):
-        why = "an interrupted save, never published" if interrupted else str(error)
+    def __new__(cls, folder: str, error: CheckpointError, interrupted: bool,
+                running: bool = False):
+        why = str(error)
+        if interrupted:
+            why = ("a save in progress (a writer holds the folder's lock), not published yet"
+                   if running else "an interrupted save, never published")
         made = super().__new__(cls, f"{folder}: {why}")
-        made.folder, made.error, made.interrupted = folder, error, interrupted
+        made.folder, made.error, made.interrupted, made.running = folder, error, interrupted, running
         return made
 
     def __reduce__(self):
-        return Skipped, (self.folder, self.error, self.interrupted)
+        return Skipped, (self.folder, self.error, self.interrupted, self.running)
 
     def explain(self, lang: str = "fa") -> str:
         """The line in `lang`: as it is in English; in Persian the folder, then why."""
         if language.check_language(lang) == "en":
             return str(self)
-        why = ("ذخیره‌ای نیمه‌کاره که هرگز منتشر نشد" if self.interrupted
-               else self.error.explain("fa"))
+        why = self.error.explain("fa")
+        if self.interrupted:
+            why = ("ذخیره‌ای در جریان (نویسنده‌ای قفل پوشه را در دست دارد)، هنوز منتشرنشده"
+                   if self.running else "ذخیره‌ای نیمه‌کاره که هرگز منتشر نشد")
         return f"{language.isolated(self.folder)}: {why}"
 
 
@@ -77,73 +89,116 @@ def hidden_copies(root: Path | str) -> list[tuple[int, Path]]:
                   if path.is_dir() and (match := HIDDEN_COPY.match(path.name)))
 
 
-def latest_checkpoint(root: Path | str) -> tuple[Path | None, list[str]]:
+def latest_checkpoint(root: Path | str, *,
+                      lock_timeout_s: float = LOCK_TIMEOUT_S) -> tuple[Path | None, list[str]]:
     """The newest checkpoint under `root` that verifies completely, and why newer ones were skipped.
 
     Candidates, newest step first: the published folders, and for a step that has none, the
     complete hidden copy that a save stopped between its two renames left (.step-N.tmp, then
-    .step-N.replaced). Each is verified like verify_checkpoint, every file's size and sha256 (so
-    this reads every byte of the newest one); the first that passes is returned, with one line
-    per candidate skipped, e.g. ".step-00000004.tmp: an interrupted save, never published" or
-    "step-00000015: <the error>" (each a `Skipped`, whose explain("fa") says it in Persian). It
-    holds root/.lock while it looks, shared with other readers, so it never sees a save half-way
-    (a save holds the lock alone, and waits for the readers). A hidden copy it chooses is
-    published under its step's name (recover_step) and that name returned, never a folder a
-    running save is about to rename: to publish, it takes the lock alone and looks again. In a
-    folder this process may not write (no lock can be taken there, and no save of its own runs)
-    it looks without the lock and returns a hidden copy as it is.
+    .step-N.replaced). Each is verified like verify_checkpoint, every file's size and sha256
+    (one process reads every byte of the newest one: its size over the hash rate); the first
+    that passes is returned, with one line per candidate skipped, e.g.
+    ".step-00000004.tmp: an interrupted save, never published" or "step-00000015: <the error>"
+    (each a `Skipped`, whose explain("fa") says it in Persian).
+
+    It reads without the lock, so a save never waits for it, nor it for a save: a published
+    folder is complete and never changed in place, only replaced whole (a save of the same step)
+    or deleted (a prune), and both hold root/.lock alone. So a published folder that fails to
+    verify is looked at again holding the lock shared, which sees it before or after such a
+    change, never half-way: gone, it is dropped; failing again, it is skipped as damaged. A
+    hidden copy that vanished while it was read was published meanwhile (by its save, or by a
+    recovery): its step's published folder is looked at instead, the same way. A hidden copy it
+    chooses is published under its step's name (recover_step) and that name returned, never a
+    folder a running save is about to rename: to publish, it takes the lock alone and looks
+    again. Every wait for the lock gives up after `lock_timeout_s` seconds with a
+    CheckpointError naming the holder. In a folder this process may not write (no lock can be
+    taken there, and no save of its own runs) it looks without the lock and returns a hidden
+    copy as it is.
     """
     root = Path(root)
     if not root.is_dir():
         return None, []
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(locked(root, "latest_checkpoint", shared=True))
-        except OSError:
-            return _newest_verified(root, publish=False)
-        folder, skipped = _newest_verified(root, publish=False)
+    folder, skipped = _newest_verified(root, lock_timeout_s)
     if folder is None or not folder.name.startswith("."):
         return folder, skipped
-    with locked(root, f"latest_checkpoint, publishing {folder.name}"):
-        return _newest_verified(root, publish=True)
+    try:
+        with locked(root, f"latest_checkpoint, publishing {folder.name}", timeout_s=lock_timeout_s):
+            return _newest_verified(root, lock_timeout_s, publish=True)
+    except OSError:
+        return folder, skipped
 
 
-def _newest_verified(root: Path, publish: bool) -> tuple[Path | None, list[str]]:
-    """latest_checkpoint's look, with the lock held (alone if it may `publish` a hidden copy)."""
+def _newest_verified(root: Path, lock_timeout_s: float,
+                     publish: bool = False) -> tuple[Path | None, list[str]]:
+    """latest_checkpoint's look: without the lock, or, to `publish` a hidden copy, holding it alone."""
     published = list_checkpoints(root)
     steps = {step for step, _ in published}
     candidates = [(step, 2, folder) for step, folder in published] + [
         (step, 1 if folder.suffix == ".tmp" else 0, folder)
         for step, folder in hidden_copies(root) if step not in steps]
-    skipped = []
+    skipped, looked_again = [], set()
     for step, _, folder in sorted(candidates, reverse=True):
-        try:
-            verify_checkpoint(folder)
-        except CheckpointError as error:
-            hidden = folder.name.startswith(".") and isinstance(error, ManifestMissingError)
-            skipped.append(Skipped(folder.name, error, interrupted=hidden))
+        error = _failure(folder)
+        hidden = folder.name.startswith(".")
+        if error is not None and not publish:
+            if hidden and not folder.is_dir():  # renamed while we read it: published, or gone
+                folder, hidden = step_folder(root, step), False
+                if step in looked_again or not folder.is_dir():
+                    continue
+            if not hidden:
+                looked_again.add(step)
+                error = _look_again(root, folder, lock_timeout_s)
+                if not folder.is_dir():
+                    continue  # deleted while we read it: not a candidate any more
+        if error is not None:
+            interrupted = hidden and isinstance(error, ManifestMissingError)
+            skipped.append(Skipped(folder.name, error, interrupted,
+                                   running=interrupted and not publish and held_alone(root)))
             continue
-        if publish and folder.name.startswith("."):
+        if publish and hidden:
             folder = recover_step(step_folder(root, step)) or folder
         return folder, skipped
     return None, skipped
 
 
-def recover_checkpoints(root: Path | str) -> list[Path]:
+def _failure(folder: Path) -> CheckpointError | None:
+    """The CheckpointError verify_checkpoint raises for `folder`, None when it verifies."""
+    try:
+        verify_checkpoint(folder)
+    except CheckpointError as error:
+        return error
+    return None
+
+
+def _look_again(root: Path, folder: Path, lock_timeout_s: float) -> CheckpointError | None:
+    """Verify a published `folder` again holding root/.lock shared (see latest_checkpoint)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(locked(root, f"latest_checkpoint, checking {folder.name} again",
+                                       shared=True, timeout_s=lock_timeout_s))
+        except OSError:
+            pass  # a folder this process may not write: no lock, and no save of ours changes it
+        return _failure(folder)
+
+
+def recover_checkpoints(root: Path | str, *,
+                        lock_timeout_s: float = LOCK_TIMEOUT_S) -> list[Path]:
     """Publish each complete hidden copy whose step has no folder; return the folders published.
 
     A save stopped between the two renames of `publish` (a crash, a preemption) leaves no
     step-N, only complete copies in .step-N.tmp and .step-N.replaced: the newer that verifies
-    becomes step-N. Holds root/.lock, so it never touches a save in progress.
+    becomes step-N. Holds root/.lock alone (waiting at most `lock_timeout_s` seconds for it), so
+    it never touches a save in progress.
     """
     if not Path(root).is_dir():
         return []
-    with locked(root, "recover_checkpoints"):
+    with locked(root, "recover_checkpoints", timeout_s=lock_timeout_s):
         steps = sorted({step for step, _ in hidden_copies(root)})
         return [folder for step in steps if (folder := recover_step(step_folder(root, step)))]
 
 
-def prune_checkpoints(root: Path | str, keep_last: int) -> list[Path]:
+def prune_checkpoints(root: Path | str, keep_last: int, *,
+                      lock_timeout_s: float = LOCK_TIMEOUT_S) -> list[Path]:
     """Delete the published checkpoints older than the newest `keep_last` that verify, and the
     debris; return what was deleted.
 
@@ -152,14 +207,15 @@ def prune_checkpoints(root: Path | str, keep_last: int) -> list[Path]:
     one. Damaged checkpoints newer than those kept stay, for inspection (latest_checkpoint skips
     them); older ones go. Debris is what interrupted saves left hidden (.step-N.tmp,
     .step-N.replaced); a complete copy whose step has no folder is first recovered (see
-    recover_checkpoints), never deleted. Holds root/.lock, so a save in progress is left alone.
-    Raises ValueError unless keep_last is an int of 1 or more.
+    recover_checkpoints), never deleted. Holds root/.lock alone (waiting at most `lock_timeout_s`
+    seconds for it) while it hashes and deletes, so a save in progress is left alone and the
+    next save waits for it. Raises ValueError unless keep_last is an int of 1 or more.
     """
     require_positive_int("keep_last", keep_last, "1 or more (keeping none would leave nothing "
                          "to resume from)")
     if not Path(root).is_dir():
         return []
-    with locked(root, "prune_checkpoints"):
+    with locked(root, "prune_checkpoints", timeout_s=lock_timeout_s):
         for step in sorted({step for step, _ in hidden_copies(root)}):
             recover_step(step_folder(root, step))
         verified, doomed = 0, []
@@ -183,36 +239,82 @@ class CheckpointPolicy:
     """When to save: every `every_steps` steps and/or every `every_seconds` of wall clock.
 
     Production runs save on a clock (a job may be preempted at any time) as well as on steps.
-    `keep_last` is how many checkpoints `prune_checkpoints` should keep.
+    `keep_last` is how many checkpoints `prune_checkpoints` should keep. A save is a collective,
+    so every rank must decide alike: the step rule does by itself, the clock does not (each
+    process reads its own, and near the boundary one rank finds the save due a step before
+    another, which would then wait in a different collective until the group's timeout). So
+    `should_save` makes the ranks of `group` agree whenever the clock rule is on and a process
+    group is initialised (see there).
     """
 
     every_steps: int | None = None
     every_seconds: float | None = None
     keep_last: int = 2
     last_save_time: float = field(default_factory=time.monotonic)
+    group: Any = field(default=None, repr=False)  # the ranks that save together; None: all
 
     def __post_init__(self):
         if self.every_steps is None and self.every_seconds is None:
             raise ValueError("give every_steps, every_seconds or both: the policy would never save")
 
     def should_save(self, step: int, now: float | None = None) -> bool:
-        """True if the checkpoint after `step` (counted from 1) is due; resets the clock if so."""
+        """True if the checkpoint after `step` (counted from 1) is due; resets the clock if so.
+
+        Collective when `every_seconds` is set and a process group is initialised: call on every
+        rank of `group` after every step. The ranks all-reduce "due by my clock" with MAX, so all
+        save at the step where the first of them finds it due (Megatron-LM agrees on its
+        time-based exit the same way). `now` (seconds, default time.monotonic()) is this rank's
+        clock.
+        """
         now = time.monotonic() if now is None else now
-        due = (self.every_steps is not None and step % self.every_steps == 0) or \
-              (self.every_seconds is not None and now - self.last_save_time >= self.every_seconds)
+        by_clock = self.every_seconds is not None and now - self.last_save_time >= self.every_seconds
+        if self.every_seconds is not None and dist.is_available() and dist.is_initialized():
+            device = "cuda" if dist.get_backend(self.group) == "nccl" else "cpu"
+            flag = torch.tensor([int(by_clock)], device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+            by_clock = bool(flag.item())
+        due = (self.every_steps is not None and step % self.every_steps == 0) or by_clock
         if due:
             self.last_save_time = now
         return due
 
 
-def reshard(source: Path | str, destination_root: Path | str, world_size: int) -> Path:
+def young_interval(save_s: float, mtbf_s: float) -> float:
+    """Young's checkpoint interval, sqrt(2 C M) seconds, for a save that stops training for
+    `save_s` seconds (C) and a job that fails on average every `mtbf_s` seconds (M).
+
+    Saving every T seconds costs C / T of the time in saves, and a failure loses on average
+    T / 2 of work, T / (2 M) of the time: the sum is least at T = sqrt(2 C M) (Young, 1974; a
+    first-order model, good while C is far below M). Raises ValueError unless both are > 0.
+    """
+    for name, value in (("save_s", save_s), ("mtbf_s", mtbf_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a number of seconds above 0, got {value!r}")
+    return math.sqrt(2 * save_s * mtbf_s)
+
+
+def time_lost(interval_s: float, save_s: float, mtbf_s: float) -> float:
+    """The fraction of time that saving every `interval_s` seconds costs in Young's model: the
+    saves (C / T) plus the work a failure throws away (T / (2 M)); restarts not counted."""
+    return save_s / interval_s + interval_s / (2 * mtbf_s)
+
+
+def reshard(source: Path | str, destination_root: Path | str, world_size: int, *,
+            lock_timeout_s: float = LOCK_TIMEOUT_S) -> Path:
     """Rewrite the checkpoint in `source` for `world_size` ranks under `destination_root`.
 
     Every flat-sharded tensor (listed in the shards' layout under "flat") is reassembled in rank
-    order, stripped of its padding, padded again for the new world size and cut into equal shards.
-    Per-rank tensors that are not flat (RNG states) go to new rank r from old rank r mod N.
-    Verifies every file it reads; holds destination_root/.lock while it writes there. Raises
-    ValueError for a world size below 1.
+    order, stripped of its padding, padded again for the new world size and cut into equal
+    shards, each with its own layout. The other per-rank tensors are the ranks' random-number
+    states, and those do not reshard: with the same world size each rank keeps its own; with
+    another, every new rank gets instead `rng_seed`, a seed of its own drawn from the old states
+    and its rank, from which `flat_state.load_flat_state` seeds its generators. (Copying old rank
+    r mod N's state would give two new ranks one random stream, ranks r and r + 4 from 4 to 8,
+    and drop the others' from 4 to 2.) One process holds the whole flat vectors in memory, about
+    the whole optimizer state; DCP reshards at load time instead, each rank reading only the
+    chunks it needs. Verifies every file it reads; holds destination_root/.lock alone while it
+    writes there (waiting at most `lock_timeout_s` seconds for it). Raises ValueError for a
+    world size below 1.
     """
     require_positive_int("world_size", world_size, "the number of ranks that will load it, such as 2")
     source = Path(source)
@@ -224,7 +326,7 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int) -
     full = {key: torch.cat([shard[key] for shard in shards])[:layout["numel"]]
             for key in layout.get("flat", [])}
     final = step_folder(destination_root, manifest["step"])
-    with locked(destination_root, f"reshard into {final.name}"):
+    with locked(destination_root, f"reshard into {final.name}", timeout_s=lock_timeout_s):
         _write_resharded(final, manifest, shards, full, layout, world_size, source, entries)
     return final
 
@@ -235,16 +337,32 @@ def _write_resharded(final: Path, manifest: dict, shards: list, full: dict, layo
     old, numel = manifest["world_size"], layout["numel"]
     length = math.ceil(numel / world_size)
     padding = length * world_size - numel
+    seeds = None if world_size == old else _rng_seeds(shards, full, world_size)
     staging = stage(final)
     files = []
     for rank in range(world_size):
         start = rank * length
         new = {key: torch.cat([value, value.new_zeros(padding)])[start: start + length].clone()
                for key, value in full.items()}
-        new.update({key: value for key, value in shards[rank % old].items() if key not in full})
-        new_layout = {**layout, "start": start, "length": length, "padding": padding}
+        if seeds is None:  # the same ranks: each keeps its own random stream
+            new.update({key: value for key, value in shards[rank].items() if key not in full})
+        else:
+            new["rng_seed"] = torch.tensor(seeds[rank])
+        new_layout = {**layout, **flat_layout(numel, start, length)}
         files.append({**write_file(staging, shard_name(rank, world_size), new), "rank": rank,
                       "layout": new_layout})
     replicated = read_verified(source, entries[REPLICATED]) if REPLICATED in entries else None
     seal(staging, final, files, step=manifest["step"], world_size=world_size,
          extra={**manifest["extra"], "resharded_from": old}, replicated=replicated)
+
+
+def _rng_seeds(shards: list[dict], flat: dict, world_size: int) -> list[int]:
+    """A seed for each of `world_size` new ranks: the sha256 of every old rank's random-number
+    states, in rank order, with the new world size and rank; the same checkpoint resharded the
+    same way gives the same seeds, and no two new ranks share one (but by a 64-bit chance)."""
+    old = hashlib.sha256()
+    for shard in shards:
+        for key in sorted(key for key in shard if key not in flat):
+            old.update(key.encode() + shard[key].reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return [int.from_bytes(hashlib.sha256(old.digest() + f"{world_size}:{rank}".encode())
+                           .digest()[:8], "little") % 2**63 for rank in range(world_size)]

@@ -41,6 +41,21 @@ TABLE_WORDS = {"fa": {
     "value": "مقدار", "holds": "برقرار است", "saves": "ذخیره می‌کند",
     "elements": "عنصرها", "from byte": "آغاز در فایل (بایت)",
     "continued from step 2": "ادامه از چکپوینت گام ۲",
+    "stage": "مرحلهٔ ذخیره", "seconds": "ثانیه", "GB/s": "GB/s",
+    "copy in memory": "رونوشت در حافظه", "torch.save into memory": "torch.save در حافظه",
+    "crc32 (zlib), for comparison": "crc32 (zlib)، برای مقایسه",
+    "write, fsync, rename, fsync": "نوشتن، fsync، تغییر نام، fsync",
+    "sha256 at the measured rate": "sha256 با نرخ اندازه‌گیری‌شده",
+    "one process, 90 GB (s)": "یک فرایند، ۹۰ GB (ثانیه)",
+    "64 ranks, 1.4 GB each (s)": "۶۴ رتبه، هر یک ۱٫۴ GB (ثانیه)",
+    "measured here": "اندازه‌گیری‌شده در اینجا", "step (ms)": "گام (ms)", "save (ms)": "ذخیره (ms)",
+    "Young's interval at one failure every 3.09 h (s)":
+        "فاصلهٔ یانگ با یک وقفه در هر ۳٫۰۹ ساعت (ثانیه)",
+    "steps between saves": "گام‌های میان دو ذخیره", "bandwidth (TB/s)": "پهنای باند (TB/s)",
+    "save (s)": "ذخیره (ثانیه)", "interval (min)": "فاصلهٔ ذخیره‌ها (دقیقه)",
+    "time lost (%)": "زمان ازدست‌رفته (٪)", "model tensors": "تنسورهای مدل",
+    "own vectors": "بردارهای خود رتبه", "blocking save (ms)": "ذخیرهٔ مسدودکننده (ms)",
+    "in the background (ms)": "در پس‌زمینه (ms)",
 }}
 
 

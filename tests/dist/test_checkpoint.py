@@ -36,7 +36,9 @@ def test_manifest_records_layout_hashes_and_versions(saved):
     assert manifest["format_version"] == checkpoint.FORMAT_VERSION and manifest["step"] == 10 and manifest["world_size"] == 4
     shards = [f for f in manifest["files"] if f["rank"] is not None]
     assert [f["layout"]["start"] for f in shards] == [0, 1731, 3462, 5193]
-    assert all(f["layout"]["padding"] == 2 and f["layout"]["numel"] == 6922 for f in shards)
+    # Each shard's own padding: ZeRO's 2 zeros sit at the end of the last shard only.
+    assert [f["layout"]["padding"] for f in shards] == [0, 0, 0, 2]
+    assert all(f["layout"]["numel"] == 6922 for f in shards)
     assert all(len(f["sha256"]) == 64 and f["bytes"] > 0 for f in manifest["files"])
     assert shards[0]["tensors"]["master"] == {"dtype": "float32", "shape": [1731]}
     assert manifest["extra"]["next_step"] == 10 and manifest["extra"]["optimizer_step"] == 10
@@ -50,6 +52,37 @@ def test_resuming_at_step_10_reproduces_the_run_that_never_stopped(saved):
     for a, b in zip(straight, resumed):
         assert torch.equal(a["params"], b["params"])
         assert a["losses"][10:] == b["losses"]
+
+
+def test_a_save_in_the_background_writes_the_same_bytes_as_a_blocking_one(saved, tmp_path):
+    root, straight = saved
+    results = launch.spawn(checkpoint_lab.train_with_checkpoints, RUN, str(tmp_path), [10, 15],
+                           True, world_size=4)
+    for step in (10, 15):  # the manifest lists every file's sha256: equal manifests, equal files
+        assert ((step_folder(tmp_path, step) / "manifest.sha256").read_bytes()
+                == (step_folder(root, step) / "manifest.sha256").read_bytes())
+    assert [r["losses"] for r in results] == [r["losses"] for r in straight]
+    assert all(sorted(r["blocked_s"]) == [10, 15] for r in results)
+
+
+def save_unwritable_in_the_background(rank, world_size, root):
+    """A background save whose `extra` JSON cannot hold: its error reaches every rank's wait()."""
+    from lesson_code.zero_lab import build_optimizer, run_model
+    model, optimizer = build_optimizer(RUN, run_model(RUN), rank, world_size)
+    saver = checkpoint_lab.BackgroundSaver(root, model, optimizer)
+    saver.save(1, extra={"not JSON": {1, 2}})
+    try:
+        saver.wait()
+    except TypeError as error:
+        return str(error)
+    return None
+
+
+def test_a_background_save_that_fails_raises_on_every_rank_when_waited_for(tmp_path):
+    messages = launch.spawn(save_unwritable_in_the_background, str(tmp_path), world_size=2,
+                            timeout_s=60)
+    assert messages == ["Object of type set is not JSON serializable [found by rank 0]"] * 2
+    assert list_checkpoints(tmp_path) == []
 
 
 def test_save_then_load_is_bit_for_bit(tmp_path):
@@ -131,6 +164,16 @@ def test_another_world_size_is_refused_with_the_hint_to_reshard(saved):
         load_sharded(step_folder(root, 10), rank=0, world_size=2)
 
 
+def random_streams(folder):
+    """What each shard of `folder` holds to start its rank's random stream: its saved RNG state,
+    or the seed a reshard to another world size gave it, as bytes."""
+    manifest = checkpoint.read_manifest(folder)
+    shards = [checkpoint.read_verified(folder, entry) for entry in manifest["files"]
+              if entry["rank"] is not None]
+    return [(shard["rng_state"] if "rng_state" in shard else shard["rng_seed"]).numpy().tobytes()
+            for shard in shards]
+
+
 def test_reshard_4_to_2_ranks_and_train_on(saved, tmp_path):
     root, straight = saved
     folder = reshard(step_folder(root, 10), tmp_path, 2)
@@ -141,9 +184,27 @@ def test_reshard_4_to_2_ranks_and_train_on(saved, tmp_path):
     assert all(torch.equal(r["params"], resumed[0]["params"]) for r in resumed)
     # Another world size sums gradients in another order: float32 tolerance, as in lesson 78.
     assert (resumed[0]["params"] - straight[0]["params"]).abs().max() < 1e-5
-    back = reshard(folder, tmp_path / "back", 3)  # 2 -> 3 needs padding again
+    # Each new rank's generator was seeded from the seed its own shard holds: two streams.
+    seeds = [checkpoint.read_verified(folder, f)["rng_seed"].item() for f in manifest["files"]
+             if f["rank"] is not None]
+    assert [r["rng_state"].tolist() for r in resumed] == [
+        torch.Generator().manual_seed(seed).get_state().tolist() for seed in seeds]
+    assert not torch.equal(resumed[0]["rng_state"], resumed[1]["rng_state"])
+    back = reshard(folder, tmp_path / "back", 3)  # 2 -> 3 needs padding again, on the last shard
     assert [f["layout"]["padding"] for f in json.loads((back / "manifest.json").read_text())["files"]
-            if f["rank"] is not None] == [2, 2, 2]
+            if f["rank"] is not None] == [0, 0, 2]
+
+
+def test_resharding_gives_every_new_rank_a_random_stream_of_its_own(saved, tmp_path):
+    root, _ = saved
+    source = step_folder(root, 10)
+    eight = reshard(source, tmp_path / "eight", 8)
+    streams = random_streams(eight)
+    assert len(streams) == 8 and len(set(streams)) == 8  # r mod 4 would give ranks r, r + 4 one
+    assert random_streams(reshard(source, tmp_path / "again", 8)) == streams  # reproducible
+    assert len(set(random_streams(reshard(source, tmp_path / "two", 2)))) == 2
+    # The same world size keeps every rank's own saved state.
+    assert random_streams(reshard(source, tmp_path / "four", 4)) == random_streams(source)
 
 
 def test_consolidated_state_loads_into_torch_adam_and_trains_on(saved):
@@ -161,6 +222,19 @@ def test_consolidated_state_loads_into_torch_adam_and_trains_on(saved):
     assert (final - straight[0]["params"]).abs().max() < 1e-5
     reference = in_one_rank(train_single_process, RUN)["params"]
     assert (final - reference).abs().max() < 1e-5
+
+
+def clock_decisions(rank, world_size):
+    """A clock policy of 60 s on every rank, rank 0's clock 1 s ahead of the others'."""
+    policy = CheckpointPolicy(every_seconds=60.0, last_save_time=0.0)
+    return [policy.should_save(step, now=now + (1.0 if rank == 0 else 0.0))
+            for step, now in [(1, 30.0), (2, 59.5), (3, 61.0), (4, 119.0), (5, 121.0)]]
+
+
+def test_a_clock_policy_makes_every_rank_save_at_the_same_step():
+    decisions = launch.spawn(clock_decisions, world_size=3, timeout_s=60)
+    # Rank 0 finds the save due at step 2 (60.5 s), the others only at step 3: they save at 2.
+    assert decisions == [[False, True, False, False, True]] * 3
 
 
 def test_keep_last_k_and_the_clock_policy(saved, tmp_path):

@@ -1,8 +1,10 @@
 """Checkpoints at the edges: a ZeRO optimizer on a sub-group, ranks passed wrongly, a prune that
-meets a damaged newest checkpoint or fails, a look for the latest during a save, and the folder's
-lock: shared by readers, and named by whoever gives up waiting for it."""
+meets a damaged newest checkpoint or fails, a look for the latest during a save, while a save
+waits, and while the folder it reads is replaced, and the folder's lock: shared by readers, and
+named by whoever gives up waiting for it."""
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -24,7 +26,8 @@ from lesson_code.checkpoint import CheckpointError, save_sharded, shard_name, st
 from lesson_code.checkpoint.faults import flip_one_byte
 from lesson_code.checkpoint.files import locked, write_file
 from lesson_code.checkpoint.staging import seal, stage, staging_folder
-from lesson_code.checkpoint.tools import latest_checkpoint, list_checkpoints, prune_checkpoints
+from lesson_code.checkpoint.tools import (latest_checkpoint, list_checkpoints, prune_checkpoints,
+                                          recover_checkpoints)
 from lesson_code.collectives.comm import Communicator
 from lesson_code.zero import ZeroOptimizer
 from lesson_code.zero_lab import ZeroRun, run_loss, run_model
@@ -107,39 +110,51 @@ def test_pruning_never_counts_a_damaged_checkpoint_among_those_kept(two_checkpoi
     assert [step for step, _ in list_checkpoints(root)] == [4]
 
 
-def test_latest_checkpoint_waits_for_a_save_in_progress_and_returns_what_it_published(
-        two_checkpoints, tmp_path):
-    """A save of step 4 holds the lock with its shard staged and no manifest yet when
-    latest_checkpoint is called. The save finishes only once latest_checkpoint has returned (or
-    after 1 s), so a look that does not wait for it sees step 4 unfinished and returns step 3."""
+def stage_step(root, step, released, staged=None):
+    """A save of `step` that holds root's lock, stages one shard, then waits for `released` (at
+    most 20 s) before it writes the manifest and publishes. Returns what it ended with."""
+    final, outcome = step_folder(root, step), []
+    try:
+        with locked(root, f"a save of step {step}", timeout_s=1.0):
+            staging = stage(final)
+            files = [{**write_file(staging, shard_name(0, 1), {"x": torch.ones(8)}),
+                      "rank": 0, "layout": {}}]
+            if staged is not None:
+                staged.set()
+            released.wait(20)
+            seal(staging, final, files, step=step, world_size=1, extra={})
+        outcome.append("published")
+    except Exception as error:  # noqa: BLE001 - reported by the caller's assertion
+        outcome.append(repr(error))
+    finally:
+        if staged is not None:
+            staged.set()
+    return outcome
+
+
+def test_latest_checkpoint_does_not_wait_for_a_save_in_progress(two_checkpoints, tmp_path):
+    """A save of step 4 holds the lock, its shard staged and no manifest yet, until the test
+    lets it go: latest_checkpoint returns step 3 at once and says step 4 is a save in progress
+    (a look that waited for the lock would return step 4 only after the save)."""
     root = tmp_path / "run"
     shutil.copytree(two_checkpoints, root)
-    final = step_folder(root, 4)
-    staged, returned, outcome = threading.Event(), threading.Event(), []
-
-    def save_step_4():
-        try:
-            with locked(root, "a save of step 4"):
-                staging = stage(final)
-                files = [{**write_file(staging, shard_name(0, 1), {"x": torch.ones(8)}),
-                          "rank": 0, "layout": {}}]
-                staged.set()
-                returned.wait(1.0)
-                seal(staging, final, files, step=4, world_size=1, extra={})
-            outcome.append("published")
-        except Exception as error:  # noqa: BLE001 - reported by the assertion below
-            outcome.append(repr(error))
-            staged.set()
-
-    saver = threading.Thread(target=save_step_4)
+    staged, released, outcome = threading.Event(), threading.Event(), []
+    saver = threading.Thread(target=lambda: outcome.extend(stage_step(root, 4, released, staged)))
     saver.start()
-    assert staged.wait(30)
-    folder, skipped = latest_checkpoint(root)
-    returned.set()
-    saver.join(30)
-    assert outcome == ["published"]
-    assert (folder, skipped) == (final, [])
-    assert not staging_folder(final).exists()
+    try:
+        assert staged.wait(30)
+        folder, skipped = latest_checkpoint(root, lock_timeout_s=5)
+        saving_still = not outcome
+    finally:
+        released.set()
+        saver.join(30)
+    assert saving_still and outcome == ["published"]
+    assert folder == step_folder(root, 3)
+    assert skipped == [".step-00000004.tmp: a save in progress (a writer holds the folder's "
+                       "lock), not published yet"]
+    assert skipped[0].explain("fa").endswith("ذخیره‌ای در جریان (نویسنده‌ای قفل پوشه را در دست "
+                                             "دارد)، هنوز منتشرنشده")
+    assert latest_checkpoint(root) == (step_folder(root, 4), [])
 
 
 def open_once_read(fifo, timeout_s=30.0):
@@ -157,36 +172,95 @@ def open_once_read(fifo, timeout_s=30.0):
         return open(descriptor, "wb")
 
 
-def test_readers_share_the_lock_and_a_save_that_gives_up_says_which_reader_holds_it(
-        two_checkpoints, tmp_path):
-    """latest_checkpoint reads a shard whose bytes arrive only when the test sends them (a named
-    pipe, like a slow disk). Meanwhile a second reader takes the lock at once, and a save that
-    waits for the lock gives up naming the reader, not another run."""
-    root = tmp_path / "run"
-    shutil.copytree(two_checkpoints, root)
-    shard = step_folder(root, 3) / shard_name(0, 2)
+def slow_shard(folder):
+    """Replace shard 0 of the 2-rank checkpoint in `folder` by a named pipe, so that a reader
+    hashing it waits until the test writes the bytes (a slow disk, or a checkpoint of many
+    gigabytes); returns the pipe's path and the shard's bytes."""
+    shard = folder / shard_name(0, 2)
     payload = shard.read_bytes()
     shard.unlink()
     os.mkfifo(shard)
+    return shard, payload
+
+
+def latest_while_reading(root, shard, meanwhile):
+    """latest_checkpoint(root) in a thread; once it has opened the pipe `shard`, call
+    `meanwhile(pipe)`, which writes what the reader gets. Returns what latest_checkpoint returned."""
     found = []
     reader = threading.Thread(target=lambda: found.append(latest_checkpoint(root)))
     reader.start()
     try:
-        with open_once_read(shard) as pipe:  # latest_checkpoint is reading the shard: lock held
-            with locked(root, "a second reader", shared=True, timeout_s=10):
-                pass
-            with pytest.raises(CheckpointError) as refused:
-                with locked(root, "a save", timeout_s=0.5):
-                    pass
-            pipe.write(payload)
+        with open_once_read(shard) as pipe:  # latest_checkpoint is hashing the shard now
+            meanwhile(pipe)
     finally:
         reader.join(30)
+    assert len(found) == 1, "latest_checkpoint did not return"
+    return found[0]
+
+
+def test_a_save_never_waits_for_a_reader_hashing_a_checkpoint(two_checkpoints, tmp_path):
+    """latest_checkpoint is hashing step 3 (its shard a named pipe the test fills only later):
+    meanwhile a save takes the folder's lock within 0.5 s, and the reader still returns step 3."""
+    root = tmp_path / "run"
+    shutil.copytree(two_checkpoints, root)
+    shard, payload = slow_shard(step_folder(root, 3))
+
+    def save_then_send(pipe):
+        with locked(root, "a save", timeout_s=0.5):
+            pass
+        pipe.write(payload)
+    assert latest_while_reading(root, shard, save_then_send) == (step_folder(root, 3), [])
+
+
+def test_a_checkpoint_replaced_while_it_is_read_is_not_called_damaged(two_checkpoints, tmp_path):
+    """While latest_checkpoint reads step 3's shard, a save of step 3 replaces the folder whole;
+    the bytes read then no longer match the manifest read before. The second look, holding the
+    lock, finds the new step 3 complete: it is returned, nothing skipped."""
+    root = tmp_path / "run"
+    shutil.copytree(two_checkpoints, root)
+    shard, payload = slow_shard(step_folder(root, 3))
+    released = threading.Event()
+    released.set()
+
+    def replace_then_send(pipe):
+        assert stage_step(root, 3, released) == ["published"]  # a save of step 3, whole
+        pipe.write(payload[:100])  # what the old folder gave before it went
+    assert latest_while_reading(root, shard, replace_then_send) == (step_folder(root, 3), [])
+    assert json.loads((step_folder(root, 3) / "manifest.json").read_text())["world_size"] == 1
+
+
+def test_a_hidden_copy_published_while_it_is_read_is_found_under_its_new_name(
+        two_checkpoints, tmp_path):
+    """latest_checkpoint reads the complete hidden copy of step 4 (a save stopped between its
+    two renames) when a recovery publishes it as step-00000004: the folder it was reading is
+    gone, and it finds step 4 under its published name instead of falling back to step 3."""
+    root = tmp_path / "run"
+    shutil.copytree(two_checkpoints, root)
+    hidden = staging_folder(step_folder(root, 4))
+    shutil.copytree(step_folder(root, 3), hidden)
+    shard, payload = slow_shard(hidden)
+
+    def publish_then_send(pipe):
+        os.rename(hidden, step_folder(root, 4))  # published meanwhile, the pipe with it
+        published = step_folder(root, 4) / shard_name(0, 2)
+        published.unlink()
+        published.write_bytes(payload)
+        pipe.write(payload[:100])  # the read of the vanished folder ends short
+    assert latest_while_reading(root, shard, publish_then_send) == (step_folder(root, 4), [])
+
+
+def test_a_save_that_gives_up_says_which_reader_holds_the_lock(tmp_path):
+    with locked(tmp_path, "latest_checkpoint", shared=True):
+        with locked(tmp_path, "a second reader", shared=True, timeout_s=10):
+            with pytest.raises(CheckpointError) as refused:
+                with locked(tmp_path, "a save", timeout_s=0.5):
+                    pass
     message = str(refused.value)
-    assert (f"by latest_checkpoint (reading, pid {os.getpid()} on {socket.gethostname()}, for "
-            in message), message
+    assert message.startswith(f"{tmp_path / '.lock'} is still held after 0 s, by "), message
+    for reader in ("latest_checkpoint", "a second reader"):  # in the order of their records
+        assert f"{reader} (reading, pid {os.getpid()} on {socket.gethostname()}, for " in message
     assert "a save waits until every reader of this folder is done" in message
     assert "another run" not in message and "writing" not in message
-    assert found == [(step_folder(root, 3), [])]
 
 
 def test_a_reader_that_gives_up_says_which_save_holds_the_lock(tmp_path):
@@ -213,7 +287,7 @@ def test_the_record_of_a_holder_that_was_killed_is_removed_by_the_next(tmp_path)
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     assert killed.returncode == -signal.SIGKILL
     assert len([path for path in tmp_path.iterdir() if path.name.startswith(".lock.")]) == 1
-    assert latest_checkpoint(tmp_path) == (None, [])  # takes the lock: the killer's died with it
+    assert recover_checkpoints(tmp_path) == []  # takes the lock: the killed one's died with it
     assert sorted(path.name for path in tmp_path.iterdir()) == [".lock"]
 
 
