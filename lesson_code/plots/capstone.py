@@ -9,6 +9,7 @@ part-way and continued beside one that never stopped (capstone.crash.crash_and_c
 from __future__ import annotations
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from lesson_code.plots import label_ranks, legend, legend_below, number, start_figure
 from lesson_code.plots.tables import translate
@@ -47,6 +48,9 @@ TABLE_WORDS = {"fa": {
     "final loss, resumed from step 10": "زیان پایانی، ادامه از چکپوینت گام ۱۰",
     "rollback": "بازگشت به چکپوینت", "previous_loss": "زیان گام قبل",
     "limit": "مرز محافظ",
+    "DDP + Adam: 8P": "DDP با Adam: 8P", "DDP + master copy + Adam: 12P": "DDP با رونوشت اصلی و Adam: 12P",
+    "largest loss gap": "بیشترین فاصلهٔ زیان‌ها",
+    "final parameters, relative distance": "فاصلهٔ نسبی پارامترهای پایانی",
     "lesson_code.capstone (ours)": "lesson_code.capstone (کد ما)",
     "killed after step": "کشته‌شده پس از گام", "resumed from step": "ادامه از گام",
     "steps trained twice": "گام‌هایی که دو بار آموزش دیدند",
@@ -84,6 +88,7 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
             ax.plot(event["at_step"], event["loss"], "x", color="#d62728", markersize=9,
                     label=number(labels["diverged"].format(loss=event["loss"]), lang))
             ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 2.5
     ax.set_xlabel(labels["step"])
     ax.set_ylabel(labels["loss"])
     if any(r.get("event") for r in rows):

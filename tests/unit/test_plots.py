@@ -186,3 +186,14 @@ def test_gantt_panels_share_one_time_axis_and_title_their_step_and_bubble():
         assert "۹" in persian and "۰٫۳۳" in persian
     finally:
         plt.close("all")
+
+
+def test_the_loss_curve_ticks_whole_steps():
+    rows = [{"step": step, "loss": 4.0 - step / 10} for step in range(1, 21)]
+    figure = capstone.loss_curve_figure(rows)
+    try:
+        figure.canvas.draw()
+        ticks = [tick for tick in figure.axes[0].get_xticks() if 1 <= tick <= 20]
+        assert ticks and all(float(tick).is_integer() for tick in ticks), ticks
+    finally:
+        plt.close(figure)
