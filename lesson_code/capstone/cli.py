@@ -2,8 +2,8 @@
 
 `python -m lesson_code.capstone --help` lists the options; under torchrun, torchrun's WORLD_SIZE
 is the run's world size, and only global rank 0 prints (an argument error too, once). `--lang
-fa` prints the report in Persian; its last line is RESUME VERIFIED (or RESUME FAILED) in either
-language, for scripts that look for it.
+fa` prints the report in Persian; its last line starts with RESUME VERIFIED (or RESUME FAILED) in
+either language, for scripts that look for it, and says what was compared (`verdict_line`).
 
 A run that stops (a rank killed, a node lost) is continued by the same command with the same
 --out-dir: by hand, or by torchrun's agent (`torchrun --max-restarts=2 ...`), which restarts the
@@ -65,6 +65,19 @@ WORDS = {
                              "for byte, on all {n} ranks: {same}",
         "check_2_continued": "resume check 2: continued from step {step} to step {steps}; bitwise "
                              "equal, on every rank, to that uninterrupted run:",
+        "verified": "RESUME VERIFIED: a run resumed from the step-{step} checkpoint matched this "
+                    "run bit for bit on all {n} ranks: the same losses in steps {first} to {steps} "
+                    "and, after step {steps}, the same parameters, optimizer state and RNG state; "
+                    "the checkpoints of steps {saved} reload byte for byte",
+        "verified_continued": "RESUME VERIFIED: this run, continued from the step-{step} "
+                              "checkpoint, matched a run from step 0 that never stopped bit for bit "
+                              "on all {n} ranks: the same losses in steps 1 to {steps} and, after "
+                              "step {steps}, the same parameters, optimizer state and RNG state; "
+                              "the step-{step} checkpoint holds what that run saved after step "
+                              "{step}, and every checkpoint reloads byte for byte",
+        "failed": "RESUME FAILED: {what}",
+        "differ": "not equal bit for bit: {items}",
+        "not_reloaded": "a checkpoint does not reload byte for byte",
         "died": "{error}\nthe checkpoints in {root} are kept: run the same command again to "
                 "continue from the newest one that verifies",
         "items": {},
@@ -93,17 +106,30 @@ WORDS = {
                 "به چکپوینت باز هم رد شد ({reason})",
         "norms": "نرم پارامترها در همهٔ رتبه‌ها و همهٔ گام‌ها یکسان است: {same}",
         "metrics": "معیارها: {metrics}؛ منحنی زیان: {plot}",
-        "check_1": "وارسی ۱ ادامهٔ آموزش: چکپوینت‌های {steps}، بارگذاری‌شده در اشیای تازه، "
+        "check_1": "وارسی نخستِ ادامهٔ آموزش: چکپوینت‌های {steps}، بارگذاری‌شده در اشیای تازه، "
                    "بایت‌به‌بایت با رونوشت‌هایی برابرند که هنگام ذخیره از حافظه برداشته شد، "
                    "روی هر {n} رتبه: {same}",
-        "check_2": "وارسی ۲ ادامهٔ آموزش: از گام {step} ادامه یافت و تا گام {steps} آموزش دید؛ "
+        "check_2": "وارسی دومِ ادامهٔ آموزش: از گام {step} ادامه یافت و تا گام {steps} آموزش دید؛ "
                    "روی هر رتبه بیت‌به‌بیت برابر با اجرای بی‌وقفه:",
-        "check_1_continued": "وارسی ۱ ادامهٔ آموزش: چکپوینت گام {step} که این اجرا از آن ادامه "
-                             "یافت، تنسور به تنسور همان است که اجرایی بی‌وقفه از گام ۰ پس از گام "
-                             "{step} ذخیره کرد، و هر چکپوینت هر دو اجرا بایت‌به‌بایت بازمی‌گردد، "
+        "check_1_continued": "وارسی نخستِ ادامهٔ آموزش: چکپوینت گام {step}، که این اجرا از آن "
+                             "ادامه یافت، تنسور به تنسور همان است که اجرایی بی‌وقفه از گام ۰ پس از "
+                             "گام {step} ذخیره کرد، و هر چکپوینت هر دو اجرا بایت‌به‌بایت بازمی‌گردد، "
                              "روی هر {n} رتبه: {same}",
-        "check_2_continued": "وارسی ۲ ادامهٔ آموزش: از گام {step} تا گام {steps} ادامه یافت؛ روی هر "
-                             "رتبه بیت‌به‌بیت برابر با همان اجرای بی‌وقفه:",
+        "check_2_continued": "وارسی دومِ ادامهٔ آموزش: از گام {step} تا گام {steps} ادامه یافت؛ "
+                             "روی هر رتبه بیت‌به‌بیت برابر با همان اجرای بی‌وقفه:",
+        "verified": "RESUME VERIFIED: اجرایی که از چکپوینت گام {step} ادامه یافت، روی هر {n} رتبه "
+                    "بیت‌به‌بیت با همین اجرا برابر بود: همان زیان‌ها در گام‌های {first} تا {steps}، "
+                    "و پس از گام {steps} همان پارامترها، وضعیت بهینه‌ساز و وضعیت مولد اعداد "
+                    "تصادفی؛ چکپوینت‌های گام‌های {saved} نیز بایت‌به‌بایت بازمی‌گردند",
+        "verified_continued": "RESUME VERIFIED: این اجرا، که از چکپوینت گام {step} ادامه یافت، "
+                              "روی هر {n} رتبه بیت‌به‌بیت با اجرای بی‌وقفه‌ای از گام ۰ برابر بود: "
+                              "همان زیان‌ها در گام‌های ۱ تا {steps}، و پس از گام {steps} همان "
+                              "پارامترها، وضعیت بهینه‌ساز و وضعیت مولد اعداد تصادفی؛ چکپوینت گام "
+                              "{step} همان را دارد که آن اجرا پس از گام {step} ذخیره کرد، و هر "
+                              "چکپوینت بایت‌به‌بایت بازمی‌گردد",
+        "failed": "RESUME FAILED: {what}",
+        "differ": "بیت‌به‌بیت برابر نبود: {items}",
+        "not_reloaded": "چکپوینتی بایت‌به‌بایت بازنمی‌گردد",
         "died": "{error}\nچکپوینت‌های {root} سر جایشان هستند: همین فرمان را دوباره اجرا کنید تا "
                 "از تازه‌ترین چکپوینتی که وارسی‌اش درست درآید ادامه دهد",
         "items": {"steps and losses": "گام‌ها و زیان‌ها", "params": "پارامترها",
@@ -220,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
 
     RESUME VERIFIED means two checks held: every checkpoint reloads byte for byte (for a
     continued run: the one it continued from equals an uninterrupted run's), and a run from a
-    checkpoint ends bitwise where a run from step 0 ends (`train.compare_resumed`).
+    checkpoint ends bitwise where a run from step 0 ends (`train.compare_resumed`); the line
+    says which runs, which steps and what state (`verdict_line`).
     """
     config, lang, fresh = parse_arguments(argv)
     said, n = WORDS[lang], lambda value: number(value, lang)
@@ -276,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     write_summary(out / "run.json", {"started": started, "steps": config.steps,
                                      "world_size": len(results), "reloaded": reloaded,
                                      "compared": compared, "verified": verified})
-    print("RESUME VERIFIED" if verified else "RESUME FAILED")
+    print(verdict_line(config, len(results), reloaded, compared, lang, from_step, continued,
+                       sorted(straight[0]["resume_verified"])))
     return 0 if verified and same_norms else 1
 
 
@@ -332,6 +360,29 @@ def resume_report(config: CapstoneConfig, world_size: int, reloaded: bool,
     lines += [fill("  {name}: {same}", lang, name=said["items"].get(name, name), same=same)
               for name, same in resumed.items()]
     return "\n".join(lines)
+
+
+def verdict_line(config: CapstoneConfig, world_size: int, reloaded: bool,
+                 compared: dict[str, bool], lang: str = "en", from_step: int | None = None,
+                 continued: bool = False, saved: list[int] | None = None) -> str:
+    """The report's last line: RESUME VERIFIED (or RESUME FAILED), then what exactly held.
+
+    RESUME VERIFIED only when `reloaded` (every checkpoint reloads byte for byte) and every
+    verdict of `compared` (`train.compare_resumed`) is True; it then says which run was compared
+    with which, from which step, and which steps' losses and what state were equal. RESUME FAILED
+    names what was not equal. The arguments are `resume_report`'s.
+    """
+    said, n = WORDS[lang], lambda value: number(value, lang)
+    step = config.checkpoint_step if from_step is None else from_step
+    if reloaded and all(compared.values()):
+        return said["verified_continued" if continued else "verified"].format(
+            step=n(step), n=n(world_size), first=n(step + 1), steps=n(config.steps),
+            saved=listed(map(n, saved or [config.checkpoint_step]), lang))
+    what = [] if reloaded else [said["not_reloaded"]]
+    differing = [said["items"].get(name, name) for name, same in compared.items() if not same]
+    if differing:
+        what.append(said["differ"].format(items=listed(differing, lang)))
+    return said["failed"].format(what=("; " if lang == "en" else "؛ ").join(what))
 
 
 def _plot(metrics: Path, path: Path, lang: str) -> None:

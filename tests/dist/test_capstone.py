@@ -205,6 +205,25 @@ def test_exercise_1_tensor_parallel_attention_matches_one_rank():
     assert abs(split[0] - in_one_rank(single_rank_loss, config)) < 1e-5
 
 
+def test_the_last_line_says_what_the_resume_checks_compared():
+    # RESUME VERIFIED is followed by which run was compared with which, from which checkpoint,
+    # which steps' losses and what state; RESUME FAILED names what differed. No ranks needed.
+    config, every = CapstoneConfig(), dict.fromkeys(["steps and losses", *COMPARED], True)
+    assert capstone_cli.verdict_line(config, 4, True, every, "en", 10, False, [10, 20]) == (
+        "RESUME VERIFIED: a run resumed from the step-10 checkpoint matched this run bit for bit on "
+        "all 4 ranks: the same losses in steps 11 to 20 and, after step 20, the same parameters, "
+        "optimizer state and RNG state; the checkpoints of steps 10, 20 reload byte for byte")
+    continued = capstone_cli.verdict_line(dataclasses.replace(config, steps=12), 4, True, every,
+                                          "en", 8, True, [4, 8, 12])
+    assert continued.startswith("RESUME VERIFIED: this run, continued from the step-8 checkpoint, "
+                                "matched a run from step 0 that never stopped") and "steps 1 to 12" in continued
+    persian = capstone_cli.verdict_line(config, 4, True, every, "fa", 10, False, [10, 20])
+    assert persian.startswith("RESUME VERIFIED: ") and "گام‌های ۱۱ تا ۲۰" in persian
+    failed = capstone_cli.verdict_line(config, 4, False, {**every, "exp_avg": False}, "en")
+    assert failed == ("RESUME FAILED: a checkpoint does not reload byte for byte; "
+                      "not equal bit for bit: exp_avg")
+
+
 def test_the_torch_twin_saves_a_checkpoint_a_run_could_continue_from(tmp_path):
     # The twin of lesson 81's timing table: DCP writes the model, and rank 0 the optimizer state
     # that ZeroRedundancyOptimizer gathered to it, every parameter's Adam state after 2 steps.
@@ -230,7 +249,9 @@ def test_the_command_prints_the_report_and_writes_metrics(tmp_path, capsys):
     completed = run_command([sys.executable, "-m", "lesson_code.capstone", "--out-dir", "run"], tmp_path)
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     out = completed.stdout
-    assert out.rstrip().endswith("RESUME VERIFIED")
+    assert out.rstrip().splitlines()[-1] == capstone_cli.verdict_line(
+        CapstoneConfig(), 4, True, dict.fromkeys(["steps and losses", *COMPARED], True), "en", 10,
+        False, [10, 20])
     assert out.splitlines()[1] == "started fresh at step 0: no checkpoint to continue from in run/checkpoints"
     assert "resume check 1: step-10, step-20 checkpoint(s) reloaded" in out
     assert "resume check 2: resumed from step 10" in out
@@ -275,7 +296,10 @@ def test_a_killed_run_started_again_ends_bitwise_where_an_uninterrupted_run_ends
     assert curve(result.killed) == curve(result.uninterrupted)[:5]  # logged as it trained
     assert result.same_losses and result.same_checkpoint
     assert result.report.startswith("resume check 1: the step-4 checkpoint this run continued from")
-    assert result.report.endswith("RESUME VERIFIED") and ": False" not in result.report
+    assert result.report.splitlines()[-1].startswith(
+        "RESUME VERIFIED: this run, continued from the step-4 checkpoint, matched a run from step 0 "
+        "that never stopped bit for bit on all 4 ranks: the same losses in steps 1 to 6 and, after "
+        "step 6, the same parameters") and ": False" not in result.report
     assert set(result.seconds) == {"killed", "continued", "uninterrupted"}
 
 
