@@ -231,6 +231,21 @@ def virtual_stage_indices(schedule: str, rank: int, world_size: int, virtual: in
     return [rank + k * world_size for k in range(virtual)]
 
 
+def _virtual_schedule(name: str, rank: int, world_size: int, run: PipeRun, virtual: int):
+    """torch's schedule `name` over this rank's `virtual` stages of the model cut into
+    world_size x virtual stages: (schedule, {stage: module}, stage bounds, this rank's stages)."""
+    import torch.distributed.pipelining as pipelining
+
+    total = world_size * virtual
+    layers = as_layers(build_model(run.model, run.seed, run.gpt, current_device()))
+    bounds = partition_layers(layers, total)
+    mine = virtual_stage_indices(name, rank, world_size, virtual)
+    modules = {s: nn.Sequential(*layers[slice(*bounds[s])]) for s in mine}
+    stages = [pipelining.PipelineStage(modules[s], s, total, current_device()) for s in mine]
+    schedule = getattr(pipelining, name)(stages, run.micro_batches, loss_fn=loss_function(run.model))
+    return schedule, modules, bounds, mine
+
+
 def torch_virtual_stages_steps(rank: int, world_size: int, run: PipeRun,
                                schedules: tuple[str, ...] = VIRTUAL_SCHEDULES,
                                virtual: int = 2) -> list[dict]:
@@ -241,18 +256,9 @@ def torch_virtual_stages_steps(rank: int, world_size: int, run: PipeRun,
     schedule, this rank's stages, their gradients named as in the unsplit model, and this rank's
     order as torch's schedule lists it (`torch_order`).
     """
-    import torch.distributed.pipelining as pipelining
-
-    total = world_size * virtual
     results = []
     for name in schedules:
-        layers = as_layers(build_model(run.model, run.seed, run.gpt, current_device()))
-        bounds = partition_layers(layers, total)
-        mine = virtual_stage_indices(name, rank, world_size, virtual)
-        modules = {s: nn.Sequential(*layers[slice(*bounds[s])]) for s in mine}
-        stages = [pipelining.PipelineStage(modules[s], s, total, current_device()) for s in mine]
-        schedule = getattr(pipelining, name)(stages, run.micro_batches,
-                                             loss_fn=loss_function(run.model))
+        schedule, modules, bounds, mine = _virtual_schedule(name, rank, world_size, run, virtual)
         x, y = run.batch(0)
         schedule.step(x, target=y, losses=[])  # each rank's stages take what they need
         grads = {}
@@ -260,6 +266,20 @@ def torch_virtual_stages_steps(rank: int, world_size: int, run: PipeRun,
             grads.update(layer_gradients(modules[s], bounds[s][0]))
         results.append({"schedule": name, "stages": mine, "grads": grads,
                         "order": torch_order(schedule, rank)})
+    return results
+
+
+def torch_schedule_orders(rank: int, world_size: int, run: PipeRun,
+                          schedules: tuple[str, ...] = VIRTUAL_SCHEDULES,
+                          virtual: int = 2) -> list[dict]:
+    """The order each of torch's `schedules` gives this rank, as the schedule computes it when
+    it is built (`torch_order`), without running a step: {"schedule", "stages", "order"}.
+
+    Collective: call on every rank (building torch's stages takes the group)."""
+    results = []
+    for name in schedules:
+        schedule, _, _, mine = _virtual_schedule(name, rank, world_size, run, virtual)
+        results.append({"schedule": name, "stages": mine, "order": torch_order(schedule, rank)})
     return results
 
 

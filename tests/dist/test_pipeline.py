@@ -320,6 +320,30 @@ def test_torch_schedules_with_two_stages_per_rank_match_the_unsplit_model():
         pipeline_lab.virtual_stage_indices("ScheduleZBVZeroBubble", 0, 2, 3)
 
 
+def test_zero_bubble_orders_defer_weight_gradients_on_later_ranks():
+    # 4 ranks, 8 stages (the wide MiniGPT's 8 layers), 8 micro-batches: torch's zero-bubble
+    # orders, computed when the schedules are built, move some Ws away from their I; the
+    # interleaved 1F1B order holds more micro-batches on rank 0 than 1F1B's P - 0 = 4.
+    run = PipeRun(gpt=pipeline_lab.WIDE_GPT, micro_batches=8)
+    per_rank = launch.spawn(pipeline_lab.torch_schedule_orders, run, world_size=4)
+    for rank, results in enumerate(per_rank):
+        for r in results:
+            kinds = {kind for _, kind, _ in r["order"]}
+            for s in r["stages"]:
+                for kind in kinds:
+                    assert sorted(i for t, k, i in r["order"] if (t, k) == (s, kind)) == list(range(8))
+            if r["schedule"] == "ScheduleInterleaved1F1B":
+                continue
+            order = r["order"]
+            deferred = [step for j, step in enumerate(order) if step[1] == "W"
+                        and order[j - 1] != (step[0], "I", step[2])]
+            assert bool(deferred) == (rank > 0), (rank, r["schedule"])
+    interleaved = per_rank[0][0]["order"]
+    held = [sum(1 if kind == "F" else -1 for _, kind, _ in interleaved[:j + 1])
+            for j in range(len(interleaved))]
+    assert max(held) > 4
+
+
 def test_fsdp_stages_reduce_scatter_once_per_step():
     run = PipeRun(micro_batches=4)
     per_rank = launch.spawn(pipeline_lab.fsdp_pipeline_steps, run, 2, (False, True), world_size=4)
