@@ -76,9 +76,12 @@ class _DataParallel(nn.Module):
         self.comm = comm if isinstance(comm, Communicator) else Communicator(comm, ledger)
         self._no_sync, self._sync_this_backward, self._backward_started = False, True, False
         self.first_gradient_at = 0.0
-        # Of the last synchronised backward: seconds of communication in all, and seconds the
-        # training loop waited for it after backward (the part not hidden behind computation).
-        self.stats = {"comm_s": 0.0, "wait_s": 0.0}
+        # Of the last synchronised backward: seconds of communication in all, seconds the
+        # training loop waited for it after backward (the part not hidden behind computation),
+        # and seconds of the rest of the end of backward (the ranks' check that no gradient is
+        # missing, and BucketedDDP's copy of the buckets back into .grad).
+        self.stats = {"comm_s": 0.0, "wait_s": 0.0, "finish_s": 0.0}
+        self.checks = 0  # one-element all-reduces made by _agree_on_missing (one per sync)
         broadcast_parameters(module, comm=self.comm)
         for param in self.params:
             param.register_post_accumulate_grad_hook(self._on_gradient_ready)
@@ -112,7 +115,7 @@ class _DataParallel(nn.Module):
         if not self._backward_started:
             self._backward_started = True
             self.first_gradient_at = time.perf_counter()
-            self.stats = {"comm_s": 0.0, "wait_s": 0.0}
+            self.stats = {"comm_s": 0.0, "wait_s": 0.0, "finish_s": 0.0}
             # Runs once autograd has finished this backward pass (torch DDP uses the same hook).
             torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
         self._gradient_ready(param)
@@ -134,9 +137,14 @@ class _DataParallel(nn.Module):
         """Raise the same RuntimeError on every rank if any rank's backward left out parameters.
 
         Collective: call on every rank, after every reduction of this backward has finished (so
-        no message is left in flight). A one-element all-reduce per step, so that a fault seen
-        by one rank stops all of them at once instead of leaving the others blocked.
+        no message is left in flight). It costs every synchronised backward one more all-reduce,
+        of one number, through torch.distributed rather than the communicator (so the ledger
+        does not count it; `self.checks` does), and a `.item()`, which on a GPU makes the CPU
+        wait for the queued work. That buys agreement: a rank that missed a gradient would
+        otherwise raise alone while its peers went on to the next step's collectives and
+        waited there for it until their timeout. (torch DDP checks locally, at the next forward.)
         """
+        self.checks += 1
         flag = torch.tensor([float(len(missing))], device=self.params[0].device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.comm.group)
         if flag.item() == 0:
@@ -155,11 +163,13 @@ class NaiveDDP(_DataParallel):
         pass  # nothing to do until the whole backward pass is over
 
     def _synchronise(self) -> None:
-        self._agree_on_missing([p for p in self.params if p.grad is None])
         start = time.perf_counter()
+        self._agree_on_missing([p for p in self.params if p.grad is None])
+        checked = time.perf_counter()
         for param in self.params:
             self.comm.all_reduce(param.grad, op="avg")
-        self.stats["comm_s"] = self.stats["wait_s"] = time.perf_counter() - start
+        self.stats["finish_s"] = checked - start
+        self.stats["comm_s"] = self.stats["wait_s"] = time.perf_counter() - checked
 
 
 class Bucket:
@@ -228,7 +238,7 @@ class BucketedDDP(_DataParallel):
         try:
             for bucket in self.buckets:
                 bucket.pending.wait(self.comm.timeout_s)
-            self.stats["wait_s"] = time.perf_counter() - start
+            waited = time.perf_counter()
             self._agree_on_missing(unfinished)
         except BaseException:
             self._reset_buckets()
@@ -236,6 +246,8 @@ class BucketedDDP(_DataParallel):
         for bucket in self.buckets:
             for param, view in zip(bucket.params, bucket.views):
                 param.grad.copy_(view.view_as(param))
+        self.stats["wait_s"] = waited - start
+        self.stats["finish_s"] = time.perf_counter() - waited
         self._record_timeline()
         self._reset_buckets()
 

@@ -132,33 +132,69 @@ def timed_step(clock: PhaseClock, optimizer, loss_of_step: Callable[[], torch.Te
     return began
 
 
-def time_steps(rank: int, world_size: int, run: DDPRun, warmup: int = 2) -> dict:
-    """Median seconds per phase over `run.steps` timed steps (after `warmup` steps).
+def timed_phases(model: nn.Module, optimizer, batch: tuple[torch.Tensor, ...]) -> dict[str, float]:
+    """Seconds of one training step of `model` on `batch`, by phase. Collective: every rank.
 
-    Collective: call on every rank. Phases: forward, backward (for torch DDP it includes the
-    communication DDP waits for inside backward), wait (communication not hidden behind backward),
-    optimizer, step; comm is the communication's own duration (ring only)."""
-    model = wrap(run, build_model(run.model, run.seed, run.gpt, current_device()), record_events=True)
-    optimizer = _optimizer(run, model.parameters())
+    forward (zero_grad and the loss), backward, optimizer and step, as `timed_step` times them.
+    Our wrappers also report wait (communication left after backward), check (the ranks'
+    one-number check that no gradient is missing, and BucketedDDP's copy back into .grad) and
+    comm (the all-reduces' own duration, ring only); both wait and check happen at the end of
+    backward, so they are taken out of backward here, which leaves its computation. torch DDP
+    keeps no such record: for it these are NaN and backward includes whatever it waited for.
+    """
     clock = PhaseClock()
-    for step in range(warmup + run.steps):
-        if step == warmup:
-            clock.discard()
-        batch = run.local_batch(step, rank, world_size)  # made before the clock starts
-        timed_step(clock, optimizer, lambda: model(*batch)[1])
-        stats = getattr(model, "stats", None)  # torch DDP keeps no such record: NaN below
-        wait = stats["wait_s"] if stats else float("nan")
-        clock.samples["backward"][-1] -= wait if stats else 0.0  # our wrappers wait at its end
-        clock.samples.setdefault("wait", []).append(wait)
-        clock.samples.setdefault("comm", []).append(stats["comm_s"] if stats else float("nan"))
-    return clock.medians()
+    timed_step(clock, optimizer, lambda: model(*batch)[1])
+    phases = {name: values[-1] for name, values in clock.samples.items()}
+    stats = getattr(model, "stats", None)
+    if stats is None:
+        return {**phases, "wait": float("nan"), "check": float("nan"), "comm": float("nan")}
+    phases["backward"] -= stats["wait_s"] + stats["finish_s"]
+    return {**phases, "wait": stats["wait_s"], "check": stats["finish_s"], "comm": stats["comm_s"]}
+
+
+def time_variants(rank: int, world_size: int, runs: list[DDPRun], rounds: int, steps: int,
+                  warmup: int = 2) -> list[list[list[dict[str, float]]]]:
+    """`timed_phases` of `steps` steps of every run in `runs`, in `rounds` rounds in alternation.
+
+    Collective: call on every rank. Each run gets its own model (from `run.seed`) and optimizer,
+    built once, and `warmup` untimed steps. Then every round times `steps` steps of each run,
+    round k starting with run k mod len(runs), so that every run is timed at every place in the
+    order, and load from other work on the machine falls on all runs alike instead of on
+    whichever ran during it. Returns samples[run][round] = that round's steps, each a dict of
+    seconds per phase, of this rank.
+    """
+    require_positive_int("rounds", rounds)
+    require_positive_int("steps", steps)
+    models = [wrap(run, build_model(run.model, run.seed, run.gpt, current_device()),
+                   record_events=True) for run in runs]
+    optimizers = [_optimizer(run, model.parameters()) for run, model in zip(runs, models)]
+    taken = [0] * len(runs)  # steps taken by each run: the index of its next batch
+
+    def step(index: int) -> dict[str, float]:
+        batch = runs[index].local_batch(taken[index], rank, world_size)  # before the clock
+        taken[index] += 1
+        return timed_phases(models[index], optimizers[index], batch)
+
+    for index in range(len(runs)):
+        for _ in range(warmup):
+            step(index)
+    samples: list[list[list[dict]]] = [[] for _ in runs]
+    for round_index in range(rounds):
+        first = round_index % len(runs)
+        for index in [*range(first, len(runs)), *range(first)]:
+            samples[index].append([step(index) for _ in range(steps)])
+    for model in models:
+        if isinstance(model, (NaiveDDP, BucketedDDP)):
+            model.comm.close()
+    return samples
 
 
 def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
     """Measured events of one bucketed step (after a warm-up), relative to the forward's start.
 
-    Collective: call on every rank. Returns forward, backward and wait spans and, per bucket,
-    when its last gradient arrived and when its ring all-reduce ran."""
+    Collective: call on every rank. Returns forward, backward, wait and check spans (as
+    `timed_phases` names them) and, per bucket, when its last gradient arrived and when its ring
+    all-reduce ran."""
     run = replace(run, wrapper="bucketed", comm="ring")
     model = wrap(run, build_model(run.model, run.seed, run.gpt, current_device()), record_events=True)
     optimizer = _optimizer(run, model.parameters())
@@ -167,31 +203,35 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
         batch = run.local_batch(step, rank, world_size)
         began = timed_step(clock, optimizer, lambda: model(*batch)[1])
     forward, backward = clock.samples["forward"][-1], clock.samples["backward"][-1]
-    computed = forward + backward - model.stats["wait_s"]  # when backward's own work ended
+    waited = forward + backward - model.stats["finish_s"]  # the check and copy-back follow
+    computed = waited - model.stats["wait_s"]  # when backward's own work ended
     buckets = [{key: (value - began if key in ("ready", "start", "end") else value)
                 for key, value in row.items()} for row in model.timeline]
     return {"forward": (0.0, forward), "backward": (forward, computed),
-            "wait": (computed, forward + backward), "buckets": buckets}
+            "wait": (computed, waited), "check": (waited, forward + backward), "buckets": buckets}
 
 
 def overlap_model(sizes: list[int], bucket_cap_mb: float, backward_s: float, alpha: float,
-                  beta: float, world_size: int) -> dict:
+                  beta: float, world_size: int, work: list[float] | None = None) -> dict:
     """A model of one bucketed backward pass, which lesson 77's explorer draws.
 
     `sizes` are the gradients' bytes in the order backward produces them (reverse registration
-    order, as BucketedDDP sees them). Gradient i is ready once the backward has spent a share of
-    `backward_s` proportional to the bytes so far (a matmul's backward costs in proportion to its
-    weights); buckets are cut as BucketedDDP cuts them (`bucket_groups`); each bucket's all-reduce
-    starts when its last gradient is ready and the previous all-reduce has finished, and lasts
-    the ring's alpha-beta time (`cost_model.predict`). Returns {"buckets": [{"bytes", "ready",
-    "start", "end"}], "backward_s", "exposed_s"}: exposed is the communication still running
-    after the backward ended, the wait the step pays. The model gives communication hardware of
-    its own that leaves the backward as fast as it is alone; on a CPU whose cores the backward
-    also needs, both slow down, and overlap can cost the step more than it hides.
+    order, as BucketedDDP sees them). `work[i]` is the backward's work (floating-point
+    operations, `backward_work`) between gradient i-1 and gradient i: gradient i is ready once
+    the backward has spent that share of `backward_s` (without `work`, a share proportional to
+    the bytes so far). Buckets are cut as BucketedDDP cuts them (`bucket_groups`, `bucket_cap_mb`
+    in MiB); each bucket's all-reduce starts when its last gradient is ready and the previous
+    all-reduce has finished, and lasts the ring's alpha-beta time (`cost_model.predict`).
+    Returns {"buckets": [{"bytes", "ready", "start", "end"}], "backward_s", "exposed_s"}: exposed
+    is the communication still running after the backward ended, the wait the step pays. The
+    model gives communication hardware of its own that leaves the backward as fast as it is
+    alone; on a CPU whose cores the backward also needs, both slow down, and overlap can cost
+    the step more than it hides.
     """
-    total, done, ready_at = sum(sizes), 0, []
-    for nbytes in sizes:
-        done += nbytes
+    work = sizes if work is None else work
+    total, done, ready_at = sum(work), 0.0, []
+    for amount in work:
+        done += amount
         ready_at.append(backward_s * done / total)
     buckets, previous_end = [], 0.0
     for group in bucket_groups(sizes, int(bucket_cap_mb * 2 ** 20)):
@@ -213,16 +253,49 @@ def gradient_sizes(config: GPTConfig) -> list[int]:
     return [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
 
 
+def backward_work(config: GPTConfig, sequences: int) -> list[float]:
+    """Floating-point operations of a MiniGPT's backward on `sequences` full-length sequences,
+    per gradient, in `gradient_sizes` order: what the backward computes before that gradient.
+
+    A Linear weight of shape (out, in) costs 4 * out * in per token (the gradients of its input
+    and of its weight, each a matmul of 2 * out * in per token); the attention's own matmuls
+    (scores and their product with the values, 4 * T * C per token forward, twice that
+    backward) are counted with the qkv weight, whose gradient follows them. Everything else is
+    a sum over tokens, one addition per element: an embedding's gradient is a scatter-add of
+    the output's gradient into the rows of the tokens seen (`tokens * C`), and a bias's or a
+    LayerNorm's a sum over the tokens. Elementwise work (GELU, softmax) is left out.
+    """
+    tokens, T, C = sequences * config.context, config.context, config.n_embd
+    with torch.device("meta"):
+        model = MiniGPT(config)
+    modules = dict(model.named_modules())
+    work = []
+    for name, param in reversed(list(model.named_parameters())):
+        owner = modules[name.rsplit(".", 1)[0]]
+        if isinstance(owner, nn.Linear) and name.endswith("weight"):
+            flops = 4 * param.numel() * tokens
+            if name.endswith("attn.qkv.weight"):
+                flops += 2 * 4 * T * C * tokens
+        elif isinstance(owner, nn.Embedding):
+            flops = tokens * C
+        else:
+            flops = tokens * param.numel()
+        work.append(float(flops))
+    return work
+
+
 @dataclass(frozen=True)
 class ModelledCluster:
     """The cluster lesson 77 models (nothing here is measured): overlap_model's inputs for a
     MiniGPT of GPT-2 small's shape, data parallel over `world_size` GPUs in as many nodes.
 
-    Constants, each an assumption named in the lesson: NCCL's latency per message `alpha_s`
-    (5 us) and one 200 Gb/s InfiniBand link per GPU (`bandwidth`, 25 GB/s); `sequences` of
-    `gpt.context` tokens per GPU; the backward's time is its 4 * parameters * tokens
-    floating-point operations (twice the forward's 2 * parameters * tokens, attention's own
-    T^2 term left out) at `flops_per_s`, 125 TFLOP/s (40% of an A100's 312 TFLOP/s bf16 peak);
+    Constants, each an assumption named in the lesson: one GPU per node, so that every step of
+    the ring crosses the network (the worst case for the links); one 200 Gb/s InfiniBand link
+    per GPU (`bandwidth`, 25 GB/s); a latency of `alpha_s` = 15 us per ring step, from NCCL's
+    own tuning model (src/graph/tuning.cc: a ring all-reduce across nodes costs a base 8.4 us
+    plus 14 us per network step, 8.4 + 6 * 14 = 92.4 us on 4 nodes against 6 * 15 = 90);
+    `sequences` of `gpt.context` tokens per GPU; the backward's floating-point operations
+    (`backward_work`) at `flops_per_s`, 125 TFLOP/s (40% of an A100's 312 TFLOP/s bf16 peak);
     gradients are float32, as DDP reduces them under bf16 autocast.
     """
 
@@ -230,27 +303,38 @@ class ModelledCluster:
         vocab_size=50257, context=1024, n_layer=12, n_embd=768, n_head=12))
     world_size: int = 4
     sequences: int = 8
-    alpha_s: float = 5e-6
+    alpha_s: float = 15e-6
     bandwidth: float = 25e9        # bytes per second
     flops_per_s: float = 125e12
 
     def inputs(self) -> dict:
-        """overlap_model's inputs: {"sizes", "backward_s", "alpha", "beta", "world_size"}."""
-        tokens = self.sequences * self.gpt.context
-        return {"sizes": gradient_sizes(self.gpt), "world_size": self.world_size,
-                "backward_s": 4 * gpt_parameters(self.gpt) * tokens / self.flops_per_s,
-                "alpha": self.alpha_s, "beta": 1 / self.bandwidth}
+        """overlap_model's inputs: {"sizes", "work", "backward_s", "alpha", "beta", "world_size"}."""
+        work = backward_work(self.gpt, self.sequences)
+        return {"sizes": gradient_sizes(self.gpt), "work": work, "world_size": self.world_size,
+                "backward_s": sum(work) / self.flops_per_s, "alpha": self.alpha_s,
+                "beta": 1 / self.bandwidth}
+
+
+def communication_ratio(inputs: dict) -> float:
+    """The all-reduce of every gradient at once (ring, alpha-beta) over the backward's time, for
+    `inputs` as ModelledCluster.inputs returns them. Below 1, buckets can hide all the
+    communication but the last bucket's behind the backward; above 1, at least (ratio - 1)
+    times the backward stays exposed, whatever the bucket size."""
+    whole = cost_model.predict("all_reduce", sum(inputs["sizes"]), inputs["world_size"],
+                               inputs["alpha"], inputs["beta"])
+    return whole / inputs["backward_s"]
 
 
 def bucket_sweep(inputs: dict, bucket_mbs: list[float]) -> list[dict]:
-    """overlap_model at each bucket size of `bucket_mbs` for `inputs` (a dict as
-    ModelledCluster.inputs returns): buckets, the communication left after the backward, and
-    the backward plus that exposed part, the share of the step the bucket size changes (ms)."""
+    """overlap_model at each bucket size of `bucket_mbs` (MiB) for `inputs` (a dict as
+    ModelledCluster.inputs returns; "work" optional): buckets, the communication left after the
+    backward, and the backward plus that exposed part, the share of the step the bucket size
+    changes (ms)."""
     rows = []
     for mb in bucket_mbs:
         model = overlap_model(inputs["sizes"], mb, inputs["backward_s"], inputs["alpha"],
-                              inputs["beta"], inputs["world_size"])
-        rows.append({"bucket MB": mb, "buckets": len(model["buckets"]),
+                              inputs["beta"], inputs["world_size"], inputs.get("work"))
+        rows.append({"bucket MiB": mb, "buckets": len(model["buckets"]),
                      "exposed comm, model (ms)": 1e3 * model["exposed_s"],
                      "backward + exposed, model (ms)": 1e3 * (model["backward_s"] + model["exposed_s"])})
     return rows
@@ -304,8 +388,11 @@ def no_sync_timing_demo(rank: int, world_size: int) -> dict[str, bool]:
 
 
 def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
-    """Calls, messages and bytes this rank sends for one training step (ring all-reduce, whose
-    bytes the lesson derives). Collective: call on every rank. The initial broadcast is not counted."""
+    """What this rank sends for one training step: the gradients' all-reduces (ring all-reduce,
+    whose messages and bytes the lesson derives; the ledger counts them) and the one-number
+    check all-reduces each synchronised backward adds (`_agree_on_missing`), which go through
+    torch.distributed, outside the ledger. Collective: call on every rank. The initial broadcast
+    is not counted."""
     ledger = CommLedger()
     model = wrap(replace(run, comm="ring", all_reduce="ring"),
                  build_model(run.model, run.seed, run.gpt, current_device()), ledger)
@@ -313,15 +400,16 @@ def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
     train(lambda step: accumulated_loss(run, model, step, rank, world_size),
           _optimizer(run, model.parameters()), range(1))
     totals = ledger.totals()["all_reduce"]
-    return {"all-reduce calls": totals["calls"], "messages sent": totals["messages_sent"],
-            "bytes sent": totals["bytes_sent"]}
+    return {"gradient all-reduces": totals["calls"], "messages sent": totals["messages_sent"],
+            "bytes sent": totals["bytes_sent"],
+            "check all-reduces (one number, outside the ledger)": model.checks}
 
 
 def each_run(rank: int, world_size: int, fn: Callable, runs: list, *args) -> list:
     """`fn(rank, world_size, run, *args)` for each of `runs`, in order, in one process group.
 
     Collective: call on every rank. One start of the ranks serves several runs (starting ranks
-    costs more than a small run), e.g. `launch.spawn(each_run, time_steps, runs)`.
+    costs more than a small run), e.g. `launch.spawn(each_run, ledger_per_step, runs)`.
     """
     return [fn(rank, world_size, run, *args) for run in runs]
 
@@ -340,14 +428,24 @@ def key_bias_gradients(seed: int = 0) -> dict[str, float]:
 
 
 def compare_all_on_rank(rank: int, world_size: int, runs: list[DDPRun]) -> list[dict]:
-    """For each run: do the ranks agree, and how far are they from one process on the full batch?
+    """For each run: do the ranks agree, and how far are they from one process on the full batch
+    (`max_param_diff`) and from torch DDP on the same run (`max_param_diff_vs_torch`)?
 
-    Collective: call on every rank; each process also trains the single-process reference.
+    Collective: call on every rank; each process also trains the single-process reference, and
+    torch DDP once for each run it is compared with (the same run with wrapper "torch").
     """
+    trained: dict[DDPRun, dict] = {}
+
+    def train_once(run: DDPRun) -> dict:
+        if run not in trained:
+            trained[run] = train_ranks(rank, world_size, run)
+        return trained[run]
+
     rows = []
     for run in runs:
         reference = train_single_process(replace(run, accumulation=1))
-        result = train_ranks(rank, world_size, run)
+        result = train_once(run)
+        torch_ddp = train_once(replace(run, wrapper="torch"))
         params = [torch.empty_like(result["params"]) for _ in range(world_size)]
         dist.all_gather(params, result["params"])
         rows.append({
@@ -355,6 +453,7 @@ def compare_all_on_rank(rank: int, world_size: int, runs: list[DDPRun]) -> list[
             "accumulation": run.accumulation,
             "ranks_identical": all(torch.equal(p, params[0]) for p in params),
             "max_param_diff": (result["params"] - reference["params"]).abs().max().item(),
+            "max_param_diff_vs_torch": (result["params"] - torch_ddp["params"]).abs().max().item(),
             "max_loss_diff": max(abs(a - b) for a, b in zip(result["losses"], reference["losses"])),
             "first_loss": result["losses"][0], "last_loss": result["losses"][-1],
         })
@@ -367,27 +466,30 @@ def compare_all_on_rank(rank: int, world_size: int, runs: list[DDPRun]) -> list[
 SAY = {
     "en": {"title": "lesson 77: data-parallel training on {ranks} ranks vs one process, {steps} steps",
            "row": "  {model:3s} {optimizer:4s} {wrapper:8s} ranks identical: {identical}  max |param diff| "
-                  "{param_diff:.1e}  max |loss diff| {loss_diff:.1e}  loss {first:.3f} -> {last:.3f}",
-           "gradients": "gradients: {mb:.1f} MB per rank",
-           "auto": "auto's choice for a {mb:g} MB bucket on {ranks} ranks, from lesson 76's stored "
+                  "{param_diff:.1e} (vs torch DDP {torch_diff:.1e})  max |loss diff| {loss_diff:.1e}  "
+                  "loss {first:.3f} -> {last:.3f}",
+           "gradients": "gradients: {mib:.1f} MiB per rank ({mb:.1f} MB)",
+           "auto": "auto's choice for a {mb:g} MiB bucket on {ranks} ranks, from lesson 76's stored "
                    "times: {algorithm}",
            "fit": "ring all-reduce fitted to these times: α = {alpha_us:.0f} µs per message, "
                   "1/β = {gbps:.2f} GB/s",
            "cluster": "modelled cluster: a MiniGPT of GPT-2 small's shape, {parameters:,} "
                       "parameters, {mib:.0f} MiB of float32 gradients, a backward of "
-                      "{backward_ms:.1f} ms on each of {ranks} GPUs"},
+                      "{backward_ms:.1f} ms on each of {ranks} GPUs; the all-reduce of every "
+                      "gradient at once takes {ratio:.2f} times the backward"},
     "fa": {"title": "درس ۷۷: آموزش با موازی‌سازی داده روی {ranks} رتبه در برابر یک فرایند، {steps} گام",
            "row": "  {model} {optimizer} {wrapper}: رتبه‌ها یکسان: {identical}، بیشینهٔ |اختلاف پارامتر| "
-                  "{param_diff:.1e}، بیشینهٔ |اختلاف زیان| {loss_diff:.1e}، زیان از {first:.3f} به "
-                  "{last:.3f}",
-           "gradients": "گرادیان‌ها: {mb:.1f} MB در هر رتبه",
-           "auto": "انتخاب `auto` برای باکتی {mb:g} مگابایتی روی {ranks} رتبه، از زمان‌های "
+                  "{param_diff:.1e} (با DDP در PyTorch {torch_diff:.1e})، بیشینهٔ |اختلاف زیان| "
+                  "{loss_diff:.1e}، زیان از {first:.3f} به {last:.3f}",
+           "gradients": "گرادیان‌ها: {mib:.1f} MiB در هر رتبه ({mb:.1f} MB)",
+           "auto": "انتخاب `auto` برای باکتی {mb:g} MiB روی {ranks} رتبه، از زمان‌های "
                    "ذخیره‌شدهٔ درس ۷۶: `{algorithm}`",
            "fit": "کاهش همگانی حلقه‌ای، برازش‌شده به این زمان‌ها: α برابر {alpha_us:.0f} µs برای "
                   "هر پیام، پهنای باند 1/β برابر {gbps:.2f} GB/s",
            "cluster": "خوشهٔ مدل‌شده: یک MiniGPT به شکل GPT-2 کوچک، {parameters:,} پارامتر، "
                       "{mib:.0f} MiB گرادیان float32، گذر برگشتی {backward_ms:.1f} میلی‌ثانیه‌ای "
-                      "روی هر یک از {ranks} GPU"},
+                      "روی هر یک از {ranks} GPU؛ کاهش همگانی همهٔ گرادیان‌ها با هم {ratio:.2f} "
+                      "برابر گذر برگشت طول می‌کشد"},
 }
 WORDS = {"mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "naive": "ساده‌لوحانه",
          "bucketed": "باکت‌دار", "torch": "DDP در PyTorch", "ring": "حلقه", "builtin": "توکار"}
@@ -413,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             print(say("row", args.lang, model=row["model"], optimizer=row["optimizer"],
                       wrapper=row["wrapper"], identical=row["ranks_identical"],
-                      param_diff=row["max_param_diff"], loss_diff=row["max_loss_diff"],
+                      param_diff=row["max_param_diff"], torch_diff=row["max_param_diff_vs_torch"],
+                      loss_diff=row["max_loss_diff"],
                       first=row["first_loss"], last=row["last_loss"]))
     return 0 if all(row["ranks_identical"] for row in rows) else 1
 

@@ -47,12 +47,16 @@ def machine() -> str:
     return f"{machine_line()}, load average {load:.2f} at the start"
 
 
-def store(table: pd.DataFrame, name: str, description: str, folder: Path) -> Path:
+def store(table: pd.DataFrame, name: str, description: str, folder: Path,
+          machine_at_start: str | None = None) -> Path:
     """Write `table` (index included) as the stored CSV of `name` in `folder`, headed by what,
-    when and where it was measured; replaced whole (`files.replacing`), never left cut short."""
+    when and where it was measured; replaced whole (`files.replacing`), never left cut short.
+    `machine_at_start` is `machine()` as the benchmark read it before it began (by default it
+    is read now, when the table is stored)."""
     path = path_of(name, folder)
     note = {"description": description, "measured": datetime.date.today().isoformat(),
-            "command": f"python -m lesson_code.bench {name}", "machine": machine()}
+            "command": f"python -m lesson_code.bench {name}",
+            "machine": machine_at_start or machine()}
     header = "".join(f"# {key}: {value}\n" for key, value in note.items())
     with replacing(path) as handle:
         handle.write(header + table.to_csv())
@@ -78,9 +82,12 @@ def load(name: str) -> tuple[pd.DataFrame, dict[str, str]]:
 DESCRIPTIONS = {
     "ddp": (
         "lesson 77 benchmark: MiniGPT with {parameters} parameters, {ranks} ranks, batch {batch} "
-        "per rank, Adam; slowest rank's median per phase over {steps} steps",
+        "per rank, Adam; {rounds} rounds in alternation, {steps} step(s) of each variant per round; "
+        "of each step the phases of its slowest rank, medians over all steps; load average "
+        "{load} at the end",
         "محک درس ۷۷: MiniGPT با {parameters} پارامتر روی {ranks} رتبه، دسته‌ای {batch}تایی برای "
-        "هر رتبه، Adam؛ میانهٔ زمان هر بخش از گام در کندترین رتبه، در {steps} گام"),
+        "هر رتبه، Adam؛ {rounds} دور به‌نوبت، در هر دور {steps} گام از هر گونه؛ از هر گام، زمان "
+        "بخش‌های کندترین رتبه‌اش، و میانهٔ آن‌ها در همهٔ گام‌ها؛ میانگین بار {load} در پایان"),
     "zero": (
         "lesson 78 benchmark: MiniGPT with {parameters} parameters, {ranks} ranks, batch {batch} "
         "per rank, Adam; slowest rank's median per phase over {steps} steps (ddp = our bucketed "

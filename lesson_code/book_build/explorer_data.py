@@ -61,22 +61,24 @@ def capstone() -> dict:
 @lru_cache(maxsize=None)
 def ddp() -> dict:
     """Lesson 77: the gradients' bytes of the benchmark's MiniGPT in the order backward makes
-    them, the ring's alpha and beta on the 4 ranks the book measured, and from the stored
+    them and the backward's work before each (`ddp_lab.backward_work`, 8 sequences per rank),
+    the ring's alpha and beta on the 4 ranks the book measured, and from the stored
     benchmark (our bucketed ring) the step and the wait measured per bucket size and the backward
     time of its one-bucket row: with every gradient in one bucket, its all-reduce starts when the
     backward has ended, so that row times the backward with no communication beside it. Under
     "cluster", the same inputs for ddp_lab.ModelledCluster (modelled, nothing measured)."""
     table, note = stored.load("ddp")
     sizes = ddp_lab.gradient_sizes(ddp_bench.BENCH_GPT)
+    work = ddp_lab.backward_work(ddp_bench.BENCH_GPT, ddp_bench.SEQUENCES)
     costs = choose.stored_costs(choose.STORED)
     ring, (world_size, _) = costs.fits["ring"], costs.measured["ring"]
     ours = table[(table["wrapper"] == "bucketed") & (table["comm"] == "ring")]
     one_bucket = ours.loc[ours["bucket_mb"].idxmax()]
     if one_bucket["bucket_mb"] * 2 ** 20 < sum(sizes):
-        raise ValueError(f"the stored benchmark's largest bucket ({one_bucket['bucket_mb']} MB) is "
+        raise ValueError(f"the stored benchmark's largest bucket ({one_bucket['bucket_mb']} MiB) is "
                          f"smaller than the gradients ({sum(sizes) / 2 ** 20:.1f} MiB): re-measure "
                          "with python -m lesson_code.bench ddp --into-package")
-    return {"sizes": sizes, "world_size": world_size,
+    return {"sizes": sizes, "work": work, "world_size": world_size,
             "backward_s": float(one_bucket["backward_ms"]) / 1e3, "alpha": ring.alpha, "beta": ring.beta,
             "measured_wait_ms": {f"{row['bucket_mb']:g}": float(row["wait_ms"])
                                  for _, row in ours.iterrows()},

@@ -1,7 +1,7 @@
-"""Figures of lesson 77: the overlap timeline of a bucketed step, and time per phase per wrapper.
+"""Figures of lesson 77: the overlap timeline of a bucketed step, and time per phase per variant.
 
 Both are drawn from measurements: `ddp_lab.overlap_timeline` (events of one real step on every
-rank) and `ddp_lab.time_steps` (median seconds per phase).
+rank) and the stored benchmark (`bench.ddp`: median milliseconds per phase of each variant).
 """
 
 from __future__ import annotations
@@ -14,26 +14,30 @@ from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"forward": "forward", "backward": "backward", "wait": "waiting for buckets",
-           "comm": "bucket all-reduce (ring thread)", "ready": "bucket ready",
-           "optimizer": "optimizer", "time": "time since the step began (ms)", "rank": "rank",
-           "ms": "milliseconds per step", "wrapper": "wrapper",
-           "naive": "naive", "bucketed": "bucketed", "torch": "torch"},
+           "check": "check and copy-back", "comm": "bucket all-reduce (ring thread)",
+           "ready": "bucket ready", "optimizer": "optimizer",
+           "time": "time since the step began (ms)", "rank": "rank",
+           "ms": "milliseconds per step (median; the line: range over rounds)",
+           "variant": "variant (bucket size in MiB)", "naive": "naive", "bucketed": "bucketed",
+           "torch": "torch DDP", "ring": "ring", "builtin": "built-in"},
     "fa": {"forward": "گذر رفت", "backward": "گذر برگشت", "wait": "انتظار برای باکت‌ها",
-           "comm": "کاهش همگانی باکت (رشتهٔ حلقه)", "ready": "باکت آماده",
-           "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)", "rank": "رتبه",
-           "ms": "میلی‌ثانیه در هر گام", "wrapper": "پوشاننده",
-           **{name: ddp_lab.WORDS[name] for name in ddp_lab.WRAPPERS}},
+           "check": "بررسی و رونوشت برگشت", "comm": "کاهش همگانی باکت (رشتهٔ حلقه)",
+           "ready": "باکت آماده", "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)",
+           "rank": "رتبه", "ms": "میلی‌ثانیه در هر گام (میانه؛ خط: بازهٔ دورها)",
+           "variant": "گونه (اندازهٔ باکت به MiB)",
+           **{name: ddp_lab.WORDS[name] for name in (*ddp_lab.WRAPPERS, "ring", "builtin")}},
 }
-COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "comm": "#ff9f4a",
-           "optimizer": "#2ca02c"}
+COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "check": "#9467bd",
+           "comm": "#ff9f4a", "optimizer": "#2ca02c"}
 
 
 def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
-    """One lane pair per rank: compute (forward, backward, wait) above, bucket reductions below."""
+    """One lane pair per rank: compute (forward, backward, wait and, when the timeline has it,
+    the check and copy-back) above, bucket reductions below."""
     labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.6 + 0.9 * len(timelines)))
     for rank, timeline in enumerate(timelines):
         y = rank * 2.5
-        for phase in ("forward", "backward", "wait"):
+        for phase in [p for p in ("forward", "backward", "wait", "check") if p in timeline]:
             start, end = timeline[phase]
             ax.barh(y + 1, 1e3 * (end - start), left=1e3 * start, height=0.8,
                     color=COLOURS[phase], label=labels[phase] if rank == 0 else None)
@@ -52,24 +56,36 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
     return fig
 
 
-def phase_breakdown_figure(phases: dict[str, dict[str, float]], lang: str = "en") -> Figure:
-    """Stacked bar per wrapper: forward, backward, wait (exposed communication), optimizer.
+def variant_label(row, labels: dict[str, str], lang: str) -> str:
+    """A variant of the stored benchmark in two lines: its wrapper, then (for ours with buckets)
+    its all-reduce and bucket size in MiB ("bucketed\nring 4")."""
+    name = labels[row["wrapper"]]
+    if row["wrapper"] == "naive":
+        return name
+    size = language.number(float(row["bucket_mb"]), lang, "g")
+    return f"{name}\n{size}" if row["wrapper"] == "torch" else f"{name}\n{labels[row['comm']]} {size}"
 
-    `phases[name]` maps phase names to seconds (as returned by ddp_lab.time_steps); for torch
-    DDP the wait is not separable and is part of backward.
-    """
-    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.8))
-    names = list(phases)
-    bottoms = [0.0] * len(names)
-    for phase in ("forward", "backward", "wait", "optimizer"):
-        heights = [1e3 * phases[name][phase] if phases[name][phase] == phases[name][phase] else 0.0
-                   for name in names]
-        ax.bar(range(len(names)), heights, bottom=bottoms, color=COLOURS[phase], label=labels[phase])
+
+def phase_breakdown_figure(bench, lang: str = "en") -> Figure:
+    """Stacked bar per variant of the stored benchmark (`stored.load("ddp")`): the median
+    forward, backward, wait (exposed communication), check and copy-back, and optimizer, in ms,
+    with the range of the per-round median step as a line. For torch DDP the wait and the rest
+    are not separable and are part of its backward."""
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 4.2))
+    rows = [row for _, row in bench.iterrows()]
+    bottoms = [0.0] * len(rows)
+    for phase in ("forward", "backward", "wait", "check", "optimizer"):
+        heights = [0.0 if row[f"{phase}_ms"] != row[f"{phase}_ms"] else row[f"{phase}_ms"]
+                   for row in rows]
+        ax.bar(range(len(rows)), heights, bottom=bottoms, color=COLOURS[phase], label=labels[phase])
         bottoms = [b + h for b, h in zip(bottoms, heights)]
-    ax.set_xticks(range(len(names)), [labels.get(name, name) for name in names])
+    for index, row in enumerate(rows):
+        ax.plot([index, index], [row["step_low_ms"], row["step_high_ms"]], color="black", lw=1.5)
+    ax.set_xticks(range(len(rows)), [variant_label(row, labels, lang) for row in rows],
+                  fontsize="small")
     ax.set_ylabel(labels["ms"])
-    ax.set_xlabel(labels["wrapper"])
-    legend_below(ax, ncol=2)
+    ax.set_xlabel(labels["variant"])
+    legend_below(ax, ncol=3, below=0.9)
     fig.tight_layout()
     return fig
 
@@ -77,22 +93,44 @@ def phase_breakdown_figure(phases: dict[str, dict[str, float]], lang: str = "en"
 # The tables of lesson 77 in Persian: English label -> Persian term (book/fa/glossary.md).
 TABLE_LABELS = {
     "rank": "رتبه", "norm before": "نُرم پیش از بازپخش", "norm after": "نُرم پس از بازپخش",
-    "model": "مدل", "optimizer": "بهینه‌ساز", "wrapper": "پوشاننده", "comm": "ارتباطات",
+    "model": "مدل", "optimizer": "بهینه‌ساز", "wrapper": "پوشاننده", "comm": "ارتباط",
     "ranks_identical": "رتبه‌ها یکسان", "max_param_diff": "بیشینهٔ اختلاف پارامتر",
+    "max_param_diff_vs_torch": "بیشینهٔ اختلاف پارامتر با DDP در PyTorch",
     "max_loss_diff": "بیشینهٔ اختلاف زیان", "first_loss": "زیان نخستین گام",
-    "last_loss": "زیان آخرین گام", "accumulation": "میکرودسته‌ها",
+    "last_loss": "زیان آخرین گام", "accumulation": "شمار میکرودسته‌ها",
     "forward": "گذر رفت", "backward": "گذر برگشت", "step": "گام", "wait": "انتظار",
+    "check": "بررسی و رونوشت برگشت", "step low": "کوتاه‌ترین گام دورها",
+    "step high": "بلندترین گام دورها", "vs torch low": "کمترین نسبت به DDP در PyTorch",
+    "vs torch high": "بیشترین نسبت به DDP در PyTorch", "vs one bucket": "نسبت به یک باکت",
+    "vs one bucket low": "کمترین نسبت به یک باکت", "vs one bucket high": "بیشترین نسبت به یک باکت",
+    "gradient tensors": "تنسورهای گرادیان",
+    "latency, model (ms)": "تأخیر، مدل (ms)", "bytes, model (ms)": "بایت‌ها، مدل (ms)",
     "overlapped comm": "ارتباط هم‌پوشان",
-    "all-reduce calls": "فراخوانی‌های کاهش همگانی", "messages sent": "پیام‌های فرستاده",
-    "bytes sent": "بایت‌های فرستاده", "bucket MB": "اندازهٔ باکت (MB)",
+    "gradient all-reduces": "کاهش‌های همگانی گرادیان", "messages sent": "پیام‌های فرستاده‌شده",
+    "bytes sent": "بایت‌های فرستاده‌شده",
+    "check all-reduces (one number, outside the ledger)":
+        "کاهش‌های همگانی بررسی (یک عدد، بیرون از دفتر ارتباطات)",
+    "bucket MiB": "اندازهٔ باکت (MiB)",
     "vs torch": "نسبت به DDP در PyTorch", "communicator": "ارتباط‌دهنده", "parameters": "پارامترها", "figure": "کمیت", "value": "مقدار",
     "key-bias gradient": "گرادیان بایاس کلید", "Adam eps": "`eps` در Adam",
-    "first step / lr": "گام نخست / `lr`", "smallest max_param_diff": "کمینهٔ بیشینهٔ اختلاف پارامتر",
-    "largest max_param_diff": "بیشینهٔ بیشینهٔ اختلاف پارامتر",
+    "first step / lr": "گام نخست / `lr`",
+    "smallest max_param_diff": "کوچک‌ترین مقدار بیشینهٔ اختلاف پارامتر",
+    "largest max_param_diff": "بزرگ‌ترین مقدار بیشینهٔ اختلاف پارامتر",
+    "bound 2 steps lr g/(g+eps)": "کران ۲ × گام‌ها × `lr` × g/(g+eps)",
     "buckets": "تعداد باکت‌ها", "exposed comm, model (ms)": "ارتباط پنهان‌نشده، مدل (ms)",
     "backward + exposed, model (ms)": "گذر برگشت + ارتباط پنهان‌نشده، مدل (ms)",
     "wait, measured (ms)": "انتظار، اندازه‌گیری‌شده (ms)",
     "backward + wait, measured (ms)": "گذر برگشت + انتظار، اندازه‌گیری‌شده (ms)",
+    "key biases": "بایاس‌های کلید", "other parameters": "پارامترهای دیگر",
+    "vs one process": "در برابر یک فرایند", "ours vs torch": "پوشانندهٔ ما در برابر DDP در PyTorch",
+    "query bias": "بایاس پرسش", "key bias": "بایاس کلید", "value bias": "بایاس مقدار",
+    "largest |gradient|": "بیشینهٔ |گرادیان|",
+    "forward inside no_sync": "فقط گذر رفت درون `no_sync`",
+    "backward inside no_sync": "فقط گذر برگشت درون `no_sync`",
+    "gradients agree across ranks": "گرادیان‌های رتبه‌ها یکسان",
+    "epoch 0": "دورهٔ ۰", "epoch 1": "دورهٔ ۱",
+    "10 examples, drop_last=False": "۱۰ نمونه، `drop_last=False`",
+    "10 examples, drop_last=True": "۱۰ نمونه، `drop_last=True`",
     **ddp_lab.WORDS,  # values: the runs' models, optimizers, wrappers and communicators
 }
 

@@ -575,8 +575,10 @@ def check_explorer_77(explorer, edition: str) -> None:
     data = explorer_data.ddp()
     explorer.locator("select[name=bucket_mb]").select_option("0.25")
     model = ddp_lab.overlap_model(data["sizes"], 0.25, data["backward_s"], data["alpha"],
-                                  data["beta"], data["world_size"])
+                                  data["beta"], data["world_size"], data["work"])
     assert explorer.locator("dd[data-value=buckets]").inner_text() == shown(len(model["buckets"]), edition, 0)
+    assert explorer.locator("dd[data-value=ratio]").inner_text() == \
+        shown(ddp_lab.communication_ratio(data), edition, 2)
     assert explorer.locator("dd[data-value=exposed]").inner_text() == \
         f"{shown(model['exposed_s'] * 1e3, edition, 1)} ms"
     assert explorer.locator("dd[data-value=measured]").inner_text() == \

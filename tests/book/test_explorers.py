@@ -154,18 +154,26 @@ def test_the_overlap_explorer_buckets_and_times_as_ddp_lab_does():
 
     data = explorer_data.ddp()
     settings = {"here": data, "cluster": data["cluster"]}
-    cases = [(setting, sizes, mb) for setting in settings
-             for sizes in (settings[setting]["sizes"], [4, 4, 4], [10 ** 6] * 9, [3 * 2 ** 20, 1])
+    # (setting, sizes, work, bucket MiB): the real gradients with the backward's work before
+    # each, and made-up sizes without it (ready in proportion to the bytes so far).
+    cases = [(setting, sizes, work, mb) for setting in settings
+             for sizes, work in ((settings[setting]["sizes"], settings[setting]["work"]),
+                                 ([4, 4, 4], None), ([10 ** 6] * 9, None), ([3 * 2 ** 20, 1], None),
+                                 ([3 * 2 ** 20, 1], [0.0, 5.0]))
              for mb in (0.25, 1, 4, 25, 32, 1024, 1e-6)]
-    got = evaluate(["explorer-common.js", "explorer-77.js"], """([cases, settings]) => cases.map(([setting, sizes, mb]) => {
+    got = evaluate(["explorer-common.js", "explorer-77.js"], """([cases, settings]) => cases.map(([setting, sizes, work, mb]) => {
         const d = settings[setting];
         return {groups: globalThis.Explorer77.groups(sizes, Math.trunc(mb * 2 ** 20)),
-                model: globalThis.Explorer77.overlap(sizes, mb, d.backward_s, d.alpha, d.beta, d.world_size)};
+                model: globalThis.Explorer77.overlap(sizes, work, mb, d.backward_s, d.alpha, d.beta, d.world_size),
+                ratio: globalThis.Explorer77.ratio(sizes, d.backward_s, d.alpha, d.beta, d.world_size)};
     })""", [cases, settings])
-    for (setting, sizes, mb), js in zip(cases, got, strict=True):
+    for (setting, sizes, work, mb), js in zip(cases, got, strict=True):
         assert js["groups"] == bucket_groups(sizes, int(mb * 2 ** 20))
         d = settings[setting]
-        python = ddp_lab.overlap_model(sizes, mb, d["backward_s"], d["alpha"], d["beta"], d["world_size"])
+        python = ddp_lab.overlap_model(sizes, mb, d["backward_s"], d["alpha"], d["beta"],
+                                       d["world_size"], work)
+        assert js["ratio"] == pytest.approx(ddp_lab.communication_ratio({**d, "sizes": sizes}),
+                                            rel=1e-12)
         assert js["model"]["exposed_s"] == pytest.approx(python["exposed_s"], rel=1e-12, abs=1e-15)
         for ours, theirs in zip(js["model"]["buckets"], python["buckets"], strict=True):
             assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-15)

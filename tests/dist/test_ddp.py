@@ -14,6 +14,7 @@ Tolerances (float32, 4 ranks, 10 steps):
   checks that the key biases' gradient is indeed at noise level.
 """
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -87,9 +88,11 @@ def test_broadcast_demo_and_ledger_per_step():
     naive = launch.spawn(ddp_lab.ledger_per_step, replace(run, wrapper="naive"), world_size=4)
     bucketed = launch.spawn(ddp_lab.ledger_per_step, run, world_size=4)
     parameters = len(list(build_model("gpt", 0).parameters()))
-    assert naive[0]["all-reduce calls"] == parameters
-    assert bucketed[0]["all-reduce calls"] < parameters
+    assert naive[0]["gradient all-reduces"] == parameters
+    assert bucketed[0]["gradient all-reduces"] < parameters
     assert sum(r["bytes sent"] for r in naive) == sum(r["bytes sent"] for r in bucketed)
+    # and one check that no gradient is missing, outside the ledger, per synchronised backward
+    assert {r["check all-reduces (one number, outside the ledger)"] for r in naive + bucketed} == {1}
 
 
 @pytest.mark.parametrize("wrapper", ["bucketed", "torch"])
@@ -208,3 +211,23 @@ def test_the_bounds_catch_a_gradient_applied_one_element_off(optimizer, referenc
         assert_matches(wrong[0], references(run), run)
     start = flat_parameters(build_model("gpt", 0))
     assert relative_distance(wrong[0]["params"], references(run)["params"], start) > 0.5
+
+
+def test_time_variants_times_every_run_in_every_round():
+    """The benchmark's timing (bench.ddp): samples[run][round][step] of every run, with the
+    same phases for each; torch DDP keeps no wait or check of its own (NaN), ours do, and they
+    are taken out of the backward rather than counted twice."""
+    runs = [DDPRun(model="mlp", wrapper=wrapper, comm="builtin" if wrapper == "torch" else "ring")
+            for wrapper in ("naive", "bucketed", "torch")]
+    per_rank = launch.spawn(ddp_lab.time_variants, runs, 3, 2, 1, world_size=2)
+    for samples in per_rank:
+        assert [[len(round_) for round_ in rounds] for rounds in samples] == [[2, 2, 2]] * 3
+        for run, rounds in zip(runs, samples):
+            for phases in (p for round_ in rounds for p in round_):
+                assert set(phases) == {"forward", "backward", "optimizer", "step", "wait", "check", "comm"}
+                if run.wrapper == "torch":
+                    assert math.isnan(phases["wait"]) and math.isnan(phases["check"])
+                else:
+                    assert phases["wait"] >= 0 and phases["check"] >= 0 and phases["backward"] >= 0
+                    assert phases["forward"] + phases["backward"] + phases["wait"] + \
+                        phases["check"] + phases["optimizer"] <= phases["step"] * (1 + 1e-9)

@@ -10,6 +10,7 @@ import matplotlib.text
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from lesson_code.capstone.crash import CrashAndResume  # noqa: E402
@@ -24,8 +25,14 @@ ROWS76 = [{"op": op, "nbytes": n, "seconds": 1e-4 + n * 1e-9, "repeats": 1}
 TIMELINE = {"forward": (0.0, 0.001), "backward": (0.001, 0.003), "wait": (0.003, 0.0035),
             "buckets": [{"bucket": 0, "ready": 0.002, "start": 0.002, "end": 0.0025},
                         {"bucket": 1, "ready": 0.003, "start": 0.003, "end": 0.0034}]}
-PHASES = {w: {"forward": 1e-3, "backward": 2e-3, "wait": 5e-4, "optimizer": 1e-4}
-          for w in ("naive", "bucketed")}
+# Two variants of the stored benchmark's table (milliseconds; torch DDP keeps no wait).
+PHASES = pd.DataFrame([
+    {"wrapper": "naive", "comm": "ring", "bucket_mb": float("nan"), "forward_ms": 1.0,
+     "backward_ms": 2.0, "wait_ms": 0.5, "check_ms": 0.1, "optimizer_ms": 0.1,
+     "step_low_ms": 3.5, "step_high_ms": 4.0},
+    {"wrapper": "torch", "comm": "builtin", "bucket_mb": 4.0, "forward_ms": 1.0,
+     "backward_ms": 2.5, "wait_ms": float("nan"), "check_ms": float("nan"),
+     "optimizer_ms": 0.1, "step_low_ms": 3.4, "step_high_ms": 3.9}])
 EVENTS = [(stage, micro, kind, start, start + 0.001)  # (stage, micro-batch, F/B, start, end)
           for stage in range(2) for micro in range(2) for kind in "FB"
           for start in [0.001 * (stage + micro + (2 if kind == "B" else 0))]]

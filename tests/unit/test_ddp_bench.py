@@ -1,0 +1,39 @@
+"""Lesson 77's benchmark table (bench.ddp.summarise) from what every rank timed: of each step the
+slowest rank's phases, medians over all steps, and each variant's step against torch DDP's and
+the one-bucket variant's round by round. Made-up timings, so every figure is known."""
+
+import math
+
+import pytest
+
+from lesson_code.bench import ddp as ddp_bench
+
+VARIANTS = [("naive", "ring", 4.0), ("torch", "builtin", 4.0),
+            ("bucketed", "ring", ddp_bench.ONE_BUCKET_MB)]
+
+
+def phases(step: float, backward: float) -> dict:
+    return {"forward": 0.1, "backward": backward, "wait": 0.0, "check": 0.0, "optimizer": 0.0,
+            "step": step, "comm": 0.0}
+
+
+def timings(rank: int) -> list:
+    """samples[variant][round][step] of `rank`: 2 rounds of 1 step. Rank 1's steps are the
+    longer, with a backward of 0.5 s against rank 0's 0.2 s."""
+    backward = 0.5 if rank == 1 else 0.2
+    scale = 1.0 if rank == 1 else 0.9
+    steps = {"naive": (3.0, 6.0), "torch": (1.0, 2.0), "bucketed": (1.5, 1.0)}
+    return [[[phases(scale * seconds, backward)] for seconds in steps[wrapper]]
+            for wrapper, _, _ in VARIANTS]
+
+
+def test_the_table_takes_each_steps_slowest_rank_and_compares_round_by_round():
+    table = ddp_bench.summarise([timings(0), timings(1)], VARIANTS).set_index("wrapper")
+    assert table.loc["torch", "backward_ms"] == pytest.approx(500)  # rank 1's, whose step is longer
+    assert table.loc["naive", "step_ms"] == pytest.approx(4500)  # median of 3 s and 6 s
+    assert (table.loc["naive", "step_low_ms"], table.loc["naive", "step_high_ms"]) == (3000, 6000)
+    assert table.loc["naive", "vs_torch"] == 3.0  # 3/1 and 6/2: the same ratio in each round
+    assert table.loc["naive", "vs_torch_low"] == table.loc["naive", "vs_torch_high"] == 3.0
+    assert (table.loc["bucketed", "vs_torch_low"], table.loc["bucketed", "vs_torch_high"]) == (0.5, 1.5)
+    assert table.loc["bucketed", "vs_one_bucket"] == 1.0 and table.loc["torch", "vs_torch"] == 1.0
+    assert math.isnan(table.loc["naive", "bucket_mb"])  # the naive wrapper has no buckets
