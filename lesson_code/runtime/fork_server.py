@@ -43,8 +43,10 @@ import io
 import json
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
@@ -73,6 +75,10 @@ MODULES_VARIABLE = "LESSON_CODE_SERVER_MODULES"
 # How long a stopped server may take to exit before it is killed: it exits within milliseconds
 # of its alive pipe closing, unless a process forked from the caller holds a copy of the pipe.
 STOP_WAIT_S = 0.5
+# The longest socket path the kernel takes, in bytes without the final NUL (sun_path holds 108 on
+# Linux, 104 on macOS), and where a socket goes when the caller's temporary folder is too long.
+SOCKET_PATH_MAX = 103
+SHORT_TEMPORARY_FOLDERS = ("/tmp", "/var/tmp")
 # multiprocessing.forkserver.ForkServer's private attributes that a restart needs.
 SERVER_STATE = ("_forkserver_pid", "_forkserver_alive_fd", "_forkserver_address", "_lock")
 
@@ -98,7 +104,7 @@ class CourseForkServer(forkserver.ForkServer):
         if running is not None and running == self.sources_of \
                 and source_fingerprint(list(self.sources)) != self.sources:
             self.stop()
-        with child_environment(handover(modules)):
+        with child_environment(handover(modules)), socket_folder_short_enough():
             self.ensure_running()
         running = self._forkserver_pid if restartable else None
         if running != self.sources_of:
@@ -122,6 +128,44 @@ class CourseForkServer(forkserver.ForkServer):
                     os.unlink(address)
                 except OSError:
                     pass
+
+
+@contextmanager
+def socket_folder_short_enough() -> Iterator[None]:
+    """Let the server's socket be made in a folder whose path the kernel takes.
+
+    Multiprocessing binds the server's socket at "<its temporary folder>/listener-XXXXXXXX",
+    its folder made once per process in TMPDIR. A socket's path holds at most 107 bytes on
+    Linux (103 on macOS): under a long TMPDIR (a test runner's folder per test, a deep home)
+    the bind fails with "AF_UNIX path too long" and no rank starts. Then, while the server
+    starts, multiprocessing is given a folder of the course's own in the first short system
+    temporary folder, removed when the caller exits (or by the server, if the caller was killed:
+    `remove_socket_when_orphaned`); its own folder stays what it was for everything else.
+    """
+    config = mp.current_process()._config
+    chosen = config.get("tempdir")
+    folder = chosen if chosen is not None else tempfile.gettempdir()
+    # the socket's path: folder, "/pymp-" and 8 characters if it is still to be made, "/listener-" and 8
+    if len(os.fsencode(folder)) + (0 if chosen else 14) + 18 <= SOCKET_PATH_MAX:
+        yield
+        return
+    base = next((place for place in SHORT_TEMPORARY_FOLDERS
+                 if os.path.isdir(place) and os.access(place, os.W_OK | os.X_OK)), None)
+    if base is None:
+        raise OSError(
+            f"the temporary folder {folder!r} is too long for the fork server's socket "
+            f"(at most {SOCKET_PATH_MAX - 32} bytes) and none of {SHORT_TEMPORARY_FOLDERS} can "
+            "be written: set TMPDIR to a shorter folder, or pass start_method='spawn'")
+    short = tempfile.mkdtemp(prefix="pymp-", dir=base)
+    util.Finalize(None, shutil.rmtree, args=(short, True), exitpriority=-100)
+    config["tempdir"] = short
+    try:
+        yield
+    finally:
+        if chosen is None:
+            config.pop("tempdir", None)
+        else:
+            config["tempdir"] = chosen
 
 
 def _reaped(pid: int, seconds: float) -> bool:

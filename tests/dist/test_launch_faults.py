@@ -89,8 +89,9 @@ def test_ranks_exit_within_seconds_when_their_caller_is_killed(tmp_path, how):
     """Nothing of the run outlives its caller, however it is killed (SIGKILL as when a notebook
     kernel is killed, SIGTERM as by `kill <pid>`): no rank, no helper process, and neither the
     folder of the run's store and output files nor the fork server's socket, which the caller
-    can no longer remove."""
-    pids, temporary = tmp_path / "pids", tmp_path / "tmp"
+    can no longer remove. The caller's TMPDIR is longer than a socket's path may be (a test
+    runner's folders are): the server's socket goes elsewhere, and is removed all the same."""
+    pids, temporary = tmp_path / "pids", tmp_path / ("long-temporary-folder-" * 4)
     pids.mkdir()
     temporary.mkdir()
     code = textwrap.dedent(f"""
@@ -100,15 +101,23 @@ def test_ranks_exit_within_seconds_when_their_caller_is_killed(tmp_path, how):
     """)
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]),
                        TMPDIR=str(temporary))
-    caller = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=environment)
+    errors = tmp_path / "caller.err"
+    with errors.open("w") as stderr:
+        caller = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=environment,
+                                  stderr=stderr)
     try:
         deadline = time.monotonic() + 120
-        while len(written_pids(pids)) < 2 and time.monotonic() < deadline:
+        while len(written_pids(pids)) < 2 and time.monotonic() < deadline \
+                and caller.poll() is None:
             time.sleep(0.2)
         ranks = written_pids(pids)
-        assert len(ranks) == 2, "the ranks did not start"
+        assert len(ranks) == 2, f"the ranks did not start: {errors.read_text()[-2000:]}"
         assert list(temporary.glob("lesson_code_store_*")), "the run's folder is elsewhere"
         helpers = [c.pid for c in psutil.Process(caller.pid).children(recursive=True)]
+        sockets = [connection.laddr for pid in helpers if alive(pid)
+                   for connection in psutil.Process(pid).net_connections(kind="unix")
+                   if os.path.basename(connection.laddr).startswith("listener-")]
+        assert sockets, "the fork server listens on no socket"
         caller.send_signal(getattr(signal, how))
         caller.wait(10)
         killed_at = time.monotonic()
@@ -121,6 +130,8 @@ def test_ranks_exit_within_seconds_when_their_caller_is_killed(tmp_path, how):
         survivors = [pid for pid in ranks + helpers if alive(pid)]
         assert not survivors, f"processes outlived their killed caller by 10 s: {survivors}"
         assert not left(), f"files of the run outlived their killed caller by 10 s: {left()}"
+        kept = [path for path in sockets if os.path.exists(os.path.dirname(path))]
+        assert not kept, f"the fork server's socket folder outlived its killed caller: {kept}"
     finally:
         caller.kill()
         for pid in written_pids(pids):
