@@ -152,15 +152,31 @@ def stage3_step(units: list[tuple[str, int]], world_size: int,
 
 
 def choose_stage(params: float, world_size: int, device_bytes: float,
-                 activation_bytes: float = 0.0, precision: Precision = MIXED_ADAM) -> str:
-    """The lowest stage whose per-rank memory (plus activations) fits in `device_bytes`.
+                 activation_bytes: float = 0.0, precision: Precision = MIXED_ADAM, *,
+                 headroom: float = 0.0, unit_params: float = 0.0) -> str:
+    """The lowest stage whose per-rank memory fits in `device_bytes`; a rule of thumb, not a law.
 
-    A rule of thumb, not a law: stages 1 and 2 cost no extra traffic, so take the first that fits;
-    stage 3 adds 50% traffic, so reach for it only when 2 does not fit, or when fast links make
-    the extra traffic cheap. Returns "none fits" when even ZeRO-3 does not fit.
+    A stage fits when its model states (`total_bytes`), plus `activation_bytes`, plus, under
+    ZeRO-3, its working set of gathered parameters fit in (1 - headroom) * device_bytes.
+    `headroom` is the fraction kept free for what no formula counts (the CUDA context, the
+    allocator's fragmentation, temporaries), such as 0.1. `unit_params` is the parameter count of
+    the largest unit ZeRO-3 gathers whole (a decoder layer): it holds two of them gathered (the
+    one computing and the next, prefetched) and, in backward, that unit's unsharded gradient.
+    Stages 1 and 2 cost no extra traffic in a step of one backward pass, so the first that fits
+    is taken; stage 3 adds half as much traffic again. Returns "none fits" when even ZeRO-3 does
+    not fit. Raises ValueError for a headroom outside [0, 1) or a negative size.
     """
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom={headroom!r} is the fraction of device memory kept free: "
+                         "give a number in [0, 1), such as 0.1")
+    for name, value in (("activation_bytes", activation_bytes), ("unit_params", unit_params)):
+        if value < 0:
+            raise ValueError(f"{name}={value!r} is negative: give 0 or more")
+    usable = (1 - headroom) * device_bytes
+    gathered_unit = (2 * precision.params + precision.grads) * unit_params
     for stage in STAGES:
-        if total_bytes(stage, params, world_size, precision) + activation_bytes <= device_bytes:
+        working = gathered_unit if stage == "ZeRO-3" else 0.0
+        if total_bytes(stage, params, world_size, precision) + activation_bytes + working <= usable:
             return stage
     return "none fits"
 

@@ -117,3 +117,29 @@ def test_the_stage_3_step_holds_the_shards_then_the_gradient_shard_and_one_unit_
 def test_the_stage_3_step_refuses_a_bad_world_size_or_an_empty_unit(units, world_size, message):
     with pytest.raises(ValueError, match=message):
         memory.stage3_step(units, world_size)
+
+
+def test_choosing_a_stage_keeps_headroom_and_zero3s_gathered_unit():
+    # 70B in mixed precision on 8 ranks: ZeRO-3's states are 16 * 70e9 / 8 = 140 GB per rank
+    h200 = 143_771 * 2 ** 20  # bytes, as the driver reports an H200
+    assert memory.choose_stage(70e9, 8, h200) == "ZeRO-3"
+    assert memory.choose_stage(70e9, 8, h200, headroom=0.1) == "none fits"
+    # the gathered unit alone: two units of 2 bytes and one unit's gradient of 2 bytes
+    room = 140e9 + 6 * 1e9
+    assert memory.choose_stage(70e9, 8, room, unit_params=1e9) == "ZeRO-3"
+    assert memory.choose_stage(70e9, 8, room - 1, unit_params=1e9) == "none fits"
+    assert memory.choose_stage(70e9, 8, room - 1, activation_bytes=0) == "ZeRO-3"
+    # the unit term is ZeRO-3's only: ZeRO-2 needs no gathered unit
+    zero2 = memory.total_bytes("ZeRO-2", 7e9, 8)
+    assert memory.choose_stage(7e9, 8, zero2, unit_params=1e9) == "ZeRO-2"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"headroom": 1.0}, "headroom=1.0 is the fraction"),
+    ({"headroom": -0.1}, "headroom=-0.1 is the fraction"),
+    ({"unit_params": -1}, "unit_params=-1 is negative"),
+    ({"activation_bytes": -5.0}, "activation_bytes=-5.0 is negative"),
+])
+def test_choose_stage_refuses_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        memory.choose_stage(7e9, 8, 80e9, **kwargs)
