@@ -94,23 +94,26 @@ def run_loss(run: ZeroRun, model, step: int, rank: int = 0, world_size: int = 1)
 def train_single_process(run: ZeroRun) -> dict:
     """The reference on one process and the full batch: torch.optim.Adam (float32 model, with
     clip_grad_norm_ before each step when asked) or MasterAdam, an fp32 master copy, for a
-    bfloat16 model. Returns the final parameters (float64) and the loss of each step.
+    bfloat16 model. Returns the final parameters (float64), the loss of each step and, when a
+    float32 model is clipped, the gradient's norm before clipping at each step.
 
     Runs in a group of one: compute it with `reference.in_one_rank`, so that it also runs with
     the ranks' thread count.
     """
     model = run_model(run)
+    norms = []  # the gradient's norm before clipping, at each step (when clipping)
     if run.dtype == "float32":
         optimizer = torch.optim.Adam(model.parameters(), lr=run.lr, weight_decay=run.weight_decay)
         if run.max_grad_norm is not None:
             def clip(*_) -> None:  # before every step, after backward
-                torch.nn.utils.clip_grad_norm_(model.parameters(), run.max_grad_norm)
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), run.max_grad_norm)
+                norms.append(norm.item())
             optimizer.register_step_pre_hook(clip)
     else:
         optimizer = MasterAdam(model, lr=run.lr, weight_decay=run.weight_decay,
                                max_grad_norm=run.max_grad_norm)
     losses = train(lambda step: run_loss(run, model, step), optimizer, range(run.steps))
-    return {"params": flat_parameters(model), "losses": losses}
+    return {"params": flat_parameters(model), "losses": losses, "grad_norms": norms}
 
 
 def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None, comm=None):
@@ -184,13 +187,14 @@ def train_on_rank(rank: int, world_size: int, run: ZeroRun) -> dict:
 
     Collective: call on every rank. Models start from seed + rank: only the initial broadcast
     makes them equal. Returns the final parameters (float64), the global mean loss per step, a
-    parameter digest per step, this rank's measured optimizer and gradient bytes after the last
-    step, and its ledger totals of the last step (forward, backward and optimizer step).
+    parameter digest per step, the global gradient norm before clipping per step (ZeRO-1 with
+    max_grad_norm; otherwise empty), this rank's measured optimizer and gradient bytes after the
+    last step, and its ledger totals of the last step (forward, backward and optimizer step).
     """
     ledger = CommLedger()
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size, ledger)
     inner = getattr(model, "module", model)
-    digests, last_step = [], {}
+    digests, norms, last_step = [], [], {}
 
     def step_loss(step: int) -> torch.Tensor:
         ledger.clear()  # so that it holds the traffic of one step only
@@ -198,13 +202,16 @@ def train_on_rank(rank: int, world_size: int, run: ZeroRun) -> dict:
 
     def after_step(done: int) -> None:
         last_step["ledger"] = ledger.totals()  # before the digest gathers sharded parameters
+        if getattr(optimizer, "last_grad_norm", None) is not None:
+            norms.append(optimizer.last_grad_norm)  # computed in this step, before clipping
         digests.append(digest(gathered_parameters(inner, optimizer).to(torch.float32)))
 
     losses = train(step_loss, optimizer, range(run.steps), after_step=after_step)
     measured = getattr(optimizer, "optimizer_state_bytes", lambda: None)()
     gradient = getattr(optimizer, "gradient_bytes", lambda: None)()
     return {"params": gathered_parameters(inner, optimizer), "losses": losses,
-            "digests": digests, "optimizer_bytes": measured, "gradient_bytes": gradient,
+            "digests": digests, "grad_norms": norms, "optimizer_bytes": measured,
+            "gradient_bytes": gradient,
             "shard_numel": getattr(optimizer, "shard_numel", None),
             "padding": getattr(optimizer, "padding", None), "ledger": last_step["ledger"]}
 
