@@ -46,6 +46,7 @@ from urllib.parse import urlparse
 import pytest
 
 from lesson_code import widgets
+from test_reading import OUTPUT_LINES
 from lesson_code.book_build.listings import KEY as LISTING
 
 pytestmark = pytest.mark.book
@@ -254,6 +255,43 @@ def assert_persian_prose_right_to_left(page) -> None:
     assert not wrong, f"{len(wrong)} of {len(prose)} Persian paragraphs are not right-to-left: {wrong[:3]}"
 
 
+def assert_printed_lines_read_in_their_own_direction(page, cells: list[dict]) -> None:
+    """The first code cell whose stored output prints a Persian line, as drawn: each Persian
+    line starts at the right edge and reads right to left, each Latin line at the left edge
+    (jupyterlab-rtl.css; the book's test_reading checks the same on the web page)."""
+    index = next(i for i, cell in enumerate(cells) if cell["cell_type"] == "code"
+                 for output in cell.get("outputs", []) if output.get("output_type") == "stream"
+                 if re.search(r"^\s*[\u0600-\u06ff]", "".join(output["text"]), re.MULTILINE))
+    # JupyterLab draws only the cells near the view: scroll down until the cell is drawn
+    page.evaluate(f"""async () => {{
+      const scroller = document.querySelector("{PANEL} .jp-WindowedPanel-outer");
+      const selector = '{PANEL} .jp-Cell[data-windowed-list-index="{index}"]';
+      for (let top = 0; !document.querySelector(selector); top += scroller.clientHeight / 2) {{
+        if (top > scroller.scrollHeight) return;
+        scroller.scrollTop = top;
+        await new Promise(done => setTimeout(done, 200));
+      }}
+      document.querySelector(selector).scrollIntoView({{block: "start"}});
+    }}""")
+    cell = page.locator(f'{PANEL} .jp-Cell[data-windowed-list-index="{index}"]')
+    cell.locator(".jp-OutputArea-output pre").first.wait_for(timeout=START_TIMEOUT_S * 1000)
+    lines = page.evaluate(OUTPUT_LINES.replace(
+        "article .cell_output pre",
+        f"{PANEL} .jp-Cell[data-windowed-list-index='{index}'] .jp-OutputArea-output pre"))
+    persian = [line for line in lines if line["persian"]]
+    assert persian, f"cell {index} drew no Persian line: {lines}"
+    for line in lines:
+        (first_left, first_right), (left, right) = line["first"], line["edges"]
+        if line["persian"]:
+            assert abs(first_right - right) < 2, line  # starts at the right edge
+            # its words read right to left (numbers left out: a date isolated left to right
+            # reads left to right inside the line, as it should)
+            xs = [x for word, x in line["words"] if re.search("[\u0621-\u06d3]", word)]
+            assert xs == sorted(xs, reverse=True), line
+        else:
+            assert abs(first_left - left) < 2, line
+
+
 def test_wrapped_persian_prose_is_right_to_left_and_the_calculator_runs(lab, browser) -> None:
     notebook = wrap_prose(json.loads(LESSON.read_text(encoding="utf-8")))
     (lab.root / "notebooks" / "fa" / "wrapped.ipynb").write_text(
@@ -265,6 +303,7 @@ def test_wrapped_persian_prose_is_right_to_left_and_the_calculator_runs(lab, bro
         assert page.evaluate("getComputedStyle(document.querySelector('.jp-CodeCell .cm-content')).direction") == "ltr"
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "jupyterlab-fa-78-wrapped.png"))
+        assert_printed_lines_read_in_their_own_direction(page, notebook["cells"])
         run_calculator(page)
         page.screenshot(path=str(SCREENSHOTS / "jupyterlab-fa-78-calculator.png"))
         assert not blocked, f"JupyterLab tried to reach other hosts: {blocked}"
