@@ -321,6 +321,9 @@ SAY = {
         "equal": "all results equal the built-ins within the float summation bound",
         "mismatch": "mismatch for {failures}",
         "crossover": "model: ring faster above {kib:.0f} KiB; measured ring faster at {sizes} bytes",
+        "crossover_never": "model: ring never faster (its fitted cost per byte is the higher); "
+                           "measured ring faster at {sizes} bytes",
+        "crossover_always": "model: ring faster at every size; measured ring faster at {sizes} bytes",
         "switches": "predicted switches (bytes, from, to): {switches}",
         "switch": "", "worst": "worst ratio of each: {worst}",
         "without": "without shared memory, from 4 MiB up: {low:.2f}x to {high:.2f}x",
@@ -332,6 +335,10 @@ SAY = {
         "mismatch": "ناهمخوانی در {failures}",
         "crossover": "مدل: حلقه از {kib:.0f} KiB به بالا سریع‌تر است؛ اندازه‌گیری: حلقه در {sizes} "
                      "بایت سریع‌تر بود",
+        "crossover_never": "مدل: حلقه در هیچ اندازه‌ای سریع‌تر نیست (هزینهٔ برازش‌شدهٔ هر بایتش "
+                           "بیشتر است)؛ اندازه‌گیری: حلقه در {sizes} بایت سریع‌تر بود",
+        "crossover_always": "مدل: حلقه در همهٔ اندازه‌ها سریع‌تر است؛ اندازه‌گیری: حلقه در {sizes} "
+                            "بایت سریع‌تر بود",
         "switches": "جابه‌جایی‌های پیش‌بینی‌شده: {switches}",
         "switch": "در {nbytes} بایت از {before} به {after}", "worst": "بدترین نسبت هر کدام: {worst}",
         "without": "بدون حافظهٔ مشترک، از ۴ MiB به بالا: {low:.2f} تا {high:.2f} برابر",
@@ -347,6 +354,19 @@ WORDS = {"all_reduce": "کاهش همگانی", "reduce_scatter": "کاهش و �
 def say(key: str, lang: str, **values) -> str:
     """Line `key` of SAY in edition `lang`, filled with `values` (`language.fill`)."""
     return language.fill(SAY[language.check_language(lang)][key], lang, **values)
+
+
+def crossover_line(crossover: float, faster_sizes: list[int], lang: str) -> str:
+    """The crossover of `crossover_bytes` beside the sizes at which the ring was measured faster.
+
+    An infinite crossover (the fit never favours the ring) reads "never", a zero one "every size",
+    rather than "inf KiB" or "0 KiB".
+    """
+    if math.isinf(crossover):
+        return say("crossover_never", lang, sizes=faster_sizes)
+    if crossover == 0:
+        return say("crossover_always", lang, sizes=faster_sizes)
+    return say("crossover", lang, kib=crossover / 1024, sizes=faster_sizes)
 
 
 def switches_line(switches: list[tuple[int, str, str]], lang: str) -> str:

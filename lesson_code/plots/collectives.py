@@ -39,7 +39,7 @@ LABELS = {
         "rank": "رتبه", "chunk": "تکه", "size": "اندازهٔ تنسور (بایت)",
         "busbw": "پهنای باند گذرگاه (MB/s)", "time": "زمان (ms)", "ranks": "تعداد رتبه‌ها N",
         "busiest": "بایت‌های عبوری از پرکارترین رتبه (× اندازهٔ تنسور)",
-        "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه هست؛\n"
+        "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه آمده است؛\n"
                       "قاب پررنگ = ارسال در همین گام",
         # the formulas isolated left to right, in Latin digits as every formula of a figure
         # (libraqm reorders Persian digits inside an isolate): "α = 1955 µs" keeps its order
