@@ -53,6 +53,22 @@ TABLE_WORDS = {"fa": {
     "bf16 activations at one cut, per sequence": "فعال‌سازی‌های bf16 در یک برش، برای هر دنباله",
     "one micro-batch of one sequence": "یک میکرودسته با یک دنباله",
     "GPipe, m = 32": "GPipe، m = ۳۲", "1F1B, stage 0 of 8": "1F1B، مرحلهٔ ۰ از ۸",
+    "model state of one stage of 8": "وضعیت مدلِ یکی از ۸ مرحله",
+    "the same, tensor parallel over 8 GPUs": "همان، با موازی‌سازی تنسوری روی ۸ GPU",
+    "the same, and ZeRO-1 over 8 replicas": "همان، و ZeRO-1 روی ۸ رونوشت",
+    "GPipe with re-materialization, m = 32": "GPipe با بازمحاسبه، m = ۳۲",
+    "1F1B, stage 0, tensor and sequence parallel over 8": "1F1B، مرحلهٔ ۰، با موازی‌سازی تنسوری و دنباله روی ۸",
+    "this run, GPipe": "این اجرا، GPipe", "this run, 1F1B": "این اجرا، 1F1B",
+    "stored benchmark, 1F1B": "بنچمارک ذخیره‌شده، 1F1B",
+    "message at one cut, one sequence": "پیام در یک برش، یک دنباله",
+    "forward of one stage of 8, one sequence": "گذر رفتِ یکی از ۸ مرحله، یک دنباله",
+    "ms (modelled)": "میلی‌ثانیه (مدل‌شده)", "speed_up": "تسریع", "P_times_busy": "P (۱ − حباب)",
+    "loss": "زیان", "unsplit_loss": "زیان مدل تقسیم‌نشده", "norm": "نُرم گرادیان",
+    "unsplit_norm": "نُرم مدل تقسیم‌نشده", "max_weight_diff": "بیشینهٔ اختلاف وزن", "step": "گام",
+    "held_on_rank_0": "نگه‌داشته روی رتبهٔ ۰", "whole_stages_held": "معادل مرحله‌های کامل",
+    "tied gradient, sent by each stage": "گرادیان گره‌خورده، فرستادهٔ هر مرحله",
+    "activation gradients, sent by the last stage": "گرادیان فعال‌سازی‌ها، فرستادهٔ مرحلهٔ آخر",
+    "bytes per step": "بایت در هر گام",
 }}
 
 
