@@ -27,8 +27,24 @@ TABLE_LABELS = {
     "strategy": "راهبرد", "paper GB": "مقاله (گیگابایت)", "formula GB": "فرمول (گیگابایت)",
     "measured GB": "اندازه‌گیری‌شده (گیگابایت)", "agrees": "هم‌خوان",
     "beyond the paper GB": "بیرون از شمارش مقاله (گیگابایت)",
-    "peak in the step GB": "اوج در گام (گیگابایت)",
-    "peak while building GB": "اوج هنگام ساختن (گیگابایت)",
+    "peak in the step GB": "بیشینهٔ حافظه در گام (گیگابایت)",
+    "peak while building GB": "بیشینهٔ حافظه هنگام ساختن (گیگابایت)",
+    # scale_lab.sweep_summary
+    "MB held": "نگه‌داشته (مگابایت)", "formula MB": "فرمول (مگابایت)",
+    "MB sent": "فرستاده (مگابایت)", "formula MB sent": "فرستاده طبق فرمول (مگابایت)",
+    "messages sent": "پیام‌های فرستاده", "matches": "هم‌خوان", "held GB": "نگه‌داشته (گیگابایت)",
+    # scale_lab.check_summary
+    "held equal": "نگه‌داشته برابر", "sent equal": "فرستاده برابر",
+    "messages equal": "پیام‌ها برابر", "peak equal": "بیشینهٔ حافظه برابر",
+    "peak difference, bytes": "اختلاف بیشینهٔ حافظه (بایت)",
+    "largest parameter difference": "بیشترین اختلاف پارامترها", "distance": "فاصلهٔ نسبی",
+    # scale_lab.pipelined.summary
+    "layers per stage, fewest": "کمترین لایه در یک مرحله",
+    "layers per stage, most": "بیشترین لایه در یک مرحله",
+    "parameter MB per stage, least": "کمترین پارامتر یک مرحله (مگابایت)",
+    "parameter MB per stage, most": "بیشترین پارامتر یک مرحله (مگابایت)",
+    "bytes sent, most": "بیشترین بایت فرستاده", "protocol's bytes, most": "بایت‌های پروتکل",
+    "activations kept, most": "بیشترین فعال‌سازی‌های نگه‌داشته", "loss": "زیان",
 }
 COLORS = {"DDP": "#7f7f7f", "ZeRO-1": "#1f77b4", "ZeRO-2": "#2ca02c", "ZeRO-3": "#d62728"}
 # DDP, ZeRO-1 and ZeRO-2 send the same bytes: markers of other shapes and sizes keep all three
@@ -71,6 +87,7 @@ def scale_figure(table, parameters: int, lang: str = "en",
 
 
 def table(frame, lang: str = "en"):
-    """`frame` (e.g. `scale_lab.paper_summary`) with its labels in edition `lang`: Persian
+    """`frame` (`scale_lab.paper_summary`, `sweep_summary`, `check_summary`,
+    `pipelined.summary`) with its labels in edition `lang`: Persian
     terms from TABLE_LABELS for "fa", unchanged for "en"; the values are never touched."""
     return translate(frame, {"fa": TABLE_LABELS}, lang)
