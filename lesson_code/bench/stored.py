@@ -93,7 +93,7 @@ DESCRIPTIONS = {
         "per rank, Adam; slowest rank's median per phase over {steps} steps (ddp = our bucketed "
         "DDP + unsharded fp32-master Adam)",
         "محک درس ۷۸: MiniGPT با {parameters} پارامتر روی {ranks} رتبه، دسته‌ای {batch}تایی برای "
-        "هر رتبه، Adam؛ میانهٔ زمان هر بخش از گام در کندترین رتبه، در {steps} گام (`ddp` یعنی "
+        "هر رتبه، Adam؛ میانهٔ زمان هر بخش از گام در کندترین رتبه، در {steps} گام (DDP یعنی "
         "DDP باکت‌دار ما با Adam شاردنشده و وزن‌های اصلی fp32)"),
     "zero_stages": (
         "lesson 78 stages: MiniGPT with {parameters} parameters ({blocks} blocks of width "
@@ -103,7 +103,7 @@ DESCRIPTIONS = {
         "after our NaiveDDP (memory) or bucketed DDP (time)",
         "مرحله‌های ZeRO در درس ۷۸: MiniGPT با {parameters} پارامتر ({blocks} بلوک با پهنای "
         "{width})، float32، دستهٔ سراسری {batch} × {tokens} توکن، Adam؛ بایت در هر رتبه: بیشینهٔ "
-        "حافظهٔ گرفته‌شده در یک گام (تخصیص‌دهندهٔ torch، چنان که نیم‌رخ‌نگارش گزارش می‌دهد؛ "
+        "حافظهٔ گرفته‌شده در یک گام (تخصیص‌دهندهٔ torch، چنان‌که نیم‌رخ‌نگار حافظهٔ آن گزارش می‌دهد؛ "
         "پرمصرف‌ترین رتبه) در کنار فرمول؛ میانهٔ زمان گام در کندترین رتبه، در {steps} گام. DDP: "
         "Adam با وزن‌های اصلی fp32 پس از NaiveDDP ما (حافظه) یا DDP باکت‌دار ما (زمان)"),
     "collectives": (
