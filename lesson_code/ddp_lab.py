@@ -293,7 +293,8 @@ class ModelledCluster:
     the ring crosses the network (the worst case for the links); one 200 Gb/s InfiniBand link
     per GPU (`bandwidth`, 25 GB/s); a latency of `alpha_s` = 15 us per ring step, from NCCL's
     own tuning model (src/graph/tuning.cc: a ring all-reduce across nodes costs a base 8.4 us
-    plus 14 us per network step, 8.4 + 6 * 14 = 92.4 us on 4 nodes against 6 * 15 = 90);
+    plus 9.6 us per network step, 8.4 + 6 * 9.6 = 66 us on 4 nodes, times 1.9 for large
+    messages, 125 us: 11 to 21 us per step);
     `sequences` of `gpt.context` tokens per GPU; the backward's floating-point operations
     (`backward_work`) at `flops_per_s`, 125 TFLOP/s (40% of an A100's 312 TFLOP/s bf16 peak);
     gradients are float32, as DDP reduces them under bf16 autocast.

@@ -13,17 +13,17 @@ from lesson_code.plots import FIGURE_WIDTH, legend_below, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
-    "en": {"forward": "forward", "backward": "backward", "wait": "waiting for buckets",
+    "en": {"forward": "forward", "backward": "backward", "wait": "waiting for the all-reduces",
            "check": "check and copy-back", "comm": "bucket all-reduce (ring thread)",
            "ready": "bucket ready", "optimizer": "optimizer",
            "time": "time since the step began (ms)", "rank": "rank",
-           "ms": "milliseconds per step (median; the line: range over rounds)",
+           "ms": "ms per step\n(bar: median; line: range over rounds)",
            "variant": "variant (bucket size in MiB)", "naive": "naive", "bucketed": "bucketed",
            "torch": "torch DDP", "ring": "ring", "builtin": "built-in"},
-    "fa": {"forward": "گذر رفت", "backward": "گذر برگشت", "wait": "انتظار برای باکت‌ها",
+    "fa": {"forward": "گذر رفت", "backward": "گذر برگشت", "wait": "انتظار برای کاهش‌های همگانی",
            "check": "بررسی و رونوشت برگشت", "comm": "کاهش همگانی باکت (رشتهٔ حلقه)",
            "ready": "باکت آماده", "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)",
-           "rank": "رتبه", "ms": "میلی‌ثانیه در هر گام (میانه؛ خط: بازهٔ دورها)",
+           "rank": "رتبه", "ms": "میلی‌ثانیه در هر گام\n(ستون: میانه؛ خط: بازهٔ دورها)",
            "variant": "گونه (اندازهٔ باکت به MiB)",
            **{name: ddp_lab.WORDS[name] for name in (*ddp_lab.WRAPPERS, "ring", "builtin")}},
 }

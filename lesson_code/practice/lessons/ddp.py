@@ -308,7 +308,7 @@ CHECKS = (
     Check("training",
           {"en": "both wrappers train as one process on the full batch and as torch DDP "
                  "(SGD and Adam, 1 to 4 ranks)",
-           "fa": "هر دو کلاس مانند یک فرایند روی کل دسته و مانند DDP خود torch آموزش می‌دهند "
+           "fa": "هر دو کلاس مانند یک فرایند روی کل دسته و مانند DDP در PyTorch آموزش می‌دهند "
                  "(SGD و Adam، ۱ تا ۴ رتبه)"},
           {"en": "every backward must synchronise, not only the first: reset what your hooks "
                  "count (buckets, pending work) once the gradients are written back; pass "
