@@ -5,9 +5,11 @@ until its optimizer step has reduce-scattered it. Stage 2 never holds it whole. 
 produces gradients, hooks copy them into buckets, in the order backward produces them (as
 lesson 77's `BucketedDDP` fills its buckets), and free each parameter's `.grad` at once; as soon
 as a bucket is full it is reduce-scattered, the rank keeps its chunk of the averaged gradient,
-and the bucket is freed. So a rank holds its gradient shard, 1/N of all gradients, plus at most
-the bucket being filled. The step is stage 1's: Adam on this rank's fp32 master chunks, then an
-all-gather of the updated parameters, bucket by bucket.
+and the bucket is freed. So a rank holds its gradient shard, 1/N of all gradients, plus the
+buckets not yet reduced: buckets are reduced strictly in order, so a bucket that fills before an
+earlier one waits for it (one bucket at a time when gradients arrive in bucket order). The step
+is stage 1's: Adam on this rank's fp32 master chunks, then an all-gather of the updated
+parameters, bucket by bucket.
 
     optimizer = Zero2Optimizer(model, world_size, rank, lr=1e-3, bucket_cap_mb=1.0)  # in a rank
     loss.backward()                     # each full bucket is reduce-scattered during backward
@@ -75,7 +77,8 @@ class Zero2Optimizer:
 
     Collective: construct, run backward and call `step()` on every rank, with the same model.
     Buckets take parameters in reverse registration order (about the order backward produces
-    their gradients), up to `bucket_cap_mb` megabytes each (a larger parameter gets its own),
+    their gradients), up to `bucket_cap_mb` MiB (2**20 bytes, as torch's DDP counts) each (a
+    larger parameter gets its own),
     and are reduced in that order on every rank. Parameters may be float32 or bfloat16 (the
     master chunks are float32). `comm`: "ring" (counted in `ledger`), "builtin", or a
     Communicator whose group has `world_size` ranks with this process as `rank`.
