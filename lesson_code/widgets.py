@@ -40,9 +40,12 @@ def memory_calculator(lang: str = "en") -> ipywidgets.interactive:
     Labelled in `lang` ("en" or "fa"; ValueError for another), the table through lesson 78's
     `plots.zero.localized`, so that in Persian it reads right to left in the glossary's words."""
     labels = LABELS[check_language(lang)]
+    # auto_display: show what the function returns, as ipywidgets.interact does; a bare
+    # interactive only keeps it in .result, and the calculator would show sliders and no table
     return ipywidgets.interactive(
         lambda billions, world_size, stage, precision: figures.localized(
             memory_table_for(billions, world_size, stage, precision), lang),
+        {"auto_display": True},
         billions=ipywidgets.FloatLogSlider(value=7.0, base=10, min=-1, max=3, step=0.05,
                                            description=labels["billions"]),
         world_size=ipywidgets.IntSlider(value=8, min=1, max=1024, description=labels["world_size"]),

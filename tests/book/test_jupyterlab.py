@@ -395,6 +395,7 @@ def run_calculator(page) -> None:
     run_cell(page, cell)
     widget = cell.locator(".widget-interact").first
     widget.wait_for(timeout=KERNEL_TIMEOUT_MS)
+    widget.locator("table").first.wait_for(timeout=KERNEL_TIMEOUT_MS)  # the table it computes
     text = widget.inner_text()  # the Persian lesson labels its sliders in Persian
     assert widgets.LABELS["fa"]["billions"] in text and "ZeRO-1" in text, text
     cell.scroll_into_view_if_needed()

@@ -32,3 +32,13 @@ def test_in_persian_the_calculator_is_labelled_in_the_glossarys_words():
     english = widgets.memory_calculator("en")
     english.update()
     assert list(english.result.columns) == ["GB per rank"]
+
+
+def test_the_calculator_shows_its_table_not_only_keeps_it(capsys):
+    """A bare ipywidgets.interactive keeps what its function returns in .result and shows
+    nothing: in Jupyter the sliders had no table under them. Outside a kernel, what it shows is
+    printed."""
+    calculator = widgets.memory_calculator()
+    capsys.readouterr()
+    calculator.update()
+    assert "GB per rank" in capsys.readouterr().out
