@@ -52,15 +52,17 @@ def test_the_benchmarks_write_the_sentences_the_notes_read():
         assert not latin_words(persian), persian
     assert "کاهش و پخش" in stored.note_text(
         collectives_bench.machine_note(4, 7, "reduce_scatter").splitlines(), "fa")
-    assert stored.description("ddp", parameters="1,000", ranks=2, batch=8, steps=3).startswith(
+    assert stored.description("ddp", parameters="1,000", ranks=2, batch=8, rounds=2, steps=1,
+                              load="1.00").startswith(
         "lesson 77 benchmark: MiniGPT with 1,000 parameters, 2 ranks")
 
 
 def test_numbers_follow_the_rule_and_an_unknown_line_stays_as_it_is():
     persian = stored.note_text(["lesson 77 benchmark: MiniGPT with 4,788,224 parameters, 4 ranks, "
-                                "batch 8 per rank, Adam; slowest rank's median per phase over 8 steps"],
-                               "fa")
-    assert "۴٬۷۸۸٬۲۲۴ پارامتر روی ۴ رتبه" in persian
+                                "batch 8 per rank, Adam; 24 rounds in alternation, 1 step(s) of each "
+                                "variant per round; of each step the phases of its slowest rank, "
+                                "medians over all steps; load average 9.83 at the end"], "fa")
+    assert "۴٬۷۸۸٬۲۲۴ پارامتر روی ۴ رتبه" in persian and "میانگین بار ۹٫۸۳ در پایان" in persian
     assert stored.note_text(["something else"], "fa") == "something else"
     with pytest.raises(ValueError, match="unknown language 'de'"):
         stored.note_text(["x"], "de")
