@@ -41,7 +41,7 @@ from lesson_code.zero import ZeroOptimizer
 def build(config: CapstoneConfig, rank: int, world_size: int, seed_offset: int = 0):
     """Model, communicator and optimizer for one rank, composed in the order of the docstring."""
     torch.manual_seed(config.seed + seed_offset + rank)  # each rank's own RNG stream
-    model = MiniGPT(config.gpt).to(current_device())  # initialised on the CPU: equal everywhere
+    model = MiniGPT(config.gpt).to(current_device())  # built on the CPU: a seed, the same weights on any device
     comm = config.communicator(CommLedger())
     broadcast_parameters(model, comm=comm)                                  # 1. DDP
     optimizer = ZeroOptimizer(model, world_size, rank, lr=config.lr, comm=comm,
@@ -80,7 +80,9 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     step and event to out_dir/metrics.jsonl as it happens. "traffic" is this rank's
     communication ledger by collective (`CommLedger.totals()`: the broadcast, then every step's
     reduce-scatter, all-gather and gradient-norm all-reduce; empty with `comm="builtin"`, which
-    counts nothing). `config.kill_at_step` kills this process (SIGKILL) if this is
+    counts nothing). The collectives called on torch.distributed directly are not in it: each
+    step's loss all-reduce, the layout check's all-gather, the checkpointer's and the resume
+    check's. `config.kill_at_step` kills this process (SIGKILL) if this is
     `config.victim()`.
     """
     model, comm, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
@@ -145,7 +147,7 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             "final_state": {**state_copy(model, optimizer), "optimizer_step": optimizer.step_count},
             "checkpoints": {s: str(f) for s, f in checkpointer.folders.items()},
             "resume_verified": dict(checkpointer.verified),
-            "traffic": comm.ledger.totals()}  # bytes this rank sent and received, per collective
+            "traffic": comm.ledger.totals()}  # what the ring communicator sent and received
 
 
 def run_state(config: CapstoneConfig, world_size: int, guard: DivergenceGuard, spiked: bool,
