@@ -158,7 +158,7 @@ def test_the_capstone_on_two_nodes_survives_a_rank_killed_in_a_save_and_ends_as_
     assert "torchrun has restarted the ranks 1 time(s)" in started[0]
     assert started[1] == "  skipped .step-00000010.tmp: an interrupted save, never published"
     assert report.rstrip().splitlines()[-1].startswith("RESUME VERIFIED: this run, continued from the step-5")
-    assert spawned.stdout.rstrip().splitlines()[-1].startswith("RESUME VERIFIED: this run, continued")
+    assert spawned.stdout.rstrip().splitlines()[-1].startswith("RESUME VERIFIED: a run resumed from the step-10")
     losses = printed_losses(report)
     assert [step for step, _ in losses] == list(range(1, 21))
     assert losses == printed_losses(spawned.stdout)
