@@ -37,7 +37,7 @@ from test_zero import assert_close_to, assert_ranks_identical, initial_parameter
 from wrong_variants import WRONG_ZERO3, train_wrong_zero3
 
 GPT_PARAMETERS = 30080  # its units: embedding 2560, blocks 12704, head 2112: divisible by 2, 4
-SMALL_BUCKETS = 0.01  # MB: the MLP's buckets hold 714 (padded to 716 on 4 ranks), 4096, 2112
+SMALL_BUCKETS = 0.01  # MiB: the MLP's buckets hold 714 (padded to 716 on 4 ranks), 4096, 2112
 SLACK = 64 * 1024
 
 
