@@ -194,7 +194,7 @@ def test_the_report_speaks_persian_with_the_same_numbers():
     english = resume_report(CapstoneConfig(), 4, True, resumed, saved=[10, 20])
     assert english.startswith("resume check 1: step-10, step-20 checkpoint(s) reloaded")
     assert english.count(": True") == 3 and "  rng_state: False" in english
-    assert "چکپوینت گام ۸ که این اجرا از آن ادامه یافت" in resume_report(
+    assert "چکپوینت گام ۸، که این اجرا از آن ادامه یافت،" in resume_report(
         CapstoneConfig(), 4, True, resumed, "fa", from_step=8, continued=True)
 
 
