@@ -320,10 +320,11 @@ SAY = {
         "difference": "{op}={diff:.2g}", "outside": "  OUTSIDE THE BOUND",
         "equal": "all results equal the built-ins within the float summation bound",
         "mismatch": "mismatch for {failures}",
-        "crossover": "model: ring faster above {kib:.0f} KiB; measured ring faster at {sizes} bytes",
-        "crossover_never": "model: ring never faster (its fitted cost per byte is the higher); "
-                           "measured ring faster at {sizes} bytes",
-        "crossover_always": "model: ring faster at every size; measured ring faster at {sizes} bytes",
+        "crossover": "model: ring faster above {kib:.0f} KiB",
+        "crossover_never": "model: ring never faster (its fitted cost per byte is the higher)",
+        "crossover_always": "model: ring faster at every size",
+        "measured_faster": "measured ring faster at {sizes} bytes",
+        "measured_never": "measured ring faster at no size", "then": "; ",
         "switches": "predicted switches (bytes, from, to): {switches}",
         "switch": "", "worst": "worst ratio of each: {worst}",
         "without": "without shared memory, from 4 MiB up: {low:.2f}x to {high:.2f}x",
@@ -333,12 +334,12 @@ SAY = {
         "difference": "{op} {diff:.2g}", "outside": "  بیرون از کران",
         "equal": "همهٔ نتیجه‌ها، در کران خطای جمع اعشاری، با عملیات توکار برابرند",
         "mismatch": "ناهمخوانی در {failures}",
-        "crossover": "مدل: حلقه از {kib:.0f} KiB به بالا سریع‌تر است؛ اندازه‌گیری: حلقه در {sizes} "
-                     "بایت سریع‌تر بود",
+        "crossover": "مدل: حلقه از {kib:.0f} KiB به بالا سریع‌تر است",
         "crossover_never": "مدل: حلقه در هیچ اندازه‌ای سریع‌تر نیست (هزینهٔ برازش‌شدهٔ هر بایتش "
-                           "بیشتر است)؛ اندازه‌گیری: حلقه در {sizes} بایت سریع‌تر بود",
-        "crossover_always": "مدل: حلقه در همهٔ اندازه‌ها سریع‌تر است؛ اندازه‌گیری: حلقه در {sizes} "
-                            "بایت سریع‌تر بود",
+                           "بیشتر است)",
+        "crossover_always": "مدل: حلقه در همهٔ اندازه‌ها سریع‌تر است",
+        "measured_faster": "اندازه‌گیری: حلقه در {sizes} بایت سریع‌تر بود",
+        "measured_never": "اندازه‌گیری: حلقه در هیچ اندازه‌ای سریع‌تر نبود", "then": "؛ ",
         "switches": "جابه‌جایی‌های پیش‌بینی‌شده: {switches}",
         "switch": "در {nbytes} بایت از {before} به {after}", "worst": "بدترین نسبت هر کدام: {worst}",
         "without": "بدون حافظهٔ مشترک، از ۴ MiB به بالا: {low:.2f} تا {high:.2f} برابر",
@@ -360,13 +361,22 @@ def crossover_line(crossover: float, faster_sizes: list[int], lang: str) -> str:
     """The crossover of `crossover_bytes` beside the sizes at which the ring was measured faster.
 
     An infinite crossover (the fit never favours the ring) reads "never", a zero one "every size",
-    rather than "inf KiB" or "0 KiB".
+    and no faster size "no size", rather than "inf KiB", "0 KiB" or "[]"; Persian lists the
+    sizes with its own comma.
     """
     if math.isinf(crossover):
-        return say("crossover_never", lang, sizes=faster_sizes)
-    if crossover == 0:
-        return say("crossover_always", lang, sizes=faster_sizes)
-    return say("crossover", lang, kib=crossover / 1024, sizes=faster_sizes)
+        model = say("crossover_never", lang)
+    elif crossover == 0:
+        model = say("crossover_always", lang)
+    else:
+        model = say("crossover", lang, kib=crossover / 1024)
+    if not faster_sizes:
+        measured = say("measured_never", lang)
+    else:
+        sizes = faster_sizes if lang == "en" else language.listed(
+            (language.number(n, "fa") for n in faster_sizes), "fa")
+        measured = say("measured_faster", lang, sizes=sizes)
+    return model + say("then", lang) + measured
 
 
 def switches_line(switches: list[tuple[int, str, str]], lang: str) -> str:

@@ -85,7 +85,8 @@ class Peers:
             if add_to_received is not None:
                 recv.add_(add_to_received)
             return
-        # Receives first: a large isend may write inline, and the left neighbour waits on us.
+        # Receives first, so that the buffer for the left neighbour's data is posted before our
+        # sends start. The order cannot deadlock: both calls return at once, the waits come after.
         receiving = [self._post(dist.irecv, piece, self.left) for piece in recvs]
         sending = [self._post(dist.isend, piece, self.right) for piece in sends]
         for index, work in enumerate(receiving):

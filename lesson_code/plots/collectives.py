@@ -241,6 +241,8 @@ TABLE_LABELS = {
     "bandwidth term, 1 MiB (ms)": "جملهٔ پهنای باند، ۱ MiB (ms)",
     "bandwidth term, 1 GiB (ms)": "جملهٔ پهنای باند، ۱ GiB (ms)",
     "algorithm": "الگوریتم", "from (bytes)": "از (بایت)",
+    "pipelined chain": "زنجیرهٔ پایپلاینی", "binomial tree": "درخت دوجمله‌ای",
+    "one send of the tensor": "یک بار فرستادن کل تنسور", "modelled ms": "میلی‌ثانیه بنا بر مدل",
 }
 
 

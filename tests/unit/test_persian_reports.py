@@ -24,19 +24,21 @@ def latin_words(text: str) -> set[str]:
 
 
 def test_lesson_76s_lines_in_both_editions():
-    assert collectives_lab.say("crossover", "en", kib=9648.2, sizes=[4194304, 16777216]) == (
+    assert collectives_lab.crossover_line(9648.2 * 1024, [4194304, 16777216], "en") == (
         "model: ring faster above 9648 KiB; measured ring faster at [4194304, 16777216] bytes")
-    persian = collectives_lab.say("crossover", "fa", kib=9648.2, sizes=[4194304, 16777216])
-    assert "۹۶۴۸ KiB" in persian and "[۴۱۹۴۳۰۴، ۱۶۷۷۷۲۱۶]" in persian and not latin_words(persian)
+    persian = collectives_lab.crossover_line(9648.2 * 1024, [4194304, 16777216], "fa")
+    assert "۹۶۴۸ KiB" in persian and "در ۴۱۹۴۳۰۴، ۱۶۷۷۷۲۱۶ بایت" in persian
+    assert not latin_words(persian)
     assert collectives_lab.crossover_line(math.inf, [16777216], "en") == (
         "model: ring never faster (its fitted cost per byte is the higher); "
         "measured ring faster at [16777216] bytes")
-    assert collectives_lab.crossover_line(0.0, [], "en").startswith("model: ring faster at every size")
-    assert collectives_lab.crossover_line(9648.2 * 1024, [4194304], "en").startswith(
-        "model: ring faster above 9648 KiB")
+    assert collectives_lab.crossover_line(0.0, [], "en") == (
+        "model: ring faster at every size; measured ring faster at no size")
     for crossover in (math.inf, 0.0, 9648.2 * 1024):
         persian = collectives_lab.crossover_line(crossover, [16777216], "fa")
         assert "inf" not in persian and "۱۶۷۷۷۲۱۶" in persian and not latin_words(persian)
+    persian = collectives_lab.crossover_line(9648.2 * 1024, [], "fa")
+    assert persian.endswith("در هیچ اندازه‌ای سریع‌تر نبود") and "[" not in persian
     switches = [(1109352, "naive", "shared_memory")]
     assert collectives_lab.switches_line(switches, "en") == (
         "predicted switches (bytes, from, to): [(1109352, 'naive', 'shared_memory')]")
