@@ -77,7 +77,8 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     `config.skip_after_rollback` the first rollback skips the batches from the checkpoint to
     that step instead of replaying them. Every checkpoint saved is reloaded at once into fresh
     objects and compared with what was saved ("resume_verified", by step). Rank 0 appends each
-    step and event to out_dir/metrics.jsonl as it happens. "traffic" is this rank's
+    step and event to out_dir/metrics.jsonl as it happens; a rollback event lists the steps whose
+    updates it undid ("undone"). "traffic" is this rank's
     communication ledger by collective (`CommLedger.totals()`: the broadcast, then every step's
     reduce-scatter, all-gather and gradient-norm all-reduce; empty with `comm="builtin"`, which
     counts nothing). The collectives called on torch.distributed directly are not in it: each
@@ -109,7 +110,8 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             restored, guard.previous = checkpointer.rollback()
             step = guard.resume_at(restored, diverged_at)  # the checkpoint's, or past the spike
             event = {"event": "rollback", "loss": loss, "reason": reason, "to_step": restored,
-                     "at_step": diverged_at}
+                     "at_step": diverged_at,  # steps trained since the checkpoint: their updates are gone
+                     "undone": list(range(restored + 1, diverged_at))}
             if step > restored:  # skip_after_rollback: these steps' batches are never read again
                 event["skipped"] = list(range(restored + 1, step + 1))
             events.append(log.write(event))

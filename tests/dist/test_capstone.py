@@ -178,6 +178,9 @@ def test_the_divergence_guard_rolls_back_a_learning_rate_spike(clean_run, tmp_pa
     _, results = run_changed(tmp_path, lr_spike_step=13)
     events = results[0]["events"]
     assert len(events) == 1 and events[0]["to_step"] == 10 and "more than 2 times" in events[0]["reason"]
+    # The log marks the updates the rollback threw away: steps 11 to 13, the spiked one included.
+    assert events[0]["undone"] == [11, 12, 13]
+    assert [row.get("event") for row in read_metrics(tmp_path / "metrics.jsonl")].index("rollback") == 13
     final = results[0]["records"][-1]
     assert final["step"] == 20 and final["loss"] == losses(clean)[-1]  # replayed exactly
     assert torch.equal(results[0]["params"], clean[0]["params"])
