@@ -31,7 +31,7 @@ TABLE_WORDS = {"fa": {
     "file": "فایل", "rank": "رتبه", "all": "همه", "tensors": "تنسورها", "bytes": "بایت",
     "start": "آغاز", "length": "طول", "padding": "پدینگ", "step": "گام",
     "never stopped": "بی‌وقفه", "resumed from step 10": "ادامه از چکپوینت گام ۱۰", "error": "خطا",
-    "no manifest": "بدون مانیفست", "missing shard": "شارد گم‌شده", "truncated shard": "شارد بریده",
+    "no manifest": "بدون مانیفست", "missing shard": "شارد گم‌شده", "truncated shard": "شارد کوتاه‌شده",
     "manifest edited": "مانیفست ویرایش‌شده", "another world size": "تعداد رتبهٔ دیگر",
     "max_diff_after_10_more_steps": "بیشینهٔ اختلاف پس از ۱۰ گام دیگر", "format": "قالب",
     "count": "شمار", "sum": "جمع", "raised": "خطای رخ‌داده",
@@ -50,7 +50,7 @@ TABLE_WORDS = {"fa": {
     "64 ranks, 1.4 GB each (s)": "۶۴ رتبه، هر یک ۱٫۴ GB (ثانیه)",
     "measured here": "اندازه‌گیری‌شده در اینجا", "step (ms)": "گام (ms)", "save (ms)": "ذخیره (ms)",
     "Young's interval at one failure every 3.09 h (s)":
-        "فاصلهٔ یانگ با یک وقفه در هر ۳٫۰۹ ساعت (ثانیه)",
+        "فاصلهٔ یانگ با یک خرابی در هر ۳٫۰۹ ساعت (ثانیه)",
     "steps between saves": "گام‌های میان دو ذخیره", "bandwidth (TB/s)": "پهنای باند (TB/s)",
     "save (s)": "ذخیره (ثانیه)", "interval (min)": "فاصلهٔ ذخیره‌ها (دقیقه)",
     "time lost (%)": "زمان ازدست‌رفته (٪)", "model tensors": "تنسورهای مدل",

@@ -278,7 +278,7 @@ CHECKS = (
           _damage_check, needs=NAMES),
     Check("world_size",
           {"en": "loading on another number of ranks raises on every rank",
-           "fa": "بارگذاری با تعداد رتبهٔ دیگر در همهٔ رتبه‌ها خطا می‌دهد"},
+           "fa": "بارگذاری با تعداد رتبهٔ دیگر در همهٔ رتبه‌ها خطا برمی‌انگیزد"},
           {"en": "compare the manifest's world_size with the one you are given, first",
            "fa": "پیش از هر چیز world_size مانیفست را با world_size داده‌شده مقایسه کنید"},
           _world_size_check, needs=NAMES),
