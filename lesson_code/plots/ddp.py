@@ -21,10 +21,11 @@ LABELS = {
            "variant": "variant (bucket size in MiB)", "naive": "naive", "bucketed": "bucketed",
            "torch": "torch DDP", "ring": "ring", "builtin": "built-in"},
     "fa": {"forward": "گذر رفت", "backward": "گذر برگشت", "wait": "انتظار برای کاهش‌های همگانی",
-           "check": "بررسی و رونوشت برگشت", "comm": "کاهش همگانی باکت (رشتهٔ حلقه)",
+           "check": "بررسی و کپی به گرادیان‌ها", "comm": "کاهش همگانی باکت (رشتهٔ حلقه)",
            "ready": "باکت آماده", "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)",
            "rank": "رتبه", "ms": "میلی‌ثانیه در هر گام\n(ستون: میانه؛ خط: بازهٔ دورها)",
-           "variant": "گونه (اندازهٔ باکت به MiB)",
+           # No parentheses around «MiB»: its left-to-right isolate would split the pair.
+           "variant": "گونه، اندازهٔ باکت به MiB",
            **{name: ddp_lab.WORDS[name] for name in (*ddp_lab.WRAPPERS, "ring", "builtin")}},
 }
 COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "check": "#9467bd",
@@ -99,7 +100,7 @@ TABLE_LABELS = {
     "max_loss_diff": "بیشینهٔ اختلاف زیان", "first_loss": "زیان نخستین گام",
     "last_loss": "زیان آخرین گام", "accumulation": "شمار میکرودسته‌ها",
     "forward": "گذر رفت", "backward": "گذر برگشت", "step": "گام", "wait": "انتظار",
-    "check": "بررسی و رونوشت برگشت", "step low": "کوتاه‌ترین گام دورها",
+    "check": "بررسی و کپی به گرادیان‌ها", "step low": "کوتاه‌ترین گام دورها",
     "step high": "بلندترین گام دورها", "vs torch low": "کمترین نسبت به DDP در PyTorch",
     "vs torch high": "بیشترین نسبت به DDP در PyTorch", "vs one bucket": "نسبت به یک باکت",
     "vs one bucket low": "کمترین نسبت به یک باکت", "vs one bucket high": "بیشترین نسبت به یک باکت",

@@ -4,7 +4,8 @@ glossary's, never a variant a reader would take for another term or another mean
 Each entry of REJECTED is a word the Persian edition once used beside the glossary's (or a word
 that reads as something else), with the word to use instead. The scan covers every Persian string
 the reader meets outside the notebooks' prose: lesson_code (figures, tables, commands, errors,
-practice mode and its templates), book/static's explorers and calculator, and the glossary.
+practice mode and its templates), book/static's explorers and calculator, and the glossary; and
+the notebooks whose prose has been brought to the glossary (PROSE).
 """
 
 from __future__ import annotations
@@ -26,9 +27,15 @@ REJECTED = {  # pattern: (what it was used for, the glossary's word)
     "هستهٔ Jupyter": ("kernel", "کرنل"),
     "یک ساعت": ("a clock (reads as one hour)", "زمان‌سنج"),
     "ساده \\(از راه": ("naive", "ساده‌لوحانه"),
+    "اندازهٔ جهان": ("world size (a calque)", "تعداد رتبه‌ها"),
+    "لایه‌گذاری": ("padding (reads as layering)", "پدینگ"),
+    "پوشانده‌شده": ("masked (reads as wrapped: پوشاندن wraps a model)", "ماسک‌شده"),
+    "بی‌صدا": ("silently (a calque)", "بی‌هیچ خطا یا هشداری"),
 }
+PROSE = [ROOT / "notebooks" / "fa" / "77-ddp.ipynb"]
 SOURCES = sorted([*(p for p in (ROOT / "lesson_code").rglob("*") if p.suffix in (".py", ".tmpl")),
-                  *(ROOT / "book" / "static").glob("*.js"), ROOT / "book" / "fa" / "glossary.md"])
+                  *(ROOT / "book" / "static").glob("*.js"), ROOT / "book" / "fa" / "glossary.md",
+                  *PROSE])
 
 
 def rejected_words(text: str) -> list[str]:

@@ -204,3 +204,19 @@ def test_the_loss_curve_ticks_whole_steps():
         assert ticks and all(float(tick).is_integer() for tick in ticks), ticks
     finally:
         plt.close(figure)
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_persian_labels_keep_each_parenthesis_pair_on_one_side_of_an_isolate(name):
+    """A parenthesis is drawn mirrored right to left and as written inside a left-to-right
+    isolate: a pair split by an isolate's edge shows as «)...)». So every isolate, and the text
+    outside the isolates, holds whole pairs («زمان (ms)» isolates «(ms)» whole)."""
+    figure = FIGURES[name]("fa")
+    try:
+        figure.canvas.draw()
+        for text in shown_texts(figure):
+            words = str(text.get_text())
+            for piece in plots.ISOLATED.split(words):
+                assert piece.count("(") == piece.count(")"), (name, words, piece)
+    finally:
+        plt.close(figure)
