@@ -14,7 +14,10 @@
  * It fills every <div class="memory-calculator"></div> of the page; when the page has none, it
  * places itself after the notebook cell that calls widgets.memory_calculator() (the live widget
  * of the notebook); a page with neither gets no calculator. Persian pages get Persian labels and
- * digits.
+ * digits. Under it, when the page holds them as JSON (lesson_code.book_build.explorer_data, with
+ * explorer-common.js loaded), the bytes per rank that lesson 78b's scale lab measured on 1 to 512
+ * simulated ranks for the one model it simulated, beside the formulas' bytes for that model
+ * (measuredRows, compared with the stored sweep by tests/book/test_memory_calculator.py).
  *
  * Lesson 78a's explorer is here too, beside the formulas it shares: one ZeRO-3 step, event by
  * event, as lesson_code.memory.stage3_step models it (stage3Step below, compared with the Python
@@ -89,6 +92,62 @@
     return wrap;
   };
 
+  /* The scale lab's points for `strategy`: per simulated world size N, the model state a rank
+     kept after one step (bytes, as measured) and what totalBytes gives for that model in mixed
+     precision, the sweep's precision (`data` is explorer_data.scale_points); shown in MB. */
+  const measuredRows = (data, strategy, lang) => data.points[strategy].map((point) => {
+    const formula = totalBytes(strategy, data.model.parameters, point.N, PRECISIONS.mixed);
+    return { N: point.N, bytes: point.model_states, formulaBytes: formula, n: format(point.N, lang),
+             measured: format(point.model_states / 1e6, lang), formula: format(formula / 1e6, lang) };
+  });
+
+  const MEASURED_TEXT = {
+    en: { title: "Measured by the scale lab of ", lesson: "lesson 78b",
+          model: "For one model only, not the parameters above: lesson 77's MiniGPT, Ψ = {params} parameters, {dtype} weights and gradients with an fp32 master copy and moments (the mixed precision above).",
+          strategy: "Strategy", measured: "Measured, MB per rank", formula: "Formula, MB per rank",
+          note: "Measured: the model state a rank keeps after one step (weights, gradients, optimizer state); where it differs from the formula, lesson 78b says why (DDP also keeps a copy of its gradients in its buckets, 2Ψ more). Buffers, activations and the step's peak are not in it. 1 MB = 10⁶ bytes.",
+          source: "Simulated ranks, counted on {date} on " },
+    fa: { title: "اندازه‌گیری‌شده با آزمایشگاه مقیاسِ ", lesson: "درس ۷۸ب",
+          model: "فقط برای یک مدل، نه تعداد پارامترهای بالا: MiniGPT درس ۷۷ با \u2066Ψ = {params}\u2069 پارامتر، وزن‌ها و گرادیان‌های {dtype} با رونوشت اصلی و گشتاورهای fp32 (همان دقت ترکیبی بالا).",
+          strategy: "راهبرد", measured: "اندازه‌گیری‌شده، مگابایت در هر رتبه", formula: "فرمول، مگابایت در هر رتبه",
+          note: "اندازه‌گیری‌شده: وضعیت مدلی که یک رتبه پس از یک گام نگه می‌دارد (وزن‌ها، گرادیان‌ها، وضعیت بهینه‌ساز)؛ هر جا با فرمول فرق دارد، درس ۷۸ب دلیلش را می‌گوید (DDP رونوشتی از گرادیان‌ها را هم در باکت‌هایش نگه می‌دارد، \u2066۲Ψ\u2069 بیشتر). بافرها، فعال‌سازی‌ها و بیشینهٔ حافظهٔ گام در آن نیستند. هر مگابایت یک میلیون بایت است.",
+          source: "رتبه‌های شبیه‌سازی‌شده، شمرده در {date} روی " },
+  };
+
+  /* The measured points under the calculator, for the strategy the reader picks; null on a page
+     without them (or without explorer-common.js, whose helpers write the Persian text). */
+  const measuredSection = (lang) => {
+    const json = document.getElementById("explorer-data");
+    const data = json && JSON.parse(json.textContent);
+    if (!globalThis.CourseExplorers || !data || !data.points) return null;
+    const { element, digits, isolateRuns, labelled, select, measuredNote } = globalThis.CourseExplorers;
+    const t = MEASURED_TEXT[lang];
+    const say = (text) => (lang === "fa" ? isolateRuns(text) : text);
+    const grouped = digits(String(data.model.parameters).replace(/\B(?=(\d{3})+$)/g, lang === "fa" ? "٬" : ","), lang);
+    const strategy = select("strategy", STAGES.filter((s) => s in data.points).map((s) => [s, s]), "ZeRO-3");
+    const table = element("table", { className: "memory-calculator__table memory-calculator__measured" });
+    const update = () => {
+      const head = element("tr", {}, ...[TEXT[lang].ranks, t.measured, t.formula].map((text) => element("th", {}, text)));
+      table.replaceChildren(head, ...measuredRows(data, strategy.value, lang).map((row) => {
+        const line = element("tr", {}, element("td", {}, row.n), element("td", { className: "measured" }, row.measured),
+                             element("td", { className: "formula" }, row.formula));
+        line.dataset.n = row.N;
+        line.dataset.bytes = row.bytes;
+        return line;
+      }));
+    };
+    strategy.addEventListener("input", update);
+    update();
+    const source = measuredNote(t.source, data.measured, lang);
+    source.append(".");
+    return element("div", { className: "memory-calculator__scale-lab" },
+      element("p", { className: "memory-calculator__title" }, t.title,
+              element("a", { href: "78b-scale-lab.html" }, t.lesson)),
+      element("p", {}, say(t.model.replace("{params}", grouped).replace("{dtype}", data.dtype))),
+      element("div", { className: "memory-calculator__controls" }, labelled(t.strategy, strategy)),
+      table, element("p", { className: "memory-calculator__note" }, say(t.note)), source);
+  };
+
   const build = (host, lang) => {
     const t = TEXT[lang];
     host.lang = lang;
@@ -130,6 +189,8 @@
     controls.append(field(t.params, billions), field(t.ranks, ranks), field(t.precision, precision));
     host.append(title, controls, table, note);
     update();
+    const measured = measuredSection(lang);
+    if (measured) host.append(measured);
   };
 
   const place = () => {
@@ -290,7 +351,7 @@
 
   // The formulas, for the page's other scripts and for the test that runs this file under node.
   globalThis.MemoryCalculator = { STAGES, PRECISIONS, bytesPerRank, totalBytes, trafficPerStep,
-                                  format, rows, STAGE3_PRECISIONS, stage3Step };
+                                  format, rows, measuredRows, STAGE3_PRECISIONS, stage3Step };
   if (typeof document === "undefined") return;
   if (globalThis.CourseExplorers) globalThis.CourseExplorers.mount("78a", buildStep);
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", place);

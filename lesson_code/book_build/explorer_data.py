@@ -105,8 +105,22 @@ def zero_stages() -> dict:
             "measured": {"date": note["measured"], "machine": note["machine"]}}
 
 
-LESSONS = {"76-collectives": collectives, "77-ddp": ddp, "78a-zero-stages": zero_stages,
-           "81-capstone": capstone}
+@lru_cache(maxsize=None)
+def scale_points() -> dict:
+    """Lesson 78's calculator: the bytes per rank that lesson 78b's scale lab measured on 1 to
+    512 simulated ranks, per strategy, for the model it simulated (`scale_lab.measured_points`
+    of the stored sweep, `lesson_code/scale_lab/sweep.csv`: read, not run), and when and on what
+    machine and torch it was stored."""
+    from lesson_code import scale_lab  # here: the other explorers need no simulation
+    from lesson_code.scale_lab import stored as scale_stored
+
+    table, note = scale_stored.load()
+    return {**scale_lab.measured_points(table),
+            "measured": {"date": note["measured"], "machine": note["machine"]}}
+
+
+LESSONS = {"76-collectives": collectives, "77-ddp": ddp, "78-zero": scale_points,
+           "78a-zero-stages": zero_stages, "81-capstone": capstone}
 
 
 def for_lesson(name: str) -> dict | None:

@@ -42,8 +42,9 @@ LANGUAGE_NAME = {"fa": "فارسی", "en": "English"}
 PERSIAN_DIGITS = str.maketrans("0123456789.", "۰۱۲۳۴۵۶۷۸۹٫")
 # Each lesson's offline explorers, the scripts its page loads from book/static, in order.
 EXPLORERS = {
-    "78-zero": ("memory-calculator.js",),
-    # lesson 78a's step explorer shares the calculator's file (its formulas), and the explorers'
+    # lesson 78a's step explorer shares the calculator's file (its formulas); both pages load the
+    # explorers' helpers (lesson 78's calculator writes the scale lab's measured points with them)
+    "78-zero": ("explorer-common.js", "memory-calculator.js"),
     "78a-zero-stages": ("explorer-common.js", "memory-calculator.js"),
     "76-collectives": ("explorer-common.js", "explorer-76.js"),
     "77-ddp": ("explorer-common.js", "explorer-77.js"),

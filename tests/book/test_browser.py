@@ -309,10 +309,40 @@ def test_the_memory_calculator_works_offline(browser, site: str, edition: str, f
         for world_size, figure in zip(["8", "64"], figures, strict=True):
             calculator.locator("input[name=world_size]").fill(world_size)
             assert zero1.inner_text() == figure
+        check_scale_lab_points(calculator, edition)
         calculator.scroll_into_view_if_needed()
         shoot(v, f"calculator-{edition}")
     finally:
         v.page.context.close()
+
+
+def check_scale_lab_points(calculator, edition: str) -> None:
+    """Under the calculator, for the strategy chosen: the model state per rank that the stored
+    sweep of lesson 78b's scale lab holds for each N, in MB, its model's parameter count, and
+    the sweep's date and machine."""
+    from lesson_code import scale_lab
+    from lesson_code.plots import number
+    from lesson_code.scale_lab import stored as scale_stored
+
+    table, note = scale_stored.load()
+    section = calculator.locator("div.memory-calculator__scale-lab")
+    assert section.count() == 1
+    for strategy in ("ZeRO-3", "DDP"):
+        section.locator("select[name=strategy]").select_option(strategy)
+        rows = table[table["strategy"] == strategy].sort_values("N")
+        assert section.locator("tr[data-n]").evaluate_all(
+            "rows => rows.map(r => [Number(r.dataset.n), Number(r.dataset.bytes)])") == \
+            [[int(n), int(b)] for n, b in zip(rows["N"], rows["model_states"])]
+        assert section.locator("td.measured").all_inner_texts() == \
+            [shown(b / 1e6, edition, 2) for b in rows["model_states"]]
+    text = section.inner_text()
+    assert number(note["measured"], edition) in text and note["machine"] in text, text
+    parameters = f"{scale_lab.measured_points(table)['model']['parameters']:,}"
+    assert number(parameters.replace(",", "٬" if edition == "fa" else ","), edition) in text, text
+    if edition == "fa":  # every Latin run of its Persian text in a left-to-right isolate
+        from test_explorer_text import LOOSE_LATIN
+
+        assert not calculator.page.evaluate(LOOSE_LATIN, "div.memory-calculator__scale-lab")
 
 
 @pytest.mark.parametrize("edition", ["fa", "en"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from lesson_code import memory
+from lesson_code.plots import number
 from javascript import evaluate
 
 PARAMS = [1, 1e6, 7.5e9, 1.75e11, 1e12]
@@ -86,3 +87,30 @@ def test_the_step_explorer_reads_the_measured_units_and_peaks():
     message = run_javascript("""() => { try { globalThis.MemoryCalculator.stage3Step([["a", 1]], 0);
         return "accepted"; } catch (e) { return e.message; } }""", None)
     assert "world size 0" in message and "such as 8" in message
+
+
+# Under the calculator: the points lesson 78b's scale lab measured, from the stored sweep.
+def test_the_measured_points_are_the_stored_sweeps_beside_the_formula():
+    from lesson_code import scale_lab
+    from lesson_code.book_build import explorer_data
+    from lesson_code.scale_lab import stored as scale_stored
+
+    data = explorer_data.for_lesson("78-zero")
+    table, note = scale_stored.load()
+    assert data["measured"] == {"date": note["measured"], "machine": note["machine"]}
+    points = scale_lab.measured_points(table)
+    assert data["points"] == points["points"] and data["model"] == points["model"]
+    assert data["dtype"] == "bfloat16"  # the calculator's mixed precision: 2-byte weights and grads
+    cases = [(strategy, lang) for strategy in memory.STAGES for lang in ("en", "fa")]
+    got = run_javascript("""([data, cases]) => cases.map(([strategy, lang]) =>
+        globalThis.MemoryCalculator.measuredRows(data, strategy, lang))""", [data, cases])
+    parameters = data["model"]["parameters"]
+    for (strategy, lang), rows in zip(cases, got, strict=True):
+        measured = {int(n): int(b) for n, b in zip(table[table["strategy"] == strategy]["N"],
+                                                    table[table["strategy"] == strategy]["model_states"])}
+        assert [(row["N"], row["bytes"]) for row in rows] == sorted(measured.items()), strategy
+        for row in rows:
+            formula = memory.total_bytes(strategy, parameters, row["N"], memory.MIXED_ADAM)
+            assert row["formulaBytes"] == pytest.approx(formula, rel=1e-15), (strategy, row["N"])
+            assert row["measured"] == number(f"{row['bytes'] / 1e6:.2f}".rstrip("0").rstrip("."), lang)
+            assert row["formula"] == number(f"{formula / 1e6:.2f}".rstrip("0").rstrip("."), lang)
