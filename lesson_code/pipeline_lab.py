@@ -213,6 +213,14 @@ def torch_order(schedule, rank: int) -> list[tuple[int, str, int]]:
             if action is not None and action.computation_type.value in ("F", "B", "I", "W")]
 
 
+def deferred_weight_grads(order: list[tuple[int, str, int]]) -> int:
+    """How many weight gradients ("W") in a `torch_order` do not come right after the input
+    gradient ("I") of their own stage and micro-batch: the ones a zero-bubble schedule moved
+    later, into time the stage would otherwise spend idle."""
+    return sum(kind == "W" and order[j - 1] != (stage, "I", micro)
+               for j, (stage, kind, micro) in enumerate(order))
+
+
 # torch's schedules that give each rank several stages, and where rank r's stages sit among
 # world x virtual: interleaved ones loop over the ranks (r, r + world, ...), the V-shaped ZBV
 # goes down the ranks and back up (r and 2 world - 1 - r; exactly two per rank).
