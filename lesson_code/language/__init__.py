@@ -79,10 +79,13 @@ def number(value, lang: str, spec: str = "", html: bool = False) -> str:
     return persian_number_text(text, html=html)
 
 
-def persian_number_text(text: str, html: bool = False) -> str:
+def persian_number_text(text: str, html: bool = False, zeros: bool = False) -> str:
     """The Persian form of a number written the Western way ("3.814697e-06", "-0.41",
-    "4,788,224", "12.5%", "nan"): see the module's rule. Raises ValueError for text that is
-    not one number."""
+    "4,788,224", "12.5%", "nan"): see the module's rule. A number the rule rewrites (with a
+    power of ten) drops its trailing zeros («۱٫۹ × ۱۰⁻⁴» for "1.901835e-04"); with `zeros` it
+    keeps the significant digits the text shows, up to three, zeros included («۱٫۹۰ × ۱۰⁻⁴»
+    for "1.901835e-04" and "0.000190", «۶ × ۱۰⁻⁶» for "0.000006"), as the English table shows
+    them. Raises ValueError for text that is not one number."""
     found = NUMBER_TEXT.fullmatch(text.strip())
     if not found:
         raise ValueError(f"{text!r} is not a number: pass digits such as 12.5 or 3.8e-06")
@@ -91,16 +94,18 @@ def persian_number_text(text: str, html: bool = False) -> str:
         return _wrapped((MINUS if found["sign"] in "-\u2212" and found["sign"] else "") + shown,
                         html, bool(found["sign"]))
     negative = found["sign"] in ("-", MINUS) and bool(found["sign"])
+    shown_digits = (found["int"].replace(",", "") + (found["frac"] or "")).lstrip("0")
+    keep = max(1, min(SIGNIFICANT, len(shown_digits))) if zeros else None
     if found["exp"] is not None:
         value = abs(float(f"{found['int'].replace(',', '')}.{found['frac'] or 0}e{found['exp']}"))
-        body, power = _scientific(value)
+        body, power = _scientific(value, keep)
     else:
         whole = found["int"].replace(",", THOUSANDS_MARK)
         body = whole + (DECIMAL_MARK + found["frac"] if found["frac"] is not None else "")
         power = None
         value = abs(float(f"{found['int'].replace(',', '')}.{found['frac'] or 0}"))
         if value and (found["frac"] or "").strip("0") and not SMALLEST <= value < LARGEST:
-            body, power = _scientific(value)
+            body, power = _scientific(value, keep)
     if value == 0:
         negative = False  # -0.0 is 0
     body = persian_digits(body) + ("٪" if found["percent"] else "")
@@ -110,16 +115,19 @@ def persian_number_text(text: str, html: bool = False) -> str:
     return _wrapped((MINUS if negative else "") + body, html, negative or power is not None)
 
 
-def _scientific(value: float) -> tuple[str, int | None]:
+def _scientific(value: float, keep: int | None = None) -> tuple[str, int | None]:
     """(mantissa, power of ten) of a positive `value` by the rule: plain digits (3 significant)
-    with no power between SMALLEST and LARGEST, else a mantissa from 1 to 10 and its power."""
+    with no power between SMALLEST and LARGEST, else a mantissa from 1 to 10 and its power.
+    Trailing zeros are dropped, unless `keep` says how many significant digits to write."""
     if value == 0:
         return "0", None
+    digits = SIGNIFICANT if keep is None else keep
+    shown = _trimmed if keep is None else (lambda text: text)
     if SMALLEST <= value < LARGEST:
-        decimals = max(0, SIGNIFICANT - 1 - math.floor(math.log10(value)))
-        return _trimmed(f"{value:.{decimals}f}").replace(".", DECIMAL_MARK), None
-    mantissa, power = f"{value:.{SIGNIFICANT - 1}e}".split("e")
-    return _trimmed(mantissa).replace(".", DECIMAL_MARK), int(power)
+        decimals = max(0, digits - 1 - math.floor(math.log10(value)))
+        return shown(f"{value:.{decimals}f}").replace(".", DECIMAL_MARK), None
+    mantissa, power = f"{value:.{digits - 1}e}".split("e")
+    return shown(mantissa).replace(".", DECIMAL_MARK), int(power)
 
 
 def _trimmed(text: str) -> str:

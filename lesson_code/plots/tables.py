@@ -37,17 +37,19 @@ def translate_label(label, words: dict[str, str]):
     return label
 
 
-def translate(frame: pd.DataFrame | pd.Series, words: dict[str, dict[str, str]], lang: str):
+def translate(frame: pd.DataFrame | pd.Series, words: dict[str, dict[str, str]], lang: str,
+              zeros: bool = False):
     """`frame` with its labels in `lang` ("en" returns it as it is); raises ValueError for another.
 
     `words[lang]` maps English labels to that language's; labels not in it stay unchanged.
+    `zeros`: a Persian number keeps the trailing zeros pandas shows (`persian_cell`).
     """
     mapping = words.get(check_language(lang), {})
     if lang != "fa":
         return frame if not mapping else _renamed(frame, mapping)
     frame = _renamed(frame, mapping)
     shown = (PersianTable if isinstance(frame, pd.DataFrame) else PersianSeries)(frame)
-    shown.words = mapping
+    shown.words, shown.zeros = mapping, zeros
     return shown
 
 
@@ -72,7 +74,7 @@ NOT_PERSIAN_LETTERS = re.compile(r"[^\u0600-\u065f\u066e-\u06ef\u06fa-\u06ff]+")
 EDGE_SPACE = re.compile(r"^(\s*)(.*?)(\s*)$", re.S)
 
 
-def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
+def persian_cell(text: str, words: dict[str, str] | None = None, zeros: bool = False) -> str:
     """One table cell as the Persian edition shows it, as HTML: a number by the course's rule
     (`language.number`: Persian digits, «−», «۳٫۸۱ × ۱۰⁻⁶», isolated where it holds a sign or a
     power), True/False/None as درست/نادرست/هیچ, an English value the lesson's `words` know (alone,
@@ -86,8 +88,8 @@ def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
         return html.escape(text, quote=False)
     if stripped in BOOLEANS:
         return BOOLEANS[stripped]
-    if NUMBER.fullmatch(stripped):
-        return language.persian_number_text(stripped, html=True)
+    if NUMBER.fullmatch(stripped):  # zeros: «۱٫۹۰ × ۱۰⁻⁴» for "0.000190", not «۱٫۹ × ۱۰⁻⁴»
+        return language.persian_number_text(stripped, html=True, zeros=zeros)
     known = _known(stripped, words)
     if known is not None:
         return _with_code(known)
@@ -142,15 +144,15 @@ def _isolated_latin(text: str) -> str:
     return "".join(pieces) + html.escape(text[last:], quote=False)
 
 
-def persian_html(table_html: str, words: dict[str, str] | None = None) -> str:
+def persian_html(table_html: str, words: dict[str, str] | None = None, zeros: bool = False) -> str:
     """pandas' HTML of a table, shown right to left: every cell through `persian_cell`, the
     whole in a <div dir="rtl" lang="fa"> (the first column on the right, mixed headers such as
     "صرفه‌جویی (٪)" in reading order)."""
     head, style_end, body = table_html.partition("</style>")
     if not style_end:
         head, body = "", table_html
-    body = TEXT_NODE.sub(lambda m: ">" + persian_cell(html.unescape(m.group(1)), words) + "<",
-                         body)
+    cell = lambda m: ">" + persian_cell(html.unescape(m.group(1)), words, zeros) + "<"  # noqa: E731
+    body = TEXT_NODE.sub(cell, body)
     shown = head + style_end + body
     opening = '<div dir="rtl" lang="fa" class="persian-table" style="direction: rtl">'
     if shown.startswith("<div>"):
@@ -161,8 +163,9 @@ def persian_html(table_html: str, words: dict[str, str] | None = None) -> str:
 class PersianTable(pd.DataFrame):
     """A DataFrame of the Persian edition: pandas in every way, shown right to left in HTML."""
 
-    _metadata = ["words"]
+    _metadata = ["words", "zeros"]
     words: dict[str, str] = {}
+    zeros = False
 
     @property
     def _constructor(self):
@@ -174,7 +177,7 @@ class PersianTable(pd.DataFrame):
 
     def _repr_html_(self) -> str | None:
         table_html = pd.DataFrame(self)._repr_html_()
-        return None if table_html is None else persian_html(table_html, self.words)
+        return None if table_html is None else persian_html(table_html, self.words, self.zeros)
 
 
 class PersianSeries(pd.Series):
@@ -182,8 +185,9 @@ class PersianSeries(pd.Series):
     table that runs right to left, its name as the column's heading (no "Name:" or "dtype:"
     lines); `to_frame()` gives a `PersianTable`."""
 
-    _metadata = ["words"]
+    _metadata = ["words", "zeros"]
     words: dict[str, str] = {}
+    zeros = False
 
     @property
     def _constructor(self):
@@ -196,4 +200,4 @@ class PersianSeries(pd.Series):
     def _repr_html_(self) -> str | None:
         frame = pd.Series(self).to_frame(name="" if self.name is None else self.name)
         table_html = frame._repr_html_()
-        return None if table_html is None else persian_html(table_html, self.words)
+        return None if table_html is None else persian_html(table_html, self.words, self.zeros)

@@ -83,3 +83,15 @@ def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
 def test_a_persian_cell_writes_numbers_lists_and_names_by_the_rule(value, shown):
     words = {"embedding": "لایهٔ جاسازی", "block": "بلوک"}
     assert persian_cell(value, words) == shown
+
+
+@pytest.mark.parametrize("value, shown", [
+    ("1.901835e-04", '<bdi dir="ltr">۱٫۹۰ × ۱۰<sup>−۴</sup></bdi>'),  # three significant digits
+    ("0.000190", '<bdi dir="ltr">۱٫۹۰ × ۱۰<sup>−۴</sup></bdi>'),  # the zero pandas shows
+    ("0.000006", '<bdi dir="ltr">۶ × ۱۰<sup>−۶</sup></bdi>'),  # no digit pandas does not show
+    ("1.000000e-08", '<bdi dir="ltr">۱٫۰۰ × ۱۰<sup>−۸</sup></bdi>'),
+    ("2.353038", "۲٫۳۵۳۰۳۸"),  # a number written plainly stays as it is
+])
+def test_a_persian_cell_can_keep_the_trailing_zeros_the_english_table_shows(value, shown):
+    assert persian_cell(value, zeros=True) == shown
+    assert persian_cell(value) == shown.replace("۱٫۹۰", "۱٫۹").replace("۱٫۰۰ × ۱۰", "۱۰")
