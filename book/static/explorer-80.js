@@ -64,7 +64,7 @@
           disk: "On disk after the crash", loads: "latest_checkpoint loads",
           why: { none: "The save of step 2 had not begun; step 1 is whole.",
                  interrupted: "{tmp} has no manifest: an interrupted save, never published. It is skipped, and step 1 is untouched.",
-                 checksum: "{tmp} has manifest.json but not yet its checksum, so the manifest cannot be trusted: skipped. Step 1 is untouched.",
+                 checksum: "{tmp} has manifest.json but not yet its checksum, the last file a save writes: an interrupted save, never published. It is skipped, and step 1 is untouched.",
                  publishes: "Every file of {tmp} is there and verifies (the checksum was written last): latest_checkpoint publishes it and loads step 2.",
                  published: "Step 2 is published; step 1 is still there too." } },
     fa: { title: "از کار افتادن در هر لحظهٔ یک ذخیرهٔ شاردشده", ranks: "تعداد رتبه‌ها N", crash: "از کار افتادن پس از رویداد",
@@ -74,7 +74,7 @@
           disk: "آنچه پس از از کار افتادن روی دیسک می‌ماند", loads: "latest_checkpoint بارگذاری می‌کند",
           why: { none: "ذخیرهٔ گام ۲ هنوز شروع نشده بود؛ گام ۱ کامل است.",
                  interrupted: "{tmp} مانیفست ندارد: ذخیره‌ای نیمه‌کاره که هرگز منتشر نشد. کنار گذاشته می‌شود و گام ۱ دست‌نخورده است.",
-                 checksum: "{tmp} فایل manifest.json را دارد ولی هنوز چکیده‌اش را نه، پس به مانیفست نمی‌توان اعتماد کرد: کنار گذاشته می‌شود. گام ۱ دست‌نخورده است.",
+                 checksum: "{tmp} فایل manifest.json را دارد ولی هنوز چکیده‌اش را، آخرین فایلی که ذخیره می‌نویسد، نه: ذخیره‌ای نیمه‌کاره که هرگز منتشر نشد. کنار گذاشته می‌شود و گام ۱ دست‌نخورده است.",
                  publishes: "همهٔ فایل‌های {tmp} هستند و از وارسی سالم بیرون می‌آیند (چکیده آخر از همه نوشته شد): latest_checkpoint آن را منتشر و گام ۲ را بارگذاری می‌کند.",
                  published: "گام ۲ منتشر شده است؛ گام ۱ هم هنوز هست." } },
   };

@@ -24,9 +24,9 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import language
-from lesson_code.checkpoint.files import (LOCK_TIMEOUT_S, CheckpointError, ManifestMissingError,
-                                          held_alone, locked, read_manifest, read_verified,
-                                          verify_checkpoint, write_file)
+from lesson_code.checkpoint.files import (LOCK_TIMEOUT_S, CheckpointError, ManifestDamagedError,
+                                          ManifestMissingError, held_alone, locked, read_manifest,
+                                          read_verified, verify_checkpoint, write_file)
 from lesson_code.checkpoint.shards import flat_layout, shard_name
 from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
                                             step_folder)
@@ -39,8 +39,9 @@ HIDDEN_COPY = re.compile(r"^\.step-(\d{8})\.(tmp|replaced)$")
 class Skipped(str):
     """One line of what `latest_checkpoint` skipped, "<folder>: <why>", which also keeps the
     folder's name and the CheckpointError that ruled it out, so that `explain("fa")` says it in
-    Persian from those facts. A hidden copy with no manifest is `interrupted` when no process
-    holds the folder's lock alone, else `running`: a save that may still be writing it."""
+    Persian from those facts. A hidden copy without `manifest.json` or `manifest.sha256` is
+    `interrupted` when no process holds the folder's lock alone, else `running`: a save that may
+    still be writing it."""
 
     def __new__(cls, folder: str, error: CheckpointError, interrupted: bool,
                 running: bool = False):
@@ -151,7 +152,9 @@ def _newest_verified(root: Path, lock_timeout_s: float,
                 if not folder.is_dir():
                     continue  # deleted while we read it: not a candidate any more
         if error is not None:
-            interrupted = hidden and isinstance(error, ManifestMissingError)
+            # a save killed before its last file, manifest.sha256, is unfinished, not damaged
+            interrupted = hidden and (isinstance(error, ManifestMissingError) or (
+                isinstance(error, ManifestDamagedError) and error.fault == "checksum_unreadable"))
             skipped.append(Skipped(folder.name, error, interrupted,
                                    running=interrupted and not publish and held_alone(root)))
             continue

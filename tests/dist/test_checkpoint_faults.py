@@ -77,6 +77,18 @@ def test_latest_skips_a_newest_checkpoint_with_a_corrupted_shard_and_says_why(tw
     assert "shard-00002-of-00004.pt has sha256" in skipped[0]
 
 
+def test_a_save_killed_between_its_manifest_and_the_checksum_is_called_interrupted(two_steps, tmp_path):
+    root = tmp_path / "copy"
+    shutil.copytree(two_steps, root)
+    hidden = root / ".step-00000020.tmp"  # everything written but manifest.sha256
+    shutil.copytree(step_folder(root, 15), hidden)
+    (hidden / "manifest.sha256").unlink()
+    folder, skipped = checkpoint_tools.latest_checkpoint(root)
+    assert folder == step_folder(root, 15)
+    assert skipped == [".step-00000020.tmp: an interrupted save, never published"]
+    assert skipped[0].interrupted and "نیمه‌کاره" in skipped[0].explain("fa")
+
+
 def test_a_crash_between_the_two_renames_is_recovered_not_lost(tmp_path):
     with pytest.raises(launch.RankCrashedError):
         launch.spawn(checkpoint_faults.crash_between_renames, str(tmp_path), world_size=2)
