@@ -118,7 +118,9 @@ class BackgroundSaver:
     previous one, and `wait` for the last (re-raising, on every rank, the error its save raised).
     This is what `dcp.async_save` does with its default stager (a CPU copy, then a thread).
     Every wait inside a save is bounded (its group's `timeout_s`, the folder lock's timeout), so
-    `wait` is too. Collective: construct, `save` and `wait` on every rank of the optimizer's group.
+    `wait` is too. Collective: construct on every process of the job (torch's `new_group` must
+    be entered by all of them, members of the new group or not), then `save` and `wait` on every
+    rank of the optimizer's group.
     """
 
     def __init__(self, root: Path | str, model, optimizer, timeout_s: float = 120.0):
