@@ -8,7 +8,9 @@ either language, for scripts that look for it, and says what was compared (`verd
 A run that stops (a rank killed, a node lost) is continued by the same command with the same
 --out-dir: by hand, or by torchrun's agent (`torchrun --max-restarts=2 ...`), which restarts the
 group; the report's second line says where the run started (`capstone.resume`). `--fresh`
-starts at step 0 instead. `--kill-at-step` is a crash for the lesson and the tests: one rank
+starts at step 0 instead. The checks train a second run (half a run for a fresh one, the whole
+run from step 0 for a continued one); `--no-check` leaves them out, as a cluster's restarts need.
+`--kill-at-step` is a crash for the lesson and the tests: one rank
 kills itself with SIGKILL on the run's first attempt.
 """
 
@@ -76,6 +78,11 @@ WORDS = {
                               "the step-{step} checkpoint holds what that run saved after step "
                               "{step}, and every checkpoint reloads byte for byte",
         "failed": "RESUME FAILED: {what}",
+        "not_checked": "resume check not run (--no-check): no second run was trained and nothing "
+                       "was compared with one; the checkpoints of steps {saved} reload byte for "
+                       "byte on all {n} ranks: {same}",
+        "unchecked": "RESUME NOT CHECKED (--no-check): the run trained to step {steps} on {n} ranks, "
+                     "no run from another start was compared with it",
         "differ": "not equal bit for bit: {items}",
         "not_reloaded": "a checkpoint does not reload byte for byte",
         "died": "{error}\nthe checkpoints in {root} are kept: run the same command again to "
@@ -128,6 +135,11 @@ WORDS = {
                               "{step} همان را دارد که آن اجرا پس از گام {step} ذخیره کرد، و هر "
                               "چکپوینت بایت‌به‌بایت بازمی‌گردد",
         "failed": "RESUME FAILED: {what}",
+        "not_checked": "وارسی ادامهٔ آموزش اجرا نشد (--no-check): اجرای دومی آموزش ندید و چیزی با "
+                       "آن مقایسه نشد؛ چکپوینت‌های گام‌های {saved} روی هر {n} رتبه بایت‌به‌بایت "
+                       "بازمی‌گردند: {same}",
+        "unchecked": "RESUME NOT CHECKED (--no-check): اجرا روی {n} رتبه تا گام {steps} آموزش دید و "
+                     "اجرایی از آغازی دیگر با آن مقایسه نشد",
         "differ": "بیت‌به‌بیت برابر نبود: {items}",
         "not_reloaded": "چکپوینتی بایت‌به‌بایت بازنمی‌گردد",
         "died": "{error}\nچکپوینت‌های {root} سر جایشان هستند: همین فرمان را دوباره اجرا کنید تا "
@@ -154,8 +166,9 @@ def parse(argv: list[str] | None) -> CapstoneConfig:
     return parse_arguments(argv)[0]
 
 
-def parse_arguments(argv: list[str] | None) -> tuple[CapstoneConfig, str, bool]:
-    """The run's settings, the report's language ("en" or "fa") and whether --fresh was given.
+def parse_arguments(argv: list[str] | None) -> tuple[CapstoneConfig, str, bool, bool]:
+    """The run's settings, the report's language ("en" or "fa"), whether --fresh was given and
+    whether the resume checks run (not with --no-check).
 
     Exits with status 2 on a bad argument, and, without --fresh, when --out-dir holds
     checkpoints of another run (`resume.check_folder`), before any rank starts.
@@ -178,6 +191,11 @@ def parse_arguments(argv: list[str] | None) -> tuple[CapstoneConfig, str, bool]:
     parser.add_argument("--fresh", action="store_true",
                         help="delete the checkpoints in --out-dir and start at step 0 (on the "
                              "first attempt only: a torchrun restart continues the run)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="train the run alone, without the resume checks: by default a fresh "
+                             "run is replayed from a checkpoint (half a run more) and a continued "
+                             "run is compared with a run from step 0 (a whole run more, at every "
+                             "restart); on a cluster, pass it")
     parser.add_argument("--seed", type=seed_int, default=defaults.seed)
     parser.add_argument("--accumulation", type=positive_int, default=defaults.accumulation,
                         help=f"micro-batches per step, a divisor of the batch per rank "
@@ -218,7 +236,7 @@ def parse_arguments(argv: list[str] | None) -> tuple[CapstoneConfig, str, bool]:
             check_folder(config)
         except ValueError as error:
             parser.error(str(error))
-    return config, args.lang, args.fresh
+    return config, args.lang, args.fresh, not args.no_check
 
 
 def _with_kill(parser: argparse.ArgumentParser, config: CapstoneConfig,
@@ -242,20 +260,21 @@ def _with_kill(parser: argparse.ArgumentParser, config: CapstoneConfig,
 
 def main(argv: list[str] | None = None) -> int:
     """Train (or continue the run in --out-dir), print the report, write metrics.jsonl, loss.png
-    and run.json (where the run started and what the checks found); 0 if RESUME VERIFIED.
+    and run.json (where the run started and what the checks found); 0 if RESUME VERIFIED, or,
+    with --no-check, if every checkpoint reloads and the norms agree (`unchecked_report`).
 
     RESUME VERIFIED means two checks held: every checkpoint reloads byte for byte (for a
     continued run: the one it continued from equals an uninterrupted run's), and a run from a
     checkpoint ends bitwise where a run from step 0 ends (`train.compare_resumed`); the line
     says which runs, which steps and what state (`verdict_line`).
     """
-    config, lang, fresh = parse_arguments(argv)
+    config, lang, fresh, check = parse_arguments(argv)
     said, n = WORDS[lang], lambda value: number(value, lang)
     out = Path(config.out_dir)
     if launch.is_reporting_process() and restarts_share_a_store():
         print(said["shared_store"], file=sys.stderr, flush=True)
     try:
-        outcome = launch.run(start_or_continue, config, fresh, world_size=config.world_size,
+        outcome = launch.run(start_or_continue, config, fresh, check, world_size=config.world_size,
                              timeout_s=launch.DEFAULT_TIMEOUT_S + 2 * config.steps)
     except launch.SpawnError as error:  # spawned ranks; torchrun's agent reports its own workers
         kept = list_checkpoints(out / "checkpoints")
@@ -266,9 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = outcome[0]["started"]
     continued = started["from_step"] is not None
-    straight = [rank_results["straight"] for rank_results in outcome]
-    resumed = [rank_results["resumed"] for rank_results in outcome]
-    results = resumed if continued else straight  # the run of record; the other checks it
+    if not check:
+        results = [rank_results["run"] for rank_results in outcome]
+    else:
+        straight = [rank_results["straight"] for rank_results in outcome]
+        resumed = [rank_results["resumed"] for rank_results in outcome]
+        results = resumed if continued else straight  # the run of record; the other checks it
     first = results[0]
     print(said["title"].format(numel=n(first["numel"]), n=n(len(results)),
                                steps=listed(map(n, sorted(config.save_steps())), lang)))
@@ -288,14 +310,16 @@ def main(argv: list[str] | None = None) -> int:
     _plot(metrics, out / "loss.png", lang)
     same_norms = all(r["records"][i]["param_norm"] == first["records"][i]["param_norm"]
                      for r in results for i in range(len(first["records"])))
+    print(fill(said["norms"], lang, same=same_norms))  # in Persian, True is درست
+    print(said["metrics"].format(metrics=metrics, plot=out / "loss.png"))
+    print()  # the resume report, the last paragraph: `stdout.rsplit("\n\n", 1)[-1]` finds it
+    if not check:
+        return unchecked_report(config, results, started, same_norms, out / "run.json", lang)
     verified = [r["resume_verified"] for r in straight + (resumed if continued else [])]
     reloaded = all(all(v.values()) for v in verified) and bool(straight[0]["resume_verified"])
     if continued:
         reloaded = reloaded and outcome[0]["same_start"]
     compared = compare_resumed(straight, resumed)
-    print(fill(said["norms"], lang, same=same_norms))  # in Persian, True is درست
-    print(said["metrics"].format(metrics=metrics, plot=out / "loss.png"))
-    print()  # the resume report, the last paragraph: `stdout.rsplit("\n\n", 1)[-1]` finds it
     from_step = started["from_step"] if continued else resumed_from(resumed[0])
     print(resume_report(config, len(results), reloaded, compared, lang, from_step, continued,
                         sorted(straight[0]["resume_verified"])))
@@ -306,6 +330,22 @@ def main(argv: list[str] | None = None) -> int:
     print(verdict_line(config, len(results), reloaded, compared, lang, from_step, continued,
                        sorted(straight[0]["resume_verified"])))
     return 0 if verified and same_norms else 1
+
+
+def unchecked_report(config: CapstoneConfig, results: list[dict], started: dict, same_norms: bool,
+                     summary: Path, lang: str) -> int:
+    """The last paragraph of a run with --no-check: which of its checkpoints reload byte for byte
+    (checked at each save, no second run needed), then RESUME NOT CHECKED; writes run.json with
+    "checked": false. The exit status: 0 if those checkpoints reload and the norms agree."""
+    said, n = WORDS[lang], lambda value: number(value, lang)
+    saved = sorted(results[0]["resume_verified"])
+    reloaded = all(all(r["resume_verified"].values()) for r in results)
+    print(fill(said["not_checked"], lang, saved=listed(map(n, saved), lang) if saved else "-",
+               n=n(len(results)), same=reloaded))
+    write_summary(summary, {"started": started, "steps": config.steps, "world_size": len(results),
+                            "reloaded": reloaded, "checked": False, "verified": None})
+    print(said["unchecked"].format(steps=n(config.steps), n=n(len(results))))
+    return 0 if reloaded and same_norms else 1
 
 
 def restarts_share_a_store() -> bool:

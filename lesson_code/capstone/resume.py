@@ -14,9 +14,11 @@ and stops on the first difference from this one, naming the setting (`CapstoneCo
 seed, model shape, batch, learning rate, ...) or both world sizes. `--fresh` deletes the folder's
 checkpoints instead, and only on the group's first attempt, so a restart never deletes one.
 
-Each run is checked against another run: a fresh one against a replay from one of its own
-checkpoints (`train.run_and_resume`), a continued one against an uninterrupted run from step 0
-in a scratch folder (`continue_and_check`); `train.compare_resumed` compares the two.
+By default each run is checked against another run: a fresh one against a replay from one of
+its own checkpoints (`train.run_and_resume`, half a run more), a continued one against an
+uninterrupted run from step 0 in a scratch folder (`continue_and_check`, a whole run more);
+`train.compare_resumed` compares the two. `check=False` (the command's --no-check) trains the run
+alone: what a cluster needs, where every restart would otherwise train the job again from step 0.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def check_checkpoint(manifest: dict, folder: Path | str, config: CapstoneConfig)
                              f"continue it with the same settings, or {elsewhere}")
 
 
-def start_or_continue(rank: int, world_size: int, config: CapstoneConfig, fresh: bool = False) -> dict:
+def start_or_continue(rank: int, world_size: int, config: CapstoneConfig, fresh: bool = False,
+                      check: bool = True) -> dict:
     """The capstone command on one rank: start at step 0 or continue, then check. Collective.
 
     Rank 0 deletes the checkpoints first if `fresh` and no rank has been restarted, then picks
@@ -105,6 +108,9 @@ def start_or_continue(rank: int, world_size: int, config: CapstoneConfig, fresh:
     checkpoints "skipped" and why, and torchrun's "restarts" (the highest over the ranks).
     Raises ValueError on every rank for a checkpoint of another run, RuntimeError when the
     checkpoint folder cannot be read.
+
+    With `check` False nothing is compared and nothing else is trained: the result is
+    {"run": this run's `run_rank` result, "started": ...}.
     """
     restarts = torch.tensor([restart_count()], device=current_device())
     dist.all_reduce(restarts, op=dist.ReduceOp.MAX)
@@ -125,11 +131,15 @@ def start_or_continue(rank: int, world_size: int, config: CapstoneConfig, fresh:
         raise RuntimeError(f"cannot look for a checkpoint to continue from: {failure}")
     started = {"from_step": None, "folder": folder, "skipped": skipped, "restarts": restarts}
     if folder is None:
-        return {**run_and_resume(rank, world_size, config if restarts == 0 else config.disarmed()),
-                "started": started}
+        config = config if restarts == 0 else config.disarmed()
+        if not check:
+            return {"run": run_rank(rank, world_size, config), "started": started}
+        return {**run_and_resume(rank, world_size, config), "started": started}
     manifest = read_manifest(folder)
     check_checkpoint(manifest, folder, config)  # a hidden copy just published was not checked yet
     started["from_step"] = manifest["step"]
+    if not check:
+        return {"run": run_rank(rank, world_size, config.disarmed(), folder), "started": started}
     return {**continue_and_check(rank, world_size, config.disarmed(), folder), "started": started}
 
 

@@ -306,6 +306,35 @@ def test_a_killed_run_started_again_ends_bitwise_where_an_uninterrupted_run_ends
     assert set(result.seconds) == {"killed", "continued", "uninterrupted"}
 
 
+def test_a_run_continued_with_no_check_trains_only_its_own_steps(clean_run, tmp_path):
+    # With --no-check a continued run trains from its checkpoint on and nothing else: a file left
+    # in out_dir/verify, the checks' scratch folder that an uninterrupted run from step 0 would
+    # clear and fill, is still there; the losses are still the default run's.
+    config, clean = clean_run
+    first = run_command([sys.executable, "-m", "lesson_code.capstone", "--out-dir", "run",
+                         "--steps", "6", "--checkpoint-step", "6", "--no-check"], tmp_path)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    marker = tmp_path / "run" / "verify" / "left-here"
+    marker.parent.mkdir()
+    marker.write_text("untouched")
+    second = run_command([sys.executable, "-m", "lesson_code.capstone", "--out-dir", "run",
+                          "--steps", "8", "--checkpoint-step", "6", "--no-check"], tmp_path)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    out = second.stdout
+    assert out.splitlines()[1].startswith("resumed from step 6: run/checkpoints/step-00000006")
+    assert marker.read_text() == "untouched"
+    assert out.rstrip().splitlines()[-1] == ("RESUME NOT CHECKED (--no-check): the run trained to "
+                                             "step 8 on 4 ranks, no run from another start was "
+                                             "compared with it")
+    assert "resume check not run (--no-check)" in out and "RESUME VERIFIED" not in out
+    run = tmp_path / "run"
+    assert [m["loss"] for m in read_metrics(run / "metrics.jsonl")] == losses(clean)[:8]
+    summary = json.loads((run / "run.json").read_text())
+    assert summary["started"]["from_step"] == 6 and summary["checked"] is False
+    assert [folder.name for _, folder in list_checkpoints(run / "checkpoints")] == \
+        ["step-00000006", "step-00000008"]
+
+
 def test_torchrun_restarts_a_killed_rank_and_the_run_goes_on_from_its_checkpoint(clean_run, tmp_path):
     # Rank 3 kills itself after step 12; torchrun's agent restarts the group, which continues
     # from the step-10 checkpoint, although the command says --fresh (a first attempt's word),

@@ -1,6 +1,7 @@
 """Capstone pieces that need no ranks: the corpus, batches, the guard, the config, the report."""
 
 import dataclasses
+import json
 import math
 import re
 from collections import Counter
@@ -14,6 +15,7 @@ from lesson_code.data import batch_for_step
 from lesson_code.experiment import RunConfig
 from lesson_code.capstone.guard import DivergenceGuard
 from lesson_code.capstone.cli import (parse_arguments, restarts_share_a_store, resume_report,
+                                      unchecked_report,
                                       start_line)
 from lesson_code.capstone.crash import CrashAndResume
 from lesson_code.capstone.report import (MetricsLog, loss_table, manifest_summary, read_metrics,
@@ -198,6 +200,28 @@ def test_the_report_speaks_persian_with_the_same_numbers():
         CapstoneConfig(), 4, True, resumed, "fa", from_step=8, continued=True)
 
 
+def test_a_run_without_the_check_says_so_in_both_languages(tmp_path, capsys):
+    # --no-check: no second run, so the report says the check was not run; the checkpoints'
+    # reload at each save is still reported, and a checkpoint that did not reload fails the run.
+    config = CapstoneConfig(steps=8, checkpoint_step=6)
+    started = {"from_step": 6, "folder": "run/checkpoints/step-00000006", "skipped": [], "restarts": 1}
+    ranks = [{"resume_verified": {8: True}} for _ in range(4)]
+    assert unchecked_report(config, ranks, started, True, tmp_path / "run.json", "en") == 0
+    english = capsys.readouterr().out.splitlines()
+    assert english == ["resume check not run (--no-check): no second run was trained and nothing "
+                       "was compared with one; the checkpoints of steps 8 reload byte for byte on "
+                       "all 4 ranks: True",
+                       "RESUME NOT CHECKED (--no-check): the run trained to step 8 on 4 ranks, no "
+                       "run from another start was compared with it"]
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["checked"] is False and summary["verified"] is None and summary["reloaded"]
+    ranks[2] = {"resume_verified": {8: False}}
+    assert unchecked_report(config, ranks, started, True, tmp_path / "run.json", "fa") == 1
+    persian = capsys.readouterr().out
+    assert "روی هر ۴ رتبه بایت‌به‌بایت بازمی‌گردند: نادرست" in persian and "True" not in persian
+    assert persian.splitlines()[-1].startswith("RESUME NOT CHECKED (--no-check): اجرا روی ۴ رتبه تا گام ۸")
+
+
 def test_the_manifest_summary_writes_persian_numbers_and_english_as_before(tmp_path):
     folder = tmp_path / "step-00000010"
     folder.mkdir()
@@ -224,8 +248,9 @@ def test_the_manifest_summary_writes_persian_numbers_and_english_as_before(tmp_p
 
 def test_the_command_reads_its_language_and_fresh(tmp_path):
     out = ["--out-dir", str(tmp_path)]
-    assert parse_arguments(["--lang", "fa", *out])[1:] == ("fa", False)
-    assert parse_arguments([*out, "--fresh"])[1:] == ("en", True)
+    assert parse_arguments(["--lang", "fa", *out])[1:] == ("fa", False, True)
+    assert parse_arguments([*out, "--fresh"])[1:] == ("en", True, True)
+    assert parse_arguments([*out, "--no-check"])[1:] == ("en", False, False)
     config = parse_arguments([*out, "--kill-at-step", "10", "--kill-during-save"])[0]
     assert (config.kill_at_step, config.victim(), config.kill_during_save) == (10, 3, True)
 
