@@ -8,8 +8,8 @@ either language, for scripts that look for it, and says what was compared (`verd
 A run that stops (a rank killed, a node lost) is continued by the same command with the same
 --out-dir: by hand, or by torchrun's agent (`torchrun --max-restarts=2 ...`), which restarts the
 group; the report's second line says where the run started (`capstone.resume`). `--fresh`
-starts at step 0 instead. The checks train a second run (half a run for a fresh one, the whole
-run from step 0 for a continued one); `--no-check` leaves them out, as a cluster's restarts need.
+starts at step 0 instead. The checks train a second run (the steps after a checkpoint again for a
+fresh one, the whole run from step 0 for a continued one); `--no-check` leaves them out, as a cluster's restarts need.
 `--kill-at-step` is a crash for the lesson and the tests: one rank
 kills itself with SIGKILL on the run's first attempt.
 """
@@ -193,7 +193,7 @@ def parse_arguments(argv: list[str] | None) -> tuple[CapstoneConfig, str, bool, 
                              "first attempt only: a torchrun restart continues the run)")
     parser.add_argument("--no-check", action="store_true",
                         help="train the run alone, without the resume checks: by default a fresh "
-                             "run is replayed from a checkpoint (half a run more) and a continued "
+                             "run is replayed from a checkpoint (its last steps again) and a continued "
                              "run is compared with a run from step 0 (a whole run more, at every "
                              "restart); on a cluster, pass it")
     parser.add_argument("--seed", type=seed_int, default=defaults.seed)

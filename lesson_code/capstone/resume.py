@@ -15,7 +15,7 @@ seed, model shape, batch, learning rate, ...) or both world sizes. `--fresh` del
 checkpoints instead, and only on the group's first attempt, so a restart never deletes one.
 
 By default each run is checked against another run: a fresh one against a replay from one of
-its own checkpoints (`train.run_and_resume`, half a run more), a continued one against an
+its own checkpoints (`train.run_and_resume`: the steps after that checkpoint once more), a continued one against an
 uninterrupted run from step 0 in a scratch folder (`continue_and_check`, a whole run more);
 `train.compare_resumed` compares the two. `check=False` (the command's --no-check) trains the run
 alone: what a cluster needs, where every restart would otherwise train the job again from step 0.
