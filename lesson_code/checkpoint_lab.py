@@ -156,16 +156,20 @@ class BackgroundSaver:
             raise failure
 
 
-def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str) -> dict:
+def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str,
+                    forget_step: bool = False) -> dict:
     """Load `folder` into a freshly built model and optimizer and train up to `run.steps`.
 
     Collective: call on every rank. The fresh model starts from another seed, so only the
-    checkpoint can make the result match the run that never stopped. Returns the losses, the
-    final parameters and digest, the step it resumed at, and this rank's random-number state
-    right after the load (`rng_state`).
+    checkpoint can make the result match the run that never stopped. `forget_step` sets Adam's
+    step count back to 0 after the load, as a checkpoint without it would: lesson 80 shows that
+    the run then drifts. Returns the losses, the final parameters and digest, the step it resumed
+    at, and this rank's random-number state right after the load (`rng_state`).
     """
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=100 + rank), rank, world_size)
     extra = load_zero(folder, model, optimizer)
+    if forget_step:
+        optimizer.step_count = 0
     rng_state = torch.get_rng_state()
     losses = train_steps(run, model, optimizer, range(extra["next_step"], run.steps))
     return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),

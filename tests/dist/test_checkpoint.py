@@ -45,13 +45,18 @@ def test_manifest_records_layout_hashes_and_versions(saved):
     assert manifest["versions"]["torch"].startswith("2.13.0")
 
 
-def test_resuming_at_step_10_reproduces_the_run_that_never_stopped(saved):
+def test_resuming_at_step_10_reproduces_the_run_that_never_stopped_and_drifts_without_the_step(saved):
     root, straight = saved
     resumed = launch.spawn(checkpoint_lab.resume_training, RUN, str(step_folder(root, 10)),
                            world_size=4)
     for a, b in zip(straight, resumed):
         assert torch.equal(a["params"], b["params"])
         assert a["losses"][10:] == b["losses"]
+    forgot = launch.spawn(checkpoint_lab.resume_training, RUN, str(step_folder(root, 10)), True,
+                          world_size=4)  # Adam's step count is part of the state: without it, drift
+    assert forgot[0]["losses"][0] == straight[0]["losses"][10]  # step 11 comes before an update
+    assert forgot[0]["losses"][1] != straight[0]["losses"][11]
+    assert not torch.equal(forgot[0]["params"], straight[0]["params"])
 
 
 def test_a_save_in_the_background_writes_the_same_bytes_as_a_blocking_one(saved, tmp_path):
