@@ -397,7 +397,7 @@ def test_each_printed_line_reads_in_its_own_direction(browser, site, size):
                 assert len(xs) >= 1 and xs == sorted(xs, reverse=True), line  # read right to left
             else:
                 assert abs(first_left - left) < 2, line
-        v.page.locator("article .cell_output pre", has_text="RESUME VERIFIED").scroll_into_view_if_needed()
+        v.page.locator("article .cell_output pre", has_text="RESUME VERIFIED").first.scroll_into_view_if_needed()
         shoot(v, f"printed-lines-81-fa-{'phone' if size is PHONE else 'desktop'}")
     finally:
         v.page.context.close()
