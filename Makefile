@@ -78,11 +78,11 @@ book: $(READY)
 # whichever is free: on 2 cores a single worker leaves a third of the CPU idle (while ranks wait
 # on each other, a kernel or a browser starts), and the work is CPU (ranks, kernels, browsers),
 # so more cores run more workers. TEST_WORKERS=N chooses; `$(BIN)/python -m pytest tests/...`
-# runs any part of it on one.
+# runs any part of it on one. The 25 slowest tests are listed at the end: where the time goes.
 TEST_WORKERS ?= $(shell n=$$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2); \
 	if [ "$$n" -lt 2 ]; then n=2; elif [ "$$n" -gt 8 ]; then n=8; fi; echo $$n)
 test: $(LAB_READY)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 # In Persian with make selfcheck LANG=fa, or on a Persian desktop (LANG=fa_IR.UTF-8).
 selfcheck: $(READY)
