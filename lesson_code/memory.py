@@ -151,29 +151,51 @@ def stage3_step(units: list[tuple[str, int]], world_size: int,
     return events
 
 
+def stage3_working_bytes(unit_params: float, precision: Precision = MIXED_ADAM,
+                         reduce_bytes: float | None = None) -> float:
+    """Bytes ZeRO-3 holds whole, beyond its shards, for a largest unit of `unit_params`.
+
+    Two units gathered (the one computing and the next, prefetched) in `precision.params`, and
+    in backward that unit's unsharded gradient in `precision.grads`. `reduce_bytes` is the bytes
+    per element the gradient is reduced in (None: as it is held); a reduction in another type
+    holds a copy in that type too while the two coexist, as FSDP2's
+    `MixedPrecisionPolicy(reduce_dtype=torch.float32)` copies a bf16 gradient into an fp32
+    reduce-scatter input (2 + 4 bytes). Raises ValueError for a negative count or a
+    `reduce_bytes` that is not positive.
+    """
+    if unit_params < 0:
+        raise ValueError(f"unit_params={unit_params!r} is negative: give 0 or more")
+    if reduce_bytes is not None and not reduce_bytes > 0:
+        raise ValueError(f"reduce_bytes={reduce_bytes!r} must be positive: the bytes per element "
+                         "of the gradient's reduction, such as 4 for float32")
+    copy = 0 if reduce_bytes in (None, precision.grads) else reduce_bytes
+    return (2 * precision.params + precision.grads + copy) * unit_params
+
+
 def choose_stage(params: float, world_size: int, device_bytes: float,
                  activation_bytes: float = 0.0, precision: Precision = MIXED_ADAM, *,
-                 headroom: float = 0.0, unit_params: float = 0.0) -> str:
+                 headroom: float = 0.0, unit_params: float = 0.0,
+                 reduce_bytes: float | None = None) -> str:
     """The lowest stage whose per-rank memory fits in `device_bytes`; a rule of thumb, not a law.
 
     A stage fits when its model states (`total_bytes`), plus `activation_bytes`, plus, under
     ZeRO-3, its working set of gathered parameters fit in (1 - headroom) * device_bytes.
     `headroom` is the fraction kept free for what no formula counts (the CUDA context, the
     allocator's fragmentation, temporaries), such as 0.1. `unit_params` is the parameter count of
-    the largest unit ZeRO-3 gathers whole (a decoder layer): it holds two of them gathered (the
-    one computing and the next, prefetched) and, in backward, that unit's unsharded gradient.
+    the largest unit ZeRO-3 gathers whole (a decoder layer), and `reduce_bytes` the bytes per
+    element its gradient is reduced in: `stage3_working_bytes` counts what it holds whole.
     Stages 1 and 2 cost no extra traffic in a step of one backward pass, so the first that fits
     is taken; stage 3 adds half as much traffic again. Returns "none fits" when even ZeRO-3 does
-    not fit. Raises ValueError for a headroom outside [0, 1) or a negative size.
+    not fit. Raises ValueError for a headroom outside [0, 1), a negative size or a `reduce_bytes`
+    that is not positive.
     """
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom={headroom!r} is the fraction of device memory kept free: "
                          "give a number in [0, 1), such as 0.1")
-    for name, value in (("activation_bytes", activation_bytes), ("unit_params", unit_params)):
-        if value < 0:
-            raise ValueError(f"{name}={value!r} is negative: give 0 or more")
+    if activation_bytes < 0:
+        raise ValueError(f"activation_bytes={activation_bytes!r} is negative: give 0 or more")
     usable = (1 - headroom) * device_bytes
-    gathered_unit = (2 * precision.params + precision.grads) * unit_params
+    gathered_unit = stage3_working_bytes(unit_params, precision, reduce_bytes)
     for stage in STAGES:
         working = gathered_unit if stage == "ZeRO-3" else 0.0
         if total_bytes(stage, params, world_size, precision) + activation_bytes + working <= usable:

@@ -134,7 +134,24 @@ def test_choosing_a_stage_keeps_headroom_and_zero3s_gathered_unit():
     assert memory.choose_stage(7e9, 8, zero2, unit_params=1e9) == "ZeRO-2"
 
 
+def test_an_fp32_reduction_of_bf16_gradients_adds_its_copy_to_zero3s_working_set():
+    # FSDP2 with reduce_dtype=torch.float32 copies the unit's bf16 gradient into an fp32
+    # reduce-scatter input: 2 + 2 (two units gathered) + 2 (the gradient) + 4 (its copy)
+    assert memory.stage3_working_bytes(1e9) == 6e9
+    assert memory.stage3_working_bytes(1e9, reduce_bytes=2) == 6e9
+    assert memory.stage3_working_bytes(1e9, reduce_bytes=4) == 10e9
+    assert memory.stage3_working_bytes(1e9, memory.FP32_ADAM, reduce_bytes=4) == 12e9
+    # Llama 2 70B's layers on H200s with 10% kept free and checkpointed activations: the copy
+    # moves the fewest ranks from 9 to 10
+    h200, activations = 143_771 * 2 ** 20, 80 * 4096 * 8192 * 2
+    margins = {"headroom": 0.1, "unit_params": 856e6, "activation_bytes": activations}
+    assert memory.choose_stage(70e9, 9, h200, **margins) == "ZeRO-3"
+    assert memory.choose_stage(70e9, 9, h200, **margins, reduce_bytes=4) == "none fits"
+    assert memory.choose_stage(70e9, 10, h200, **margins, reduce_bytes=4) == "ZeRO-3"
+
+
 @pytest.mark.parametrize("kwargs, message", [
+    ({"reduce_bytes": 0}, "reduce_bytes=0 must be positive"),
     ({"headroom": 1.0}, "headroom=1.0 is the fraction"),
     ({"headroom": -0.1}, "headroom=-0.1 is the fraction"),
     ({"unit_params": -1}, "unit_params=-1 is negative"),
