@@ -1,6 +1,7 @@
 """Lesson 80: sharded checkpoints with a manifest, atomic publish and a verified, exact load.
 
-    files.py   bytes on disk: the Disk (atomic writes), sha256, the manifest, the lock, the errors
+    files.py   bytes on disk: the Disk (atomic writes), sha256, the manifest, the errors
+    lock.py    the folder's lock: writers take turns, readers share, a waiter names the holder
     staging.py stage and seal: a checkpoint folder is written hidden and published by one rename
     shards.py  save_sharded / load_sharded: every rank its shard, rank 0 publishes, ranks agree
     flat_state.py  a flat-sharded optimizer state (ZeRO's, as a plain dict) through shards.py;

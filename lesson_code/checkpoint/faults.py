@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lesson_code.checkpoint.files import DISK, LOCK, CheckpointError, Disk, partial_path
+from lesson_code.checkpoint.files import DISK, CheckpointError, Disk, partial_path
+from lesson_code.checkpoint.lock import LOCK
 from lesson_code.checkpoint.shards import load_sharded, save_sharded
 
 NUMEL = 1024

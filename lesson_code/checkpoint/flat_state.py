@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lesson_code.checkpoint.files import DISK, LOCK_TIMEOUT_S, Disk, read_manifest, read_verified
+from lesson_code.checkpoint.files import DISK, Disk, read_manifest, read_verified
+from lesson_code.checkpoint.lock import LOCK_TIMEOUT_S
 from lesson_code.checkpoint.shards import flat_layout, load_sharded, save_sharded, shard_name
 from lesson_code.checkpoint.staging import REPLICATED
 from lesson_code.runtime.devices import current_device

@@ -30,10 +30,10 @@ import torch
 import torch.distributed as dist
 
 from lesson_code.checkpoint.files import (
-    DISK, LOCK_TIMEOUT_S, MANIFEST, CheckpointError, Disk, FolderNotSharedError, FormatVersionError,
+    DISK, MANIFEST, CheckpointError, Disk, FolderNotSharedError, FormatVersionError,
     ManifestDamagedError, ManifestMissingError, ShardCorruptedError, ShardMissingError,
-    WorldSizeMismatchError, locked, manifest_fingerprint, read_manifest, read_verified,
-    write_file)
+    WorldSizeMismatchError, manifest_fingerprint, read_manifest, read_verified, write_file)
+from lesson_code.checkpoint.lock import LOCK_TIMEOUT_S, locked
 from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
                                             staging_folder, step_folder)
 from lesson_code.harness.validate import require_positive_int

@@ -4,7 +4,7 @@ A checkpoint of step N is written into a hidden folder `.step-0000000N.tmp`; whe
 there, the manifest is written last and one rename publishes the folder as `step-0000000N`. The
 collective save (`shards.save_sharded`) and the one-process rewrite (`tools.reshard`) both go
 through `stage` and `seal` here, so a checkpoint is published in exactly one way. One process,
-no process group; call these with the root's lock held (`files.locked`).
+no process group; call these with the root's lock held (`lock.locked`).
 
     staging = stage(final)                       # an empty .step-N.tmp
     ...write the shards into staging...

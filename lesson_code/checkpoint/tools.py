@@ -24,9 +24,10 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import language
-from lesson_code.checkpoint.files import (LOCK_TIMEOUT_S, CheckpointError, ManifestDamagedError,
-                                          ManifestMissingError, held_alone, locked, read_manifest,
-                                          read_verified, verify_checkpoint, write_file)
+from lesson_code.checkpoint.files import (CheckpointError, ManifestDamagedError, ManifestMissingError,
+                                          read_manifest, read_verified, verify_checkpoint,
+                                          write_file)
+from lesson_code.checkpoint.lock import LOCK_TIMEOUT_S, held_alone, locked
 from lesson_code.checkpoint.shards import flat_layout, shard_name
 from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
                                             step_folder)

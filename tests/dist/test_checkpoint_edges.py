@@ -24,7 +24,8 @@ from lesson_code.capstone import checkpointer as capstone_checkpointer
 from lesson_code.capstone.checkpointer import Checkpointer, state_copy
 from lesson_code.checkpoint import CheckpointError, save_sharded, shard_name, step_folder
 from lesson_code.checkpoint.faults import flip_one_byte
-from lesson_code.checkpoint.files import locked, write_file
+from lesson_code.checkpoint.files import write_file
+from lesson_code.checkpoint.lock import locked
 from lesson_code.checkpoint.staging import seal, stage, staging_folder
 from lesson_code.checkpoint.tools import (latest_checkpoint, list_checkpoints, prune_checkpoints,
                                           recover_checkpoints)
@@ -279,7 +280,7 @@ def test_a_reader_that_gives_up_says_which_save_holds_the_lock(tmp_path):
 
 def test_the_record_of_a_holder_that_was_killed_is_removed_by_the_next(tmp_path):
     code = ("import os, signal, sys\n"
-            "from lesson_code.checkpoint.files import locked\n"
+            "from lesson_code.checkpoint.lock import locked\n"
             "held = locked(sys.argv[1], 'save_sharded of step-00000001')\n"
             "held.__enter__()\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n")
