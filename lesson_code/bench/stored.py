@@ -99,13 +99,14 @@ DESCRIPTIONS = {
         "lesson 78 stages: MiniGPT with {parameters} parameters ({blocks} blocks of width "
         "{width}), float32, global batch {batch} x {tokens} tokens, Adam; bytes per rank: peak "
         "allocated in one step (torch's allocator, as its profiler reports it; the highest rank) "
-        "beside the formula; slowest rank's median step over {steps} steps. DDP: fp32-master Adam "
-        "after our NaiveDDP (memory) or bucketed DDP (time)",
+        "beside the formula; slowest rank's median step over {steps} steps. DDP: our NaiveDDP "
+        "(memory) or bucketed DDP (time), with fp32-master Adam",
         "مرحله‌های ZeRO در درس ۷۸: MiniGPT با {parameters} پارامتر ({blocks} بلوک با پهنای "
         "{width})، float32، دستهٔ سراسری {batch} × {tokens} توکن، Adam؛ بایت در هر رتبه: بیشینهٔ "
         "حافظهٔ گرفته‌شده در یک گام (تخصیص‌دهندهٔ torch، چنان‌که نیم‌رخ‌نگار حافظهٔ آن گزارش می‌دهد؛ "
         "پرمصرف‌ترین رتبه) در کنار فرمول؛ میانهٔ زمان گام در کندترین رتبه، در {steps} گام. DDP: "
-        "Adam با وزن‌های اصلی fp32 پس از NaiveDDP ما (حافظه) یا DDP باکت‌دار ما (زمان)"),
+        "\u200fNaiveDDP ما (برای حافظه) یا DDP باکت‌دار ما (برای زمان)، همراه با Adam با وزن‌های اصلی "
+        "fp32"),
     "collectives": (
         "{collective} times of {ranks} gloo ranks, median of {trials} trials (auto and gloo: the "
         "better of two such medians, timed in turn), measured {date} by python -m "

@@ -9,9 +9,10 @@ Each rank trains the 4.8M-parameter MiniGPT of the DDP benchmark with Adam on 8 
 table gives the slowest rank's median per phase over 8 steps (after 2 warm-up steps), the time
 the ring communication itself took (`comm_ms`: inside the optimizer step for ZeRO, on a background
 thread during backward for our DDP; not counted for torch's optimizer, which uses gloo), the bytes
-each rank sent per step, and the step time relative to our DDP and to ZeroRedundancyOptimizer. A
-full run also stores the table with the package (`lesson_code/measured_zero.csv`, with this machine and
-the date); a `--quick` run stores nothing.
+each rank sent per step (`MB_sent_per_step`, in MB of 10**6 bytes, as the lessons count them), and
+the step time relative to our DDP and to ZeroRedundancyOptimizer. A full run also stores the table
+with the package (`lesson_code/measured_zero.csv`, with this machine and the date); a `--quick`
+run stores nothing.
 
 `zero_stages` trains `zero_lab.MEMORY_RUN` (a MiniGPT of 0.8M parameters on 4 sequences of 8
 tokens, whose gradients are a large share of its memory) under DDP, ZeRO-1, ZeRO-2 and ZeRO-3
@@ -19,8 +20,8 @@ on 1, 2, 4, ... ranks up to --world-size: per world size and stage, the peak byt
 allocated in a step (`zero_lab.stage_memory_table`: torch's allocator as its profiler reports
 it, the highest rank; DDP is `NaiveDDP` there), the formula of `lesson_code.memory` beside it
 with what the gap is made of, and the slowest rank's median step time over 8 steps (after 2
-warm-up steps; DDP is the bucketed one there), the time its communication took and the bytes
-each rank sent. Stored as `measured_zero_stages.csv`.
+warm-up steps; DDP is the bucketed one there), the time its communication took and the MB
+(10**6 bytes) each rank sent. Stored as `measured_zero_stages.csv`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def run(world_size: int, out_dir: Path, quick: bool = False,
                                 world_size=world_size, timeout_s=1800)
         slowest = {name: max(rank[name] for rank in per_rank) for name in PHASES}
         rows.append({"optimizer": optimizer, **{f"{name}_ms": 1e3 * slowest[name] for name in PHASES},
-                     "MB_sent_per_step": per_rank[0]["bytes_sent"] / 2 ** 20})
+                     "MB_sent_per_step": per_rank[0]["bytes_sent"] / 1e6})
     table = pd.DataFrame(rows).set_index("optimizer")
     table["vs_our_ddp"] = table.step_ms / table.step_ms["ddp"]
     table["vs_torch_zero"] = table.step_ms / table.step_ms["torch_zero"]
@@ -99,7 +100,7 @@ def run_stages(world_size: int, out_dir: Path, quick: bool = False,
         for index, stage in enumerate(STAGE_OPTIMIZERS):
             for phase in ("step", "comm"):
                 table.loc[(n, stage), f"{phase}_ms"] = 1e3 * max(r[index][phase] for r in per_rank)
-            table.loc[(n, stage), "MB_sent_per_step"] = per_rank[0][index]["bytes_sent"] / 2 ** 20
+            table.loc[(n, stage), "MB_sent_per_step"] = per_rank[0][index]["bytes_sent"] / 1e6
     ddp_ms = table["step_ms"].xs("DDP", level="stage")
     table["vs_ddp"] = table["step_ms"] / ddp_ms.reindex(table.index.get_level_values("N")).values
     table["parameters"] = count_parameters(run_model(MEMORY_RUN))
@@ -110,6 +111,6 @@ def run_stages(world_size: int, out_dir: Path, quick: bool = False,
              f"{MEMORY_RUN.batch_size} x {config.context} tokens, Adam; bytes per rank: peak "
              "allocated in one step (torch's allocator, as its profiler reports it; the highest "
              "rank) beside the formula; slowest rank's median step over "
-             f"{timed.steps} steps. DDP: fp32-master Adam after our NaiveDDP (memory) or "
-             "bucketed DDP (time)")
+             f"{timed.steps} steps. DDP: our NaiveDDP (memory) or bucketed DDP (time), with "
+             "fp32-master Adam")
     return report(table, "zero_stages", title, out_dir, quick, into_package)

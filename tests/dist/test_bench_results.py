@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from lesson_code import memory
 from lesson_code.bench import capstone as capstone_bench
 from lesson_code.bench import collectives as collectives_bench
 from lesson_code.bench import stored
+from lesson_code.bench import zero as zero_bench
 from lesson_code.collectives import choose
 from lesson_code.harness.timing import machine_line
 
@@ -50,6 +53,14 @@ def test_a_full_benchmark_run_stores_into_its_results_folder_and_leaves_the_chec
     note, curve = capstone_bench.read_curve(tmp_path / capstone_bench.CURVE.name)
     assert f"machine: {machine_line()}" in note
     assert [row["event"] for row in curve if "event" in row] == ["rollback"]
+
+
+def test_the_zero_benchmark_writes_the_bytes_a_rank_sent_in_mb_of_ten_to_the_six(tmp_path):
+    zero_bench.run(world_size=2, out_dir=tmp_path, quick=True)  # quick: written, never stored
+    table = pd.read_csv(tmp_path / "zero.csv", index_col=0)
+    ring = memory.traffic_per_step("ZeRO-1", table.loc["zero", "parameters"], 2, dtype_bytes=4)
+    sent = table.loc[["ddp", "zero", "naive_zero"], "MB_sent_per_step"].tolist()
+    assert sent == pytest.approx([ring / 1e6, ring / 1e6, 1.5 * ring / 1e6], rel=1e-6)
 
 
 def test_the_results_folder_is_beside_the_package_and_can_be_moved(monkeypatch, tmp_path):

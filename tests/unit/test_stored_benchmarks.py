@@ -1,10 +1,12 @@
 """The benchmark tables lessons 77 and 78 read: stored with the package, saying where and when."""
 
 import datetime
+import re
 
 import pandas as pd
 import pytest
 
+from lesson_code import memory
 from lesson_code.bench import stored
 
 COLUMNS = {  # what the lessons' cells read from each table
@@ -44,3 +46,18 @@ def test_an_unknown_or_missing_table_is_named_with_the_fix(tmp_path, monkeypatch
     monkeypatch.setattr(stored, "STORED", tmp_path)
     with pytest.raises(FileNotFoundError, match="python -m lesson_code.bench zero"):
         stored.load("zero")
+
+
+def test_the_bytes_sent_per_step_are_stored_in_mb_of_ten_to_the_six() -> None:
+    # The lessons read MB_sent_per_step as MB (10**6 bytes); each rank sends the ring's bytes of
+    # float32 gradients and parameters, which memory.traffic_per_step counts (the naive step: 1.5x).
+    zero, note = stored.load("zero")
+    ranks = int(re.search(r"(\d+) ranks", note["description"]).group(1))
+    ring = memory.traffic_per_step("ZeRO-1", zero.loc["zero", "parameters"], ranks, dtype_bytes=4)
+    expected = pd.Series({"ddp": ring, "zero": ring, "naive_zero": 1.5 * ring}) / 1e6
+    pd.testing.assert_series_equal(zero.loc[expected.index, "MB_sent_per_step"], expected,
+                                   check_names=False)
+    stages, _ = stored.load("zero_stages")
+    formula = [memory.traffic_per_step(stage, parameters, n, dtype_bytes=4) / 1e6
+               for n, stage, parameters in zip(stages.index, stages["stage"], stages["parameters"])]
+    assert stages["MB_sent_per_step"].tolist() == pytest.approx(formula, rel=1e-12)

@@ -42,3 +42,11 @@ def test_english_edition_is_unchanged(module) -> None:
 def test_an_unknown_language_is_refused() -> None:
     with pytest.raises(ValueError, match="'de'"):
         ddp.localized(pd.Series([1.0]), "de")
+
+
+def test_a_label_shared_by_lessons_78_and_78a_has_one_persian_form() -> None:
+    # stages_table reads both dictionaries, so a label in both would print two ways across a page.
+    differ = {label: (zero.TABLE_LABELS[label], zero.STAGES_LABELS[label])
+              for label in zero.TABLE_LABELS.keys() & zero.STAGES_LABELS.keys()
+              if zero.TABLE_LABELS[label] != zero.STAGES_LABELS[label]}
+    assert not differ, differ
