@@ -100,17 +100,21 @@ def global_mean(value: torch.Tensor | float, group=None) -> float:
 
 
 def train(step_loss: Callable[[int], torch.Tensor], optimizer, steps: Iterable[int], *,
-          after_step: Callable[[int], None] | None = None) -> list[float]:
+          after_step: Callable[[int], None] | None = None,
+          before_step: Callable[[], None] | None = None) -> list[float]:
     """Train: for each step, zero_grad, `loss = step_loss(step)`, backward, `optimizer.step()`.
 
     Collective: call on every rank (a one-rank group for a single-process reference). Returns the
-    global mean loss of each step; calls `after_step(step + 1)` (the steps done) after each.
+    global mean loss of each step; calls `before_step()` between backward and the optimizer step
+    (to clip the gradients, say) and `after_step(step + 1)` (the steps done) after each step.
     """
     losses = []
     for step in steps:
         optimizer.zero_grad()
         loss = step_loss(step)
         loss.backward()
+        if before_step is not None:
+            before_step()
         optimizer.step()
         losses.append(global_mean(loss))
         if after_step is not None:

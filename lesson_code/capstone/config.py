@@ -42,7 +42,10 @@ class CapstoneConfig(RunConfig):
     `kill_rank` (default: the last) kill its own process with SIGKILL right after that step, or,
     with `kill_during_save`, half-way through writing its shard of that step's checkpoint: a
     crash to resume from (`run_rank` fires it; the command arms it only in a run that starts
-    fresh on torchrun's first attempt). Raises ValueError for settings that contradict each other.
+    fresh on torchrun's first attempt). `optimizer_before_broadcast` builds the optimizer before
+    the broadcast, the wrong order of the lesson's table: each rank's master shard then holds its
+    own random initialisation. `max_grad_norm` clips the global gradient norm (exercise 5).
+    Raises ValueError for settings that contradict each other.
     """
 
     model: str = field(default="gpt", init=False)       # MiniGPT, always
@@ -68,6 +71,8 @@ class CapstoneConfig(RunConfig):
     kill_at_step: int | None = None   # a crash for the lesson: see the docstring
     kill_rank: int | None = None      # None: the last rank
     kill_during_save: bool = False
+    optimizer_before_broadcast: bool = False  # the wrong order, to show what it does
+    max_grad_norm: float | None = None  # clip the global gradient norm to this (exercise 5)
 
     def __post_init__(self):
         require_positive_int("world_size", self.world_size, "the number of ranks, such as 4")
@@ -89,6 +94,9 @@ class CapstoneConfig(RunConfig):
         if self.checkpoint_every is not None:
             require_positive_int("checkpoint_every", self.checkpoint_every,
                                  "the steps between checkpoints, such as 10, or None")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm={self.max_grad_norm} must be positive, such as 1.0, "
+                             "or None for no clipping")
         self._check_kill()
 
     def _check_kill(self) -> None:
@@ -134,7 +142,9 @@ class CapstoneConfig(RunConfig):
                 "all_reduce": self.all_reduce, "spike_factor": self.spike_factor,
                 "lr_spike_step": self.lr_spike_step, "lr_spike_factor": self.lr_spike_factor,
                 "bad_batch_step": self.bad_batch_step, "guard_retries": self.guard_retries,
-                "skip_after_rollback": self.skip_after_rollback}
+                "skip_after_rollback": self.skip_after_rollback,
+                "optimizer_before_broadcast": self.optimizer_before_broadcast,
+                "max_grad_norm": self.max_grad_norm}
 
     def corpus(self) -> torch.Tensor:
         """The run's token stream: `data.make_corpus(seed, corpus_tokens, vocab)`, on the CPU."""

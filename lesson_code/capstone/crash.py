@@ -63,12 +63,13 @@ class CrashAndResume:
     report: str
 
     def summary(self) -> dict:
-        """What a lesson shows of it, by English label (`plots.capstone.table` translates)."""
+        """What a lesson shows of it, by English label (`plots.capstone.table` translates).
+
+        Not the seconds: each is a whole command (starting Python, importing torch, spawning the
+        ranks, the run's own checks), not the cost of the crash, and on a loaded machine they vary
+        more than the work they contain."""
         return {"killed after step": self.crash_step, "resumed from step": self.resume_step,
                 "steps trained twice": self.restarted_steps,
-                "killed run (s)": round(self.seconds["killed"], 2),
-                "run again (s)": round(self.seconds["continued"], 2),
-                "uninterrupted run (s)": round(self.seconds["uninterrupted"], 2),
                 "same losses": self.same_losses, "same last checkpoint": self.same_checkpoint}
 
 

@@ -40,7 +40,7 @@ WORDS = {
                         "وضعیت بهینه‌ساز = ۱۲ × {shard} = 12P/N{plus}",
         "memory_header": "رتبه  پارامترها  گرادیان‌ها  بهینه‌ساز  12P/N",
         "plus_padding": " + پدینگ",
-        "manifest": "چکپوینت گام {step} با {world_size} رتبه، قالب {format}؛ چکیدهٔ مانیفست وارسی شد: "
+        "manifest": "چکپوینت گام {step} با {world_size} رتبه، قالب {format}؛ چکیدهٔ sha256 مانیفست وارسی شد: "
                     "{folder}",
         "file": "  {name:26s} {size:>7} بایت  sha256 {digest}…{where}",
         "elements": "  عنصرهای {first} تا {last}",

@@ -32,7 +32,8 @@ from lesson_code.models import MiniGPT
 def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> dict:
     """Train with DDP + ZeroRedundancyOptimizer; save model and optimizer after `checkpoint_step`.
 
-    Collective: call on every rank. Returns {"losses": the global mean loss of every step,
+    With `config.max_grad_norm` the gradients are clipped to that global norm before each step
+    (`torch.nn.utils.clip_grad_norm_`). Collective: call on every rank. Returns {"losses": the global mean loss of every step,
     "params": the final parameters, flat}. The checkpoint is the folder
     `out_dir/dcp-step-N`: the model through DCP, and `optimizer.pt`, written by rank 0.
     """
@@ -60,7 +61,10 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> dict:
             optimizer.consolidate_state_dict(to=0)
             if rank == 0:
                 torch.save(optimizer.state_dict(), folder / "optimizer.pt")
-    losses = train(step_loss, optimizer, range(config.steps), after_step=after_step)
+    def clip() -> None:  # with config.max_grad_norm: torch's clipping of the whole gradient
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    losses = train(step_loss, optimizer, range(config.steps), after_step=after_step,
+                   before_step=None if config.max_grad_norm is None else clip)
     return {"losses": losses, "params": flat_parameters(model.module)}
 
 

@@ -43,9 +43,12 @@ def build(config: CapstoneConfig, rank: int, world_size: int, seed_offset: int =
     torch.manual_seed(config.seed + seed_offset + rank)  # each rank's own RNG stream
     model = MiniGPT(config.gpt).to(current_device())  # built on the CPU: a seed, the same weights on any device
     comm = config.communicator(CommLedger())
-    broadcast_parameters(model, comm=comm)                                  # 1. DDP
+    if not config.optimizer_before_broadcast:
+        broadcast_parameters(model, comm=comm)                              # 1. DDP
     optimizer = ZeroOptimizer(model, world_size, rank, lr=config.lr, comm=comm,
-                              track_grad_norm=True)                          # 2. ZeRO-1
+                              max_grad_norm=config.max_grad_norm, track_grad_norm=True)  # 2. ZeRO-1
+    if config.optimizer_before_broadcast:  # the wrong order: the master shards are not rank 0's
+        broadcast_parameters(model, comm=comm)
     return model, comm, optimizer
 
 

@@ -40,7 +40,7 @@ TABLE_WORDS = {"fa": {
     "(c) optimizer bytes = 12P/N on every rank": "(ج) بایت‌های بهینه‌ساز در هر رتبه = 12P/N",
     "(d) checkpoints of steps 10 and 20 restore byte for byte":
         "(د) چکپوینت‌های گام‌های ۱۰ و ۲۰ بایت‌به‌بایت بازمی‌گردند",
-    "command": "فرمان", "median_s": "میانهٔ ثانیه‌ها", "runs_s": "ثانیه‌های هر اجرا",
+    "command": "فرمان", "median_s": "میانه (ثانیه)", "runs_s": "اجراها (ثانیه)",
     "loss_rows": "سطرهای زیان", "same_losses": "زیان‌های یکسان", "value": "مقدار",
     "2 ranks, half the heads each": "۲ رتبه، هر کدام نیمی از سرها",
     "1 rank, all heads": "۱ رتبه، همهٔ سرها",
@@ -59,8 +59,7 @@ TABLE_WORDS = {"fa": {
     "lesson_code.capstone (ours)": "lesson_code.capstone (کد ما)",
     "killed after step": "کشته‌شده پس از گام", "resumed from step": "ادامه از گام",
     "steps trained twice": "گام‌هایی که دو بار آموزش دیدند",
-    "killed run (s)": "اجرای کشته‌شده (ثانیه)", "run again (s)": "اجرای دوباره (ثانیه)",
-    "uninterrupted run (s)": "اجرای بی‌وقفه (ثانیه)", "same losses": "زیان‌های یکسان",
+    "same losses": "زیان‌های یکسان",
     "same last checkpoint": "آخرین چکپوینت یکسان",
     "collective": "عملیات جمعی", "calls": "فراخوانی‌ها", "bytes_sent": "بایت‌های فرستاده",
     "bytes_received": "بایت‌های دریافتی", "broadcast": "بازپخش", "reduce_scatter": "کاهش و پخش",

@@ -201,6 +201,32 @@ def test_gradient_accumulation_over_4_micro_batches_equals_one_batch(clean_run, 
     assert relative_distance(results[0]["params"], clean[0]["params"], start) < FLOAT32_RELATIVE
 
 
+def test_built_before_the_broadcast_the_ranks_agree_but_train_a_patchwork(clean_run, tmp_path):
+    _, clean = clean_run
+    config, results = run_changed(tmp_path, optimizer_before_broadcast=True)
+    norms = [[row["param_norm"] for row in r["records"]] for r in results]
+    assert all(n == norms[0] for n in norms)  # (b) holds: every rank gathers the same patchwork
+    wrong, right = losses(results), losses(clean)
+    assert wrong[0] == right[0]  # step 1 runs on the broadcast weights
+    assert min(abs(a - b) for a, b in zip(wrong[1:], right[1:])) > 1e-3  # then other weights
+    torch.manual_seed(config.seed)
+    start = flat_parameters(MiniGPT(config.gpt))
+    assert relative_distance(results[0]["params"], clean[0]["params"], start) > 1
+
+
+def test_exercise_5_clipping_across_shards_matches_torch_clipping_in_one_process(clean_run, tmp_path):
+    _, clean = clean_run
+    config, results = run_changed(tmp_path / "ranks", max_grad_norm=0.3)  # every norm here is ~0.6
+    one = dataclasses.replace(config, out_dir=str(tmp_path / "one"), world_size=1,
+                              batch_per_rank=config.world_size * config.batch_per_rank)
+    twin = in_one_rank(torch_baseline.run_rank, 0, 1, one)  # clip_grad_norm_, then Adam
+    assert max(abs(a - b) for a, b in zip(losses(results), twin["losses"])) < 1e-5
+    assert max(abs(a - b) for a, b in zip(losses(results), losses(clean))) > 1e-3  # it clipped
+    torch.manual_seed(config.seed)
+    start = flat_parameters(MiniGPT(config.gpt))
+    assert relative_distance(results[0]["params"], twin["params"], start) < FLOAT32_RELATIVE
+
+
 def test_exercise_1_tensor_parallel_attention_matches_one_rank():
     config = CapstoneConfig()
     split = launch.spawn(tensor_parallel_loss, config, world_size=2)
