@@ -184,6 +184,7 @@ class Bucket:
         self.missing: set[int] = set()
         self.pending: PendingReduce | None = None
         self.ready_at = 0.0
+        self.gradients_before = 0  # gradients of the backward delivered when it started
 
     def reset(self) -> None:
         """Wait for every gradient again (the start of a backward pass)."""
@@ -197,31 +198,63 @@ class BucketedDDP(_DataParallel):
     Buckets take parameters in reverse registration order (roughly the order backward produces
     gradients), up to `bucket_cap_mb` megabytes each, one dtype per bucket. Buckets are started in
     bucket order on every rank, so that all ranks issue the same collectives in the same order.
+    With `rebuild_buckets=True` the buckets are cut again, once, at the forward after the first
+    synchronised backward, in the order its gradients arrived on rank 0 (`rebuild_buckets()`).
     Raises ValueError for a bucket size of zero or less.
     """
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
-                 comm: Communicator | str = "ring", ledger: CommLedger | None = None):
+                 comm: Communicator | str = "ring", ledger: CommLedger | None = None,
+                 rebuild_buckets: bool = False):
         require_positive("bucket_cap_mb", bucket_cap_mb,
                          "25 (torch DDP's default) or 1 for small models")
         super().__init__(module, comm, ledger)
         self.bucket_cap_bytes = int(bucket_cap_mb * 2 ** 20)
-        self.buckets = make_buckets(list(reversed(self.params)), self.bucket_cap_bytes)
-        self._slot_of = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
-        self._next_to_start = 0
-        # Of the last synchronised backward, per bucket: bytes, and when it was ready, started
-        # and finished reducing (perf_counter seconds; start/end need comm.record_events).
+        # With rebuild_buckets, the first synchronised backward's order of arrival (indices
+        # into self.params) becomes the buckets' order at the next forward, as in torch DDP.
+        self._rebuild_pending = rebuild_buckets
+        self._arrived: list[int] = []
+        self._index_of = {id(p): i for i, p in enumerate(self.params)}
+        self._set_buckets(list(reversed(self.params)))
+        # Of the last synchronised backward, per bucket: bytes, when it was ready, started and
+        # finished reducing (perf_counter seconds; start/end need comm.record_events), and how
+        # many gradients had arrived when it started (all of them: it started after the last).
         self.timeline: list[dict] = []
-        for bucket in self.buckets:
-            bucket.reset()
+
+    def _set_buckets(self, ordered: list[torch.Tensor]) -> None:
+        self.buckets = make_buckets(ordered, self.bucket_cap_bytes)
+        self._slot_of = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
+        self._reset_buckets()
+
+    def forward(self, *args, **kwargs):
+        if self._rebuild_pending and self._arrived and not self._backward_started:
+            self.rebuild_buckets()
+        return super().forward(*args, **kwargs)
+
+    def rebuild_buckets(self) -> None:
+        """Cut the buckets again in the order the last synchronised backward's gradients arrived
+        on the group's rank 0. Collective: every rank, between steps.
+
+        Every rank must cut the same buckets, or the ranks would all-reduce buffers of different
+        layouts together: so rank 0's order is broadcast (torch DDP's reducer does the same).
+        Parameters that got no gradient go last, in reverse registration order.
+        """
+        arrived = list(dict.fromkeys(self._arrived))
+        rest = [i for i in reversed(range(len(self.params))) if i not in set(arrived)]
+        order = torch.tensor(arrived + rest, dtype=torch.int64, device=self.params[0].device)
+        self.comm.broadcast(order, 0)
+        self._rebuild_pending = False
+        self._set_buckets([self.params[i] for i in order.tolist()])
 
     def _gradient_ready(self, param: torch.Tensor) -> None:
+        self._arrived.append(self._index_of[id(param)])
         bucket, index = self._slot_of[id(param)]
         bucket.views[index].copy_(param.grad.view(-1))
         bucket.missing.discard(id(param))
         while self._next_to_start < len(self.buckets) and not self.buckets[self._next_to_start].missing:
             ready = self.buckets[self._next_to_start]
             ready.ready_at = time.perf_counter()
+            ready.gradients_before = len(self._arrived)
             ready.pending = self.comm.all_reduce_async(ready.flat, op="avg")
             self._next_to_start += 1
 
@@ -260,7 +293,8 @@ class BucketedDDP(_DataParallel):
             events = [(None, 0, float("nan"), float("nan"))] * len(self.buckets)
         self.timeline = [
             {"bucket": index, "bytes": bucket.flat.numel() * bucket.flat.element_size(),
-             "ready": bucket.ready_at, "start": start, "end": end}
+             "ready": bucket.ready_at, "start": start, "end": end,
+             "gradients before": bucket.gradients_before}
             for index, (bucket, (_, _, start, end)) in enumerate(zip(self.buckets, events))
         ]
         self.stats["comm_s"] = sum(row["end"] - row["start"] for row in self.timeline)
@@ -277,6 +311,8 @@ class BucketedDDP(_DataParallel):
 
     def _reset_buckets(self) -> None:
         self._next_to_start = 0
+        if not self._rebuild_pending:
+            self._arrived = []
         for bucket in self.buckets:
             bucket.reset()
 

@@ -19,6 +19,7 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -209,6 +210,141 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
                 for key, value in row.items()} for row in model.timeline]
     return {"forward": (0.0, forward), "backward": (forward, computed),
             "wait": (computed, waited), "check": (waited, forward + backward), "buckets": buckets}
+
+
+def cast_allreduce_hook(state: dict, bucket):  # torch checks real, not string, annotations
+    """A torch DDP communication hook: average each `dist.GradBucket` in `state["dtype"]`, then
+    cast back; returns a torch.futures.Future of the bucket's averaged float32 buffer.
+
+    What torch's `bf16_compress_hook` does (`default_hooks._compress_hook`: cast, divide by the
+    world size, all-reduce a sum, copy back), under a name torch's `register_comm_hook` accepts
+    on gloo: it refuses the hooks named bf16_compress_hook unless CUDA with NCCL 2.10+ (or XPU)
+    is there, though gloo all-reduces bfloat16 on the CPU. With float32 it is DDP's own average.
+    It also keeps in `state["largest"]` the largest |gradient| of this rank it has reduced.
+    Register it with `ddp_model.register_comm_hook({"dtype": torch.bfloat16, "largest": 0.0}, hook)`.
+    """
+    buffer = bucket.buffer()
+    state["largest"] = max(state["largest"], buffer.abs().max().item())
+    compressed = buffer.to(state["dtype"]).div_(dist.get_world_size())
+
+    def decompress(future: torch.futures.Future) -> torch.Tensor:
+        buffer.copy_(future.value()[0])
+        return buffer
+
+    return dist.all_reduce(compressed, async_op=True).get_future().then(decompress)
+
+
+def reduced_in(rank: int, world_size: int, run: DDPRun) -> list[dict]:
+    """Exercise 5: torch DDP with each bucket averaged in float32 and in bfloat16
+    (`cast_allreduce_hook`), each trained `run.steps` steps against one process on the full batch.
+
+    Collective: call on every rank. Returns, per dtype, whether the ranks agree, the largest
+    parameter difference from one process, and the largest |gradient| any rank reduced."""
+    reference = train_single_process(replace(run, accumulation=1))["params"]
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model = DistributedDataParallel(build_model(run.model, run.seed + rank, run.gpt, current_device()),
+                                        bucket_cap_mb=run.bucket_cap_mb)
+        state = {"dtype": dtype, "largest": 0.0}
+        model.register_comm_hook(state, cast_allreduce_hook)
+        train(lambda step: accumulated_loss(run, model, step, rank, world_size),
+              _optimizer(run, model.parameters()), range(run.steps))
+        params = flat_parameters(model.module)
+        gathered = [torch.empty_like(params) for _ in range(world_size)]
+        dist.all_gather(gathered, params)
+        largest = torch.tensor([state["largest"]])
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+        rows.append({"reduced in": str(dtype).removeprefix("torch."),
+                     "ranks_identical": all(torch.equal(p, gathered[0]) for p in gathered),
+                     "max_param_diff": (params - reference).abs().max().item(),
+                     "largest |gradient|": largest.item()})
+    return rows
+
+
+def token_weighted_gradients(rank: int, world_size: int, seed: int = 0) -> dict[str, float]:
+    """Exercise 4: ranks whose slices count different numbers of tokens in the loss.
+
+    Collective: call on every rank. MiniGPT on `DDPRun(model="gpt")`'s first batch, rank r's
+    slice with the targets of its first 4 * r positions masked out (-100, which cross-entropy
+    skips). Returns the largest gradient difference from one process on the whole batch, whose
+    loss is the mean over every counted token: (a) when each rank averages its own tokens and
+    the wrapper averages the ranks, (b) when the ranks first all-reduce the count of counted
+    tokens and each rank divides the sum of its token losses by that global count (times N,
+    since the wrapper divides by N); and the token counts of the ranks."""
+    run = DDPRun(model="gpt", seed=seed)
+    x, y = run.batch(0)
+    y = y.clone()
+    slices = torch.tensor_split(torch.arange(len(y)), world_size)
+    for r, rows in enumerate(slices):
+        y[rows, :4 * r] = -100
+    reference = build_model("gpt", seed)
+    reference(x, y)[1].backward()  # the mean over every counted token of the whole batch
+    expected = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
+    mine = slices[rank]
+    local_tokens = torch.tensor([float((y[mine] != -100).sum())])
+    counts = [torch.zeros(1) for _ in range(world_size)]
+    dist.all_gather(counts, local_tokens)
+    diffs = {}
+    for case in ("per-rank mean", "global token count"):
+        model = BucketedDDP(build_model("gpt", seed), bucket_cap_mb=0.05)
+        logits = model(x[mine])[0]
+        token_losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[mine].reshape(-1),
+                                       reduction="sum")
+        if case == "per-rank mean":
+            loss = token_losses / local_tokens
+        else:
+            total = local_tokens.clone()
+            dist.all_reduce(total)  # every rank's counted tokens
+            loss = token_losses * world_size / total
+        loss.sum().backward()
+        got = torch.cat([p.grad.reshape(-1) for p in model.module.parameters()])
+        diffs[case] = (got - expected).abs().max().item()
+        model.comm.close()
+    return {**diffs, "largest gradient": expected.abs().max().item(),
+            "tokens per rank": [int(c.item()) for c in counts]}
+
+
+class ReverseRegistered(nn.Module):
+    """Exercise 6: `depth` Linear layers registered in one order and run in the other, so that
+    backward produces the last-registered layer's gradients last; `forward(x, targets)` returns
+    (output, mean squared error), as the course's models do."""
+
+    def __init__(self, width: int = 64, depth: int = 6):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor):
+        for layer in reversed(self.layers):  # the last registered runs first
+            x = torch.tanh(layer(x))
+        return x, F.mse_loss(x, targets)
+
+
+def registration_order_demo(rank: int, world_size: int, steps: int = 3) -> list[dict]:
+    """Exercise 6: how many of BucketedDDP's all-reduces start during the backward (before its
+    last gradient arrives), step by step, on a ReverseRegistered model with one layer per bucket,
+    with rebuild_buckets=True. Collective: call on every rank. Also gives, per step, the largest
+    difference between the wrapper's gradient and the mean of the ranks' own gradients (computed
+    apart, with torch.distributed), which no cut of the buckets may change beyond rounding."""
+    torch.manual_seed(0)
+    model = BucketedDDP(ReverseRegistered(), bucket_cap_mb=0.02, rebuild_buckets=True)
+    generator = torch.Generator().manual_seed(rank)
+    rows = []
+    for step in range(steps):
+        x, target = (torch.randn(8, 64, generator=generator) for _ in range(2))
+        own = torch.autograd.grad(model.module(x, target)[1], model.params)  # no hook fires
+        mean = torch.cat([g.reshape(-1) for g in own])
+        dist.all_reduce(mean)
+        mean /= world_size
+        model.zero_grad()
+        model(x, target)[1].backward()
+        total = len(model.params)
+        rows.append({"step": step + 1, "buckets": len(model.buckets),
+                     "started during backward": sum(row["gradients before"] < total
+                                                    for row in model.timeline),
+                     "largest difference from the mean gradient": (torch.cat(
+                         [p.grad.reshape(-1) for p in model.params]) - mean).abs().max().item()})
+    model.comm.close()
+    return rows
 
 
 def overlap_model(sizes: list[int], bucket_cap_mb: float, backward_s: float, alpha: float,

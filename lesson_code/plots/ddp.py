@@ -17,13 +17,18 @@ LABELS = {
            "check": "check and copy-back", "comm": "bucket all-reduce (ring thread)",
            "ready": "bucket ready", "optimizer": "optimizer",
            "time": "time since the step began (ms)", "rank": "rank",
-           "ms": "ms per step\n(bar: median; line: range over rounds)",
+           "comm model": "bucket all-reduce (modelled link)", "modelled rank": "modelled rank",
+           "modelled": "modelled, not measured",
+           "ms": "ms per step\n(bars: each phase's median, stacked; line: range of the rounds' steps)",
            "variant": "variant (bucket size in MiB)", "naive": "naive", "bucketed": "bucketed",
            "torch": "torch DDP", "ring": "ring", "builtin": "built-in"},
     "fa": {"forward": "گذر رفت", "backward": "گذر برگشت", "wait": "انتظار برای کاهش‌های همگانی",
            "check": "بررسی و کپی به گرادیان‌ها", "comm": "کاهش همگانی باکت (رشتهٔ حلقه)",
            "ready": "باکت آماده", "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)",
-           "rank": "رتبه", "ms": "میلی‌ثانیه در هر گام\n(ستون: میانه؛ خط: بازهٔ دورها)",
+           "comm model": "کاهش همگانی باکت (پیوند مدل‌شده)", "modelled rank": "رتبهٔ مدل‌شده",
+           "modelled": "مدل‌شده، نه اندازه‌گیری‌شده",
+           "rank": "رتبه",
+           "ms": "میلی‌ثانیه در هر گام\n(ستون: میانهٔ هر بخش، روی هم؛ خط: بازهٔ گام‌های دورها)",
            # No parentheses around «MiB»: its left-to-right isolate would split the pair.
            "variant": "گونه، اندازهٔ باکت به MiB",
            **{name: ddp_lab.WORDS[name] for name in (*ddp_lab.WRAPPERS, "ring", "builtin")}},
@@ -32,10 +37,12 @@ COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "chec
            "comm": "#ff9f4a", "optimizer": "#2ca02c"}
 
 
-def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
+def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: bool = False) -> Figure:
     """One lane pair per rank: compute (forward, backward, wait and, when the timeline has it,
-    the check and copy-back) above, bucket reductions below."""
+    the check and copy-back) above, bucket reductions below. With `modelled`, one timeline of
+    `ddp_lab.overlap_model`, titled and labelled as a model (its link, a modelled rank)."""
     labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.6 + 0.9 * len(timelines)))
+    comm = labels["comm model"] if modelled else labels["comm"]
     for rank, timeline in enumerate(timelines):
         y = rank * 2.5
         for phase in [p for p in ("forward", "backward", "wait", "check") if p in timeline]:
@@ -45,11 +52,14 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en") -> Figure:
         for bucket in timeline["buckets"]:
             ax.barh(y, 1e3 * (bucket["end"] - bucket["start"]), left=1e3 * bucket["start"],
                     height=0.8, color=COLOURS["comm"], edgecolor="white",
-                    label=labels["comm"] if rank == 0 and bucket["bucket"] == 0 else None)
+                    label=comm if rank == 0 and bucket["bucket"] == 0 else None)
             ax.plot(1e3 * bucket["ready"], y + 0.5, "k|", markersize=10,
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
-    ax.set_yticks([rank * 2.5 + 0.5 for rank in range(len(timelines))],
-                  [language.numbered(labels["rank"], rank, lang) for rank in range(len(timelines))])
+    lanes = ([labels["modelled rank"]] if modelled else
+             [language.numbered(labels["rank"], rank, lang) for rank in range(len(timelines))])
+    ax.set_yticks([rank * 2.5 + 0.5 for rank in range(len(timelines))], lanes)
+    if modelled:
+        ax.set_title(labels["modelled"])
     ax.invert_yaxis()
     ax.set_xlabel(labels["time"])
     legend_below(ax, ncol=2)

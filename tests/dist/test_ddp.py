@@ -231,3 +231,41 @@ def test_time_variants_times_every_run_in_every_round():
                     assert phases["wait"] >= 0 and phases["check"] >= 0 and phases["backward"] >= 0
                     assert phases["forward"] + phases["backward"] + phases["wait"] + \
                         phases["check"] + phases["optimizer"] <= phases["step"] * (1 + 1e-9)
+
+
+def test_rebuilt_buckets_bring_back_the_overlap_a_registration_order_took_away():
+    """Exercise 6: layers run in the reverse of their registration order. Before the rebuild the
+    first bucket waits for the backward's last gradient, so no all-reduce starts during the
+    backward; after it, every bucket but the last does. A count of events, not a timing."""
+    per_rank = launch.spawn(ddp_lab.registration_order_demo, world_size=4)
+    rows = per_rank[0]
+    assert [r["started during backward"] for r in rows] == [0, 5, 5]
+    assert {r["buckets"] for r in rows} == {6}
+    for rank_rows in per_rank:  # the gradients stay the mean of the ranks' own gradients
+        assert all(r["largest difference from the mean gradient"] < 1e-6 for r in rank_rows)
+
+
+def test_a_bfloat16_hook_runs_on_gloo_and_rounds_within_its_bound():
+    """Exercise 5: torch's bf16_compress_hook is refused on gloo by name; cast_allreduce_hook
+    casts the same way. Each SGD step moves a parameter by lr times an averaged gradient whose
+    bf16 roundings (the cast, then up to N - 1 additions; dividing by 4 is exact) are each at
+    most 2**-8 of the largest |gradient|: so after `steps` steps the difference from one process
+    is at most steps * lr * N * 2**-8 * largest. The float32 run through the same hook is DDP's
+    own average, a few float32 roundings away."""
+    run = DDPRun(model="gpt", wrapper="torch", steps=5)
+    float32, bf16 = launch.spawn(ddp_lab.reduced_in, run, world_size=4)[0]
+    assert float32["ranks_identical"] and bf16["ranks_identical"]
+    assert float32["max_param_diff"] < 1e-6
+    lr = ddp_lab.OPTIMIZERS["sgd"][1]
+    bound = run.steps * lr * 4 * 2 ** -8 * bf16["largest |gradient|"]
+    assert 100 * float32["max_param_diff"] < bf16["max_param_diff"] < bound
+
+
+def test_dividing_by_the_global_token_count_equals_one_process():
+    """Exercise 4: slices with 64, 48, 32 and 16 counted tokens. Averaging per-rank means weighs
+    the tokens unequally (a difference of the gradient's own order); dividing each rank's sum
+    by the all-reduced count gives one process's gradient up to float32 rounding."""
+    result = launch.spawn(ddp_lab.token_weighted_gradients, world_size=4)[0]
+    assert result["tokens per rank"] == [64, 48, 32, 16]
+    assert result["global token count"] < 1e-6
+    assert result["per-rank mean"] > 0.1 * result["largest gradient"]

@@ -220,3 +220,16 @@ def test_persian_labels_keep_each_parenthesis_pair_on_one_side_of_an_isolate(nam
                 assert piece.count("(") == piece.count(")"), (name, words, piece)
     finally:
         plt.close(figure)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_a_modelled_timeline_says_it_is_a_model(lang):
+    """Lesson 77 draws overlap_model's timeline beside a measured one: its title, lane and link
+    say it is modelled, and the measured figure's words for them do not appear."""
+    modelled = {key: TIMELINE[key] for key in ("backward", "wait", "buckets")}
+    words = {text.get_text().removeprefix(plots.RIGHT_TO_LEFT_MARK) for text in
+             ddp.overlap_timeline_figure([modelled], lang=lang, modelled=True).findobj(matplotlib.text.Text)}
+    labels = ddp.LABELS[lang]
+    assert {labels["modelled"], labels["modelled rank"], labels["comm model"]} <= words
+    assert labels["comm"] not in words and labels["forward"] not in words
+    plt.close("all")
