@@ -208,6 +208,13 @@ STAGES_LABELS = {
     "held between steps": "نگه‌داشته میان گام‌ها",
     "held after forward, unfreed": "نگه‌داشته پس از گذر رفت، بی‌آزادسازی",
     "ZeRO-2 formula": "فرمول ZeRO-2", "bytes on one rank": "بایت روی یک رتبه",
+    "ZeRO-3 states": "وضعیت مدل در ZeRO-3", "activations": "فعال‌سازی‌ها",
+    "working set, bf16 reduction": "حافظهٔ کاری، کاهش bf16",
+    "working set, fp32 reduction": "حافظهٔ کاری، کاهش fp32",
+    "total, bf16 reduction": "جمع، کاهش bf16", "total, fp32 reduction": "جمع، کاهش fp32",
+    "usable (90%)": "قابل‌استفاده (۹۰٪)", "stage, bf16 reduction": "مرحله، کاهش bf16",
+    "stage, fp32 reduction": "مرحله، کاهش fp32",
+    "FSDP2, gradient sync off until the last": "FSDP2، همگام‌سازی گرادیان خاموش تا آخرین میکرودسته",
 }
 
 
