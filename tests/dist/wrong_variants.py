@@ -4,7 +4,8 @@ Each is what a plausible bug does: a gradient chunk applied one element off (an 
 a reduce-scatter or in a bucket's copy back); under ZeRO-3, a gather that never happens (each
 rank computes with its own shard and zeros elsewhere) or gradients never reduced (each rank
 updates its shard with its own batch's gradient alone). Ranks still agree with each other, so
-only the comparison with the reference can catch it.
+only the comparison with the reference can catch it. One more ZeRO-3 variant does not train at
+all: it gathers into a new buffer instead of refilling the freed one, and backward fails.
 """
 
 from contextlib import contextmanager
@@ -61,6 +62,18 @@ class UnreducedZero3(Zero3Optimizer):
         self._free(group, "backward")
 
 
+class ElsewhereZero3(Zero3Optimizer):
+    """ZeRO-3 that gathers into a new buffer each time: the views autograd saved in forward
+    still point at the old buffer, whose storage the free after forward resized to 0 bytes."""
+
+    def _gather(self, group, when):
+        if group.full.untyped_storage().nbytes():
+            return
+        group.full = self.comm.all_gather(group.shard, [group.shard_numel] * self.world_size)
+        for param, piece in zip(group.params, group.pieces(group.full)):
+            param.data = piece
+
+
 @contextmanager
 def replaced(module, name: str, variant):
     """`module.name` is `variant` inside the block (in this rank process only), then restored."""
@@ -85,9 +98,11 @@ def train_wrong_ddp(rank, world_size, run):
 
 
 WRONG_ZERO3 = {"ungathered": UngatheredZero3, "unreduced": UnreducedZero3}
+FAILING_ZERO3 = {"elsewhere": ElsewhereZero3}  # raises in backward: no result to compare
 
 
 def train_wrong_zero3(rank, world_size, run, variant):
-    """zero_lab.train_on_rank of a "zero3" run, WRONG_ZERO3[variant] in place of Zero3Optimizer."""
-    with replaced(zero_lab, "Zero3Optimizer", WRONG_ZERO3[variant]):
+    """zero_lab.train_on_rank of a "zero3" run, the variant of that name in place of
+    Zero3Optimizer (from WRONG_ZERO3 or FAILING_ZERO3)."""
+    with replaced(zero_lab, "Zero3Optimizer", {**WRONG_ZERO3, **FAILING_ZERO3}[variant]):
         return zero_lab.train_on_rank(rank, world_size, run)
