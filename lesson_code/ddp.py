@@ -76,8 +76,9 @@ class _DataParallel(nn.Module):
         self.comm = comm if isinstance(comm, Communicator) else Communicator(comm, ledger)
         self._no_sync, self._sync_this_backward, self._backward_started = False, True, False
         self.first_gradient_at = 0.0
-        # Of the last synchronised backward: seconds of communication in all, seconds the
-        # training loop waited for it after backward (the part not hidden behind computation),
+        # Of the last synchronised backward: seconds the all-reduce calls lasted in all (each
+        # from its start to its end, so waits inside it for slower ranks count), seconds the
+        # training loop waited for them after backward (the part not hidden behind computation),
         # and seconds of the rest of the end of backward (the ranks' check that no gradient is
         # missing, and BucketedDDP's copy of the buckets back into .grad).
         self.stats = {"comm_s": 0.0, "wait_s": 0.0, "finish_s": 0.0}

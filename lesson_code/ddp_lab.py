@@ -139,7 +139,8 @@ def timed_phases(model: nn.Module, optimizer, batch: tuple[torch.Tensor, ...]) -
     forward (zero_grad and the loss), backward, optimizer and step, as `timed_step` times them.
     Our wrappers also report wait (communication left after backward), check (the ranks'
     one-number check that no gradient is missing, and BucketedDDP's copy back into .grad) and
-    comm (the all-reduces' own duration, ring only); both wait and check happen at the end of
+    comm (the all-reduce calls' durations added up, ring only: a call also lasts while it waits
+    for slower ranks to reach it); both wait and check happen at the end of
     backward, so they are taken out of backward here, which leaves its computation. torch DDP
     keeps no such record: for it these are NaN and backward includes whatever it waited for.
     """
