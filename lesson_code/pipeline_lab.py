@@ -429,7 +429,7 @@ def compare_with_reference(results: list[dict], reference: dict) -> dict[str, fl
 
 
 def train_after_flush(rank: int, world_size: int, run: PipeRun, max_norm: float,
-                      lr: float = 0.1) -> dict:
+                      norm_over: str = "pipeline", lr: float = 0.1) -> dict:
     """`run.steps` training steps of our pipeline, each finished as the unsplit model's would be.
 
     Collective: call on every rank. After each step's flush, every stage adds up the squares of
@@ -439,7 +439,10 @@ def train_after_flush(rank: int, world_size: int, run: PipeRun, max_norm: float,
     with learning rate `lr`) steps on its own layers only, and the loss, which only the last
     stage computed, is broadcast to every stage for logging. Returns the losses and the norms
     (the same on every rank) and this stage's weights, named as in the unsplit model.
+    `norm_over="stage"` skips the all-reduce, the mistake of clipping each stage by the norm of
+    its own gradients: the norms then differ between ranks, and so do the updates.
     """
+    require_choice("norm_over", norm_over, ("pipeline", "stage"))
     comm = run.communicator()
     stage, (start, _) = build_stage(run, comm)
     optimizer = torch.optim.SGD(stage.layers.parameters(), lr=lr)
@@ -450,7 +453,8 @@ def train_after_flush(rank: int, world_size: int, run: PipeRun, max_norm: float,
         stats = stage.train_step(x, y, run.micro_batches, run.schedule)
         grads = [param.grad for param in stage.layers.parameters()]
         squares = torch.stack([grad.double().pow(2).sum() for grad in grads]).sum()
-        dist.all_reduce(squares, group=comm.group)  # this stage's share of the norm, summed
+        if norm_over == "pipeline":
+            dist.all_reduce(squares, group=comm.group)  # this stage's share of the norm, summed
         norm = squares.sqrt()
         scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
         for grad in grads:
@@ -527,7 +531,7 @@ SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
 
 def _refused_partition(facts: dict) -> str:
     if facts["num_stages"] > facts["count"]:
-        return ("{num_stages} مرحله ولی فقط {count} لایه: هر مرحله دست‌کم یک لایه لازم دارد، پس "
+        return ("{num_stages} مرحله اما فقط {count} لایه: هر مرحله دست‌کم یک لایه لازم دارد، پس "
                 "حداکثر {count} مرحله (رتبه) به کار ببرید")
     return "تقسیم {partition} باید {num_stages} شمار مثبت از لایه‌ها بدهد که جمعشان {count} شود"
 

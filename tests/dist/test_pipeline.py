@@ -80,6 +80,12 @@ def test_after_the_flush_every_stage_clips_by_the_whole_models_norm():
     assert weights.keys() == reference["weights"].keys()
     for name, weight in weights.items():
         torch.testing.assert_close(weight, reference["weights"][name], rtol=0, atol=1e-6)
+    # Clipped by its own gradients' norm, each stage scales by its own factor: other updates.
+    own = launch.spawn(pipeline_lab.train_after_flush, run, 0.5, "stage", world_size=2)
+    assert max(own[0]["norms"]) < 0.5 < min(own[1]["norms"])  # stage 0 never clips, stage 1 always
+    drift = max((w - reference["weights"][name]).abs().max().item()
+                for r in own for name, w in r["weights"].items())
+    assert drift > 1e-4 and abs(own[0]["losses"][-1] - reference["losses"][-1]) > 1e-4, drift
 
 
 def grouped_pipeline_steps(rank, world_size, runs):

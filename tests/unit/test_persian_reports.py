@@ -104,7 +104,7 @@ def test_lesson_79s_refusals_and_report_in_both_editions():
     too_many = refused(lambda: partition_layers(as_layers(build_model("gpt", 0)), 5))
     uneven = refused(lambda: split_micro_batches(torch.zeros(16, 16), 5))
     assert pipeline_lab.explain_refusal(too_many, "en") == str(too_many)
-    assert pipeline_lab.explain_refusal(too_many, "fa").startswith("۵ مرحله ولی فقط ۴ لایه")
+    assert pipeline_lab.explain_refusal(too_many, "fa").startswith("۵ مرحله اما فقط ۴ لایه")
     assert pipeline_lab.explain_refusal(uneven, "fa").startswith("۵ میکرودسته دستهٔ ۱۶تایی")
     assert not latin_words(pipeline_lab.explain_refusal(uneven, "fa"))
     other = refused(lambda: split_micro_batches(torch.zeros(16, 16), 0))  # refused by a helper

@@ -1,0 +1,61 @@
+"""Lesson 79's Persian edition says each thing with one word: the words its figures, tables and
+prose use are the glossary's, and no word of the page means two things on it.
+
+The lesson cuts a model at its "cuts" («برش»), so gradient clipping cannot be «برش گرادیان»
+there; «رشته» is a thread, so a run of layers is not «رشته‌ای از لایه‌ها»; «رتبه» is a rank, so
+ordering things is not «رتبه‌بندی». The figures and tables print Persian units, as the prose
+writes them (گیگابایت, میلی‌ثانیه), and the glossary's محک and باکت, never a loan word beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from lesson_code.plots import pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "notebooks" / "fa" / "79-pipeline.ipynb"
+OFF_PAGE = {  # pattern: (why, the word to use)
+    "بنچمارک": ("benchmark", "محک"),
+    "سطل": ("bucket", "باکت"),
+    r"برش(?: گرادیان| انجام شد| می‌خورد| بخورند)": ("clipping (the page's «برش» is a cut)",
+                                                     "بریدن گرادیان"),
+    "رتبه‌بندی": ("ordering (reads as something done to ranks)", "بزرگ‌تر یا کوچک‌تر"),
+    "رشته‌ای پیوسته": ("a run of layers (a «رشته» is a thread)", "گروهی از لایه‌های پشت سر هم"),
+    "رشتهٔ متنی": ("a string (a «رشته» is a thread)", "عبارت متنی"),
+    r"(?<![\u0600-\u06ff\u200c])پخش \(broadcast\)": ("broadcast", "بازپخش"),
+    "بخش‌بندی‌شده": ("sharded", "شاردشده"),
+    "خودِ این درس روی": ("the course's own pipeline (this is lesson 79's)", "این مجموعه"),
+}
+
+
+def off_page_words(text: str) -> list[str]:
+    return [f"{found.group()} ({why}; use {word})" for pattern, (why, word) in OFF_PAGE.items()
+            for found in re.finditer(pattern, text)]
+
+
+def test_the_persian_page_uses_one_word_per_meaning():
+    cells = json.loads(PAGE.read_text())["cells"]
+    found = [f"{cell['id']}: {word}" for cell in cells if cell["cell_type"] == "markdown"
+             for word in off_page_words("".join(cell["source"]))]
+    assert not found, found
+
+
+def test_the_figures_and_tables_print_persian_units_and_the_glossarys_words():
+    labels = " ".join(pipeline.LABELS["fa"].values()) + " ".join(pipeline.TABLE_WORDS["fa"].values())
+    assert not off_page_words(labels), off_page_words(labels)
+    assert not re.search(r"\(ms\)|\bGB\b", labels), labels
+    shown = pipeline.table(pd.Series({"model state of one stage of 8": 350.0}, name="GB").to_frame(), "fa")
+    assert list(shown.columns) == ["گیگابایت"]
+    assert pipeline.LABELS["fa"]["time"] == "زمان (میلی‌ثانیه)"
+
+
+def test_a_word_off_the_page_is_found_and_the_cut_is_not():
+    assert off_page_words("پیش از برش گرادیان و گام بهینه‌ساز") and off_page_words("مثل دستگاه بنچمارک")
+    assert off_page_words("در هر گام برش انجام شد") and off_page_words("آن را پخش (broadcast) کند")
+    assert off_page_words("آن را بازپخش (broadcast) کند") == []
+    assert off_page_words("فقط فعال‌سازی‌های محل برش‌ها جابه‌جا می‌شوند") == []
