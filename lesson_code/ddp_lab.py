@@ -253,7 +253,7 @@ def reduced_in(rank: int, world_size: int, run: DDPRun) -> list[dict]:
         params = flat_parameters(model.module)
         gathered = [torch.empty_like(params) for _ in range(world_size)]
         dist.all_gather(gathered, params)
-        largest = torch.tensor([state["largest"]])
+        largest = torch.tensor([state["largest"]], device=current_device())
         dist.all_reduce(largest, op=dist.ReduceOp.MAX)
         rows.append({"reduced in": str(dtype).removeprefix("torch."),
                      "ranks_identical": all(torch.equal(p, gathered[0]) for p in gathered),
@@ -272,22 +272,22 @@ def token_weighted_gradients(rank: int, world_size: int, seed: int = 0) -> dict[
     the wrapper averages the ranks, (b) when the ranks first all-reduce the count of counted
     tokens and each rank divides the sum of its token losses by that global count (times N,
     since the wrapper divides by N); and the token counts of the ranks."""
-    run = DDPRun(model="gpt", seed=seed)
-    x, y = run.batch(0)
+    device = current_device()
+    x, y = (t.to(device) for t in DDPRun(model="gpt", seed=seed).batch(0))
     y = y.clone()
-    slices = torch.tensor_split(torch.arange(len(y)), world_size)
+    slices = torch.tensor_split(torch.arange(len(y), device=device), world_size)
     for r, rows in enumerate(slices):
         y[rows, :4 * r] = -100
-    reference = build_model("gpt", seed)
+    reference = build_model("gpt", seed, device=device)
     reference(x, y)[1].backward()  # the mean over every counted token of the whole batch
     expected = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
     mine = slices[rank]
-    local_tokens = torch.tensor([float((y[mine] != -100).sum())])
-    counts = [torch.zeros(1) for _ in range(world_size)]
+    local_tokens = (y[mine] != -100).sum().reshape(1).float()
+    counts = [torch.zeros_like(local_tokens) for _ in range(world_size)]
     dist.all_gather(counts, local_tokens)
     diffs = {}
     for case in ("per-rank mean", "global token count"):
-        model = BucketedDDP(build_model("gpt", seed), bucket_cap_mb=0.05)
+        model = BucketedDDP(build_model("gpt", seed, device=device), bucket_cap_mb=0.05)
         logits = model(x[mine])[0]
         token_losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[mine].reshape(-1),
                                        reduction="sum")
@@ -327,11 +327,12 @@ def registration_order_demo(rank: int, world_size: int, steps: int = 3) -> list[
     difference between the wrapper's gradient and the mean of the ranks' own gradients (computed
     apart, with torch.distributed), which no cut of the buckets may change beyond rounding."""
     torch.manual_seed(0)
-    model = BucketedDDP(ReverseRegistered(), bucket_cap_mb=0.02, rebuild_buckets=True)
+    device = current_device()
+    model = BucketedDDP(ReverseRegistered().to(device), bucket_cap_mb=0.02, rebuild_buckets=True)
     generator = torch.Generator().manual_seed(rank)
     rows = []
     for step in range(steps):
-        x, target = (torch.randn(8, 64, generator=generator) for _ in range(2))
+        x, target = (torch.randn(8, 64, generator=generator).to(device) for _ in range(2))
         own = torch.autograd.grad(model.module(x, target)[1], model.params)  # no hook fires
         mean = torch.cat([g.reshape(-1) for g in own])
         dist.all_reduce(mean)
