@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import time
 from functools import partial
 
 import torch
@@ -27,6 +29,8 @@ from lesson_code import collectives, language
 from lesson_code.collectives import choose, cost_model
 from lesson_code.collectives.comm import builtin_all_gather
 from lesson_code.collectives.ledger import CommLedger
+from lesson_code.collectives.p2p import DEFAULT_WAIT_S
+from lesson_code.collectives.ring import contiguous_in_place, peers_for
 from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import DTYPES
 from lesson_code.harness.timing import alternating_seconds, collective_seconds
@@ -55,6 +59,88 @@ def broadcast_ledger(rank: int, world_size: int, src: int, numel: int) -> dict[s
     ledger = CommLedger()
     collectives.broadcast(torch.zeros(numel, device=current_device()), src=src, ledger=ledger)
     return ledger.totals()["broadcast"]
+
+
+def chain_broadcast(tensor: torch.Tensor, src: int = 0, pieces: int = 4, *, group=None,
+                    ledger: CommLedger | None = None,
+                    timeout_s: float = DEFAULT_WAIT_S) -> torch.Tensor:
+    """Exercise 6: copy rank `src`'s `tensor` into `tensor` on every rank, in place, along a chain.
+
+    Collective: call on every rank with tensors of the same shape and dtype. Counted from `src`,
+    the ranks form a chain 0 -> 1 -> ... -> N-1; the flattened tensor is cut into `pieces`
+    (`torch.tensor_split`), every receive is posted at once, and each rank forwards piece p as
+    soon as it has arrived, while pieces p+1, ... are still on their way. So each piece travels
+    N - 1 hops, (N - 1) x pieces messages in all, and no rank sends the tensor more than once.
+    Raises ValueError when `src` is not a rank of the group or `pieces` is below 1.
+    """
+    peers = peers_for("chain_broadcast", group, ledger, timeout_s)
+    world_size = peers.world_size
+    if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < world_size:
+        raise ValueError(f"src={src!r} is not a rank of this group: use 0 <= src < {world_size}")
+    if isinstance(pieces, bool) or not isinstance(pieces, int) or pieces < 1:
+        raise ValueError(f"pieces={pieces!r}: cut the tensor into 1 or more pieces")
+    position = (peers.rank - src) % world_size  # place in the chain
+    before, after = (peers.rank - 1) % world_size, (peers.rank + 1) % world_size
+    with contiguous_in_place(tensor) as work:
+        parts = torch.tensor_split(work.view(-1), pieces)
+        arriving = [peers.post_recv(part, before) if position > 0 else None for part in parts]
+        forwarding = []
+        for part, arrival in zip(parts, arriving):
+            peers.wait_all([arrival])
+            if position < world_size - 1:
+                forwarding.append(peers.post_send(part, after))
+        peers.wait_all(forwarding)
+    peers.counter.commit()
+    return tensor
+
+
+def compare_chain_broadcast(rank: int, world_size: int, src: int, numel: int,
+                            pieces: int) -> dict:
+    """Exercise 6's chain broadcast of `numel` float32 values from `src`, beside dist.broadcast.
+
+    Collective: call on every rank. Returns this rank's ledger of the chain broadcast (bytes and
+    messages sent and received) and `equal`: whether its result has the same bits as the built-in's.
+    """
+    x = make_input(rank, numel, "float32")
+    ledger = CommLedger()
+    ours = chain_broadcast(x.clone(), src, pieces, ledger=ledger)
+    return {"equal": torch.equal(ours, _builtin_broadcast(x, src)),
+            **ledger.totals()["chain_broadcast"]}
+
+
+def reduction_error(contributions: int, numel: int = 65536, seed: int = 0) -> dict[str, float]:
+    """Relative error of a gradient sum over `contributions` ranks, added one at a time as a ring
+    adds them, with the running sum kept in bfloat16, or kept in float32 and rounded to bfloat16
+    once at the end; both against the exact (float64) sum of the same bfloat16 gradients.
+
+    The gradients are uniform in [-1, 1), rounded to bfloat16: uniform draws and IEEE additions
+    give the same bits on every machine. Error = ||sum - exact|| / ||exact||.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    grads = (2 * torch.rand(contributions, numel, generator=generator) - 1).to(torch.bfloat16)
+    exact = grads.double().sum(0)
+    in_bf16, in_fp32 = grads[0].clone(), grads[0].float()
+    for grad in grads[1:]:
+        in_bf16 += grad
+        in_fp32 += grad.float()
+    return {name: ((total.double() - exact).norm() / exact.norm()).item()
+            for name, total in (("running sum in bfloat16", in_bf16),
+                                ("running sum in float32", in_fp32.to(torch.bfloat16)))}
+
+
+def skip_a_collective(rank: int, world_size: int, timeout_s: float = 2.0) -> str:
+    """What a hang looks like in this course: rank 1 never calls the all-reduce the others call.
+
+    Collective: call on every rank (2 or more). Rank 1 sleeps instead, far longer than
+    `timeout_s`, so the others wait for its messages until their bounded wait raises TimeoutError;
+    `launch.spawn` then raises RankFailedError for the first rank that failed, with its
+    traceback, and stops rank 1.
+    """
+    if rank == 1:
+        time.sleep(60 * timeout_s)
+        return "skipped"
+    collectives.ring_all_reduce(torch.ones(8, device=current_device()), timeout_s=timeout_s)
+    return "finished"
 
 
 def make_input(rank: int, length: int, dtype_name: str, seed: int = 0) -> torch.Tensor:
@@ -328,6 +414,8 @@ SAY = {
         "switches": "predicted switches (bytes, from, to): {switches}",
         "switch": "", "worst": "worst ratio of each: {worst}",
         "without": "without shared memory, from 4 MiB up: {low:.2f}x to {high:.2f}x",
+        "hang": "rank {rank} of {ranks} gave up after {seconds:g} s in {op}: a message it waited "
+                "for never came",
     },
     "fa": {
         "title": "درس ۷۶: عملیات حلقه‌ای در برابر torch.distributed، {ranks} رتبه، {length} عنصر",
@@ -343,6 +431,8 @@ SAY = {
         "switches": "جابه‌جایی‌های پیش‌بینی‌شده: {switches}",
         "switch": "در {nbytes} بایت از {before} به {after}", "worst": "بدترین نسبت هر کدام: {worst}",
         "without": "بدون حافظهٔ مشترک، از ۴ MiB به بالا: {low:.2f} تا {high:.2f} برابر",
+        "hang": "رتبهٔ {rank} از {ranks} رتبه پس از {seconds:g} ثانیه در {op} دست کشید: پیامی که "
+                "منتظرش بود هرگز نرسید",
     },
 }
 # The primitives and algorithms by their glossary words (book/fa/glossary.md).
@@ -362,7 +452,7 @@ def crossover_line(crossover: float, faster_sizes: list[int], lang: str) -> str:
 
     An infinite crossover (the fit never favours the ring) reads "never", a zero one "every size",
     and no faster size "no size", rather than "inf KiB", "0 KiB" or "[]"; Persian lists the
-    sizes with its own comma.
+    sizes with its own comma and joins the last one with «و», as Persian prose does.
     """
     if math.isinf(crossover):
         model = say("crossover_never", lang)
@@ -373,10 +463,27 @@ def crossover_line(crossover: float, faster_sizes: list[int], lang: str) -> str:
     if not faster_sizes:
         measured = say("measured_never", lang)
     else:
-        sizes = faster_sizes if lang == "en" else language.listed(
-            (language.number(n, "fa") for n in faster_sizes), "fa")
+        sizes = faster_sizes
+        if lang == "fa":
+            shown = [language.number(n, "fa") for n in faster_sizes]
+            sizes = " و ".join(filter(None, (language.listed(shown[:-1], "fa"), shown[-1])))
         measured = say("measured_faster", lang, sizes=sizes)
     return model + say("then", lang) + measured
+
+
+def hang_line(rank_traceback: str, lang: str) -> str:
+    """The bounded wait's TimeoutError that ends `rank_traceback` (`Peers`), as a line of `lang`:
+    which rank gave up, after how many seconds, in which collective.
+
+    Raises ValueError when the traceback holds no such error (the rank failed otherwise).
+    """
+    found = re.search(r"TimeoutError: rank (\d+) of (\d+) waited (\S+) s in (\w+)", rank_traceback)
+    if found is None:
+        raise ValueError("the traceback holds no TimeoutError of a bounded wait (rank r of N waited "
+                         f"... s in ...); it ends: {rank_traceback.strip().splitlines()[-1:]}")
+    rank, ranks, seconds, op = found.groups()
+    return say("hang", lang, rank=int(rank), ranks=int(ranks), seconds=float(seconds),
+               op=op if lang == "en" else WORDS.get(op, op))
 
 
 def switches_line(switches: list[tuple[int, str, str]], lang: str) -> str:

@@ -36,7 +36,7 @@ LABELS = {
     },
     "fa": {
         "reduce_scatter": "کاهش و پخش، گام {step}", "all_gather": "گردآوری همگانی، گام {step}",
-        "rank": "رتبه", "chunk": "تکه", "size": "اندازهٔ تنسور (بایت)",
+        "rank": "رتبه", "chunk": "تکه", "size": "اندازهٔ تنسور",  # its ticks say KiB, MiB
         "busbw": "پهنای باند گذرگاه (MB/s)", "time": "زمان (ms)", "ranks": "تعداد رتبه‌ها N",
         "busiest": "بایت‌های عبوری از پرکارترین رتبه (× اندازهٔ تنسور)",
         "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه آمده است؛\n"
@@ -243,6 +243,11 @@ TABLE_LABELS = {
     "algorithm": "الگوریتم", "from (bytes)": "از (بایت)",
     "pipelined chain": "زنجیرهٔ پایپلاینی", "binomial tree": "درخت دوجمله‌ای",
     "one send of the tensor": "یک بار فرستادن کل تنسور", "modelled ms": "میلی‌ثانیه بنا بر مدل",
+    "messages received": "پیام‌های دریافتی", "nodes": "گره‌ها", "gpus per node": "GPUهای هر گره",
+    "HSDP, inside nodes": "HSDP، درون گره‌ها", "HSDP, across nodes": "HSDP، میان گره‌ها",
+    "one ring through all GPUs": "یک حلقه از همهٔ GPUها",
+    "HSDP across nodes / one ring": "HSDP میان گره‌ها / یک حلقه",
+    "running sum in bfloat16": "جمع جاری با bfloat16", "running sum in float32": "جمع جاری با float32",
 }
 
 

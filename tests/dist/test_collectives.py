@@ -143,6 +143,44 @@ def test_every_wait_is_bounded():
     assert "TimeoutError: rank 0 of 2 waited 2 s in all_reduce" in caught.value.rank_traceback
 
 
+def test_the_lessons_skipped_collective_ends_in_rank_0s_timeout_told_in_both_editions():
+    with pytest.raises(launch.RankFailedError) as caught:
+        launch.spawn(collectives_lab.skip_a_collective, 1.0, world_size=2, timeout_s=60)
+    assert caught.value.rank == 0
+    assert collectives_lab.hang_line(caught.value.rank_traceback, "en") == (
+        "rank 0 of 2 gave up after 1 s in all_reduce: a message it waited for never came")
+    assert collectives_lab.hang_line(caught.value.rank_traceback, "fa").startswith(
+        "رتبهٔ ۰ از ۲ رتبه پس از ۱ ثانیه در کاهش همگانی دست کشید")
+    with pytest.raises(ValueError, match="no TimeoutError"):
+        collectives_lab.hang_line("Traceback ...\nRuntimeError: boom", "en")
+
+
+def chain_broadcast_cases(rank, world_size):
+    """Exercise 6's chain broadcast from several sources, piece counts and lengths, and refusals."""
+    results = {case: collectives_lab.compare_chain_broadcast(rank, world_size, *case)
+               for case in ((0, 1001, 4), (2, 1001, 3), (4, 3, 5), (1, 0, 2))}
+    errors = []
+    for bad in ({"src": world_size}, {"pieces": 0}):
+        with pytest.raises(ValueError) as refused:
+            collectives_lab.chain_broadcast(torch.zeros(4), **bad)
+        errors.append(str(refused.value))
+    return results, errors
+
+
+def test_the_chain_broadcast_equals_the_builtin_and_sends_each_piece_along_n_minus_1_hops():
+    world_size = 5
+    per_rank = launch.spawn(chain_broadcast_cases, world_size=world_size)
+    for src, numel, pieces in per_rank[0][0]:
+        rows = [results[(src, numel, pieces)] for results, _ in per_rank]
+        assert all(row["equal"] for row in rows)
+        assert sum(row["messages_sent"] for row in rows) == (world_size - 1) * min(pieces, numel)
+        last = (src - 1) % world_size  # the end of the chain forwards nothing
+        assert rows[last]["bytes_sent"] == 0 and rows[src]["bytes_received"] == 0
+        assert all(row["bytes_sent"] == 4 * numel for rank, row in enumerate(rows) if rank != last)
+    errors = per_rank[0][1]
+    assert "src=5" in errors[0] and "pieces=0" in errors[1]
+
+
 def ring_ledger_is_per_call(rank, world_size):
     ledger = CommLedger()
     for _ in range(3):

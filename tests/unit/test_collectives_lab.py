@@ -44,3 +44,13 @@ def test_the_ring_table_is_the_ring_schedule_counted_from_step_one():
     shown = figures.localized(figures.ring_schedule_table(3), "fa")
     assert shown.index.tolist() == ["رتبهٔ ۰", "رتبهٔ ۱", "رتبهٔ ۲"]
     assert shown.columns.tolist()[0] == ("گام ۱", "می‌فرستد")
+
+
+def test_a_bfloat16_running_sum_loses_more_as_ranks_are_added_and_a_float32_one_does_not():
+    errors = {n: collectives_lab.reduction_error(n, numel=4096) for n in (4, 64, 256)}
+    in_bf16 = [errors[n]["running sum in bfloat16"] for n in (4, 64, 256)]
+    in_fp32 = [errors[n]["running sum in float32"] for n in (4, 64, 256)]
+    assert in_bf16 == sorted(in_bf16) and in_bf16[-1] > 5 * in_bf16[0]
+    # one rounding to bfloat16 at the end: below its unit roundoff 2^-9, whatever the rank count
+    assert all(error < 2 ** -9 for error in in_fp32) and in_bf16[1] > 4 * in_fp32[1]
+    assert collectives_lab.reduction_error(64, numel=4096) == errors[64]  # same bits every time

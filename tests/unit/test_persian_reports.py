@@ -27,7 +27,9 @@ def test_lesson_76s_lines_in_both_editions():
     assert collectives_lab.crossover_line(9648.2 * 1024, [4194304, 16777216], "en") == (
         "model: ring faster above 9648 KiB; measured ring faster at [4194304, 16777216] bytes")
     persian = collectives_lab.crossover_line(9648.2 * 1024, [4194304, 16777216], "fa")
-    assert "۹۶۴۸ KiB" in persian and "در ۴۱۹۴۳۰۴، ۱۶۷۷۷۲۱۶ بایت" in persian
+    assert "۹۶۴۸ KiB" in persian and "در ۴۱۹۴۳۰۴ و ۱۶۷۷۷۲۱۶ بایت" in persian
+    three = collectives_lab.crossover_line(9648.2 * 1024, [4096, 65536, 16777216], "fa")
+    assert three.endswith("در ۴۰۹۶، ۶۵۵۳۶ و ۱۶۷۷۷۲۱۶ بایت سریع‌تر بود")
     assert not latin_words(persian)
     assert collectives_lab.crossover_line(math.inf, [16777216], "en") == (
         "model: ring never faster (its fitted cost per byte is the higher); "
