@@ -78,7 +78,7 @@ def grade_flatten(rank: int, world_size: int, path: str) -> list[Failure]:
         found = found or (None if same else value_failure(
             phrase("the parameters after unflatten_into", "پارامترها پس از unflatten_into"),
             phrase("new torch.nn.Parameter objects", "شیءهای torch.nn.Parameter تازه"),
-            phrase("the same ones, written in place", "همان شیءها، که در جا نوشته شوند"),
+            phrase("the same ones, written in place", "همان شیءها، که درجا نوشته شوند"),
             case=case, case_index=2 * index + 1, rank=rank))
         found = found or within(
             got, written.to(dtype), None, rank=rank, case_index=2 * index + 1, case=case,
@@ -280,7 +280,7 @@ def timing(path: str, timeout_s: float) -> Timing:
 CHECKS = (
     Check("flatten",
           {"en": "flatten_params concatenates the parameters; unflatten_into writes them back in place",
-           "fa": "flatten_params پارامترها را پشت هم می‌گذارد و unflatten_into آن‌ها را در جا بازمی‌نویسد"},
+           "fa": "flatten_params پارامترها را پشت هم می‌گذارد و unflatten_into آن‌ها را درجا بازمی‌نویسد"},
           {"en": "copy each slice into its parameter (param.copy_ under torch.no_grad()), which also "
                  "casts the dtype; vector_to_parameters would make the parameters views of the vector",
            "fa": "هر تکه را در پارامتر خودش بنویسید (param.copy_ زیر torch.no_grad())، که نوع داده "
