@@ -31,6 +31,7 @@ REJECTED = {  # pattern: (what it was used for, the glossary's word)
     "لایه‌گذاری": ("padding (reads as layering)", "پدینگ"),
     "پوشانده‌شده": ("masked (reads as wrapped: پوشاندن wraps a model)", "ماسک‌شده"),
     "بی‌صدا": ("silently (a calque)", "بی‌هیچ خطا یا هشداری"),
+    "کد عملیاتی": ("production code (reads as opcode)", "پیاده‌سازی‌های عملیاتی"),
 }
 PROSE = [ROOT / "notebooks" / "fa" / "77-ddp.ipynb"]
 SOURCES = sorted([*(p for p in (ROOT / "lesson_code").rglob("*") if p.suffix in (".py", ".tmpl")),
