@@ -9,6 +9,7 @@ write, a flipped bit, an edit by hand), not a forger, who can rewrite both files
 
     write_manifest(folder, manifest)       # manifest.json + manifest.sha256, both fsynced
     manifest = verify_checkpoint(folder)   # every file's size and sha256, or a CheckpointError
+    verify_checkpoint(folder, hashes=False)  # the manifest and every file's size: no file read
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import io
 import json
 import os
 import platform
+import re
 from pathlib import Path
 
 import torch
@@ -28,6 +30,9 @@ from lesson_code import language
 FORMAT_VERSION = 2  # 2: the manifest's sha256 in manifest.sha256 (1 kept it inside)
 MANIFEST = "manifest.json"
 MANIFEST_SHA256 = "manifest.sha256"
+# The names a checkpoint folder of step N has: step-N, published, or .step-N.tmp / .step-N.replaced,
+# hidden (staging.step_folder, staging_folder, aside_folder); the name's step must be the manifest's.
+NAMED_STEP = re.compile(r"^\.?step-(\d{8})(?:\.tmp|\.replaced)?$")
 
 
 class CheckpointError(Exception):
@@ -110,6 +115,9 @@ FAULTS = {
                         "بارگذاری کنید",
     "not_json": "{path} با چکیده‌اش جور است ولی JSON نیست: این کد آن را ننوشته است؛ چکپوینت "
                 "دیگری را بارگذاری کنید",
+    "step_mismatch": "{path} گام {step} را ثبت کرده ولی نام پوشه‌اش، {folder}، گام {named} را "
+                     "می‌گوید: پوشه با دست رونوشت یا تغییرنام داده شده است؛ نامش را به {expected} "
+                     "برگردانید، یا چکپوینت دیگری را بارگذاری کنید",
     "format_version": "قالب {path} نسخهٔ {version} است ولی این کد نسخهٔ {expected} را می‌خواند: آن "
                       "را با همان نسخه‌ای از `lesson_code` بارگذاری کنید که نوشته‌اش",
     "shard_missing": "{path} در مانیفست آمده ولی وجود ندارد: چکپوینت ناقص است؛ فایل را برگردانید "
@@ -129,7 +137,7 @@ FAULTS = {
     "io": "کار روی {path} ناکام ماند ({reason}): دیسک (فضا، دسترسی‌ها) را وارسی کنید و اینکه همهٔ "
           "رتبه‌ها پوشهٔ آن را می‌بینند",
 }
-ISOLATED_FACTS = ("folder", "checksum", "digest", "recorded", "reason")  # Latin, left to right
+ISOLATED_FACTS = ("folder", "checksum", "digest", "recorded", "reason", "expected")  # Latin, left to right
 
 
 class Disk:
@@ -229,7 +237,10 @@ def write_manifest(folder: Path, manifest: dict, disk: Disk = DISK) -> None:
 
 
 def read_manifest(folder: Path | str) -> dict:
-    """The manifest of the checkpoint in `folder`, after checking its sha256 and version.
+    """The manifest of the checkpoint in `folder`, after checking its sha256, its version, and
+    that the step it records is the step the folder's name says (for a folder named as a save
+    names it, step-N or .step-N.tmp / .replaced: a copy renamed by hand would otherwise resume
+    from the wrong step).
 
     Raises ManifestMissingError, ManifestDamagedError or FormatVersionError, naming the file.
     """
@@ -265,6 +276,16 @@ def read_manifest(folder: Path | str) -> dict:
                                    "not written by this code; load another checkpoint",
                                    path=path, fault="not_json") from None
     _refuse_another_version(path, payload)
+    named = NAMED_STEP.match(Path(folder).name)
+    if named and int(named.group(1)) != manifest.get("step"):
+        expected = f"step-{manifest.get('step'):08d}" if isinstance(manifest.get("step"), int) \
+            else "its step's name"
+        raise ManifestDamagedError(
+            f"{path} records step {manifest.get('step')!r}, but its folder's name, "
+            f"{Path(folder).name}, says step {int(named.group(1))}: the folder was copied or "
+            f"renamed by hand; rename it to {expected}, or load another checkpoint", path=path,
+            fault="step_mismatch", step=manifest.get("step"), named=int(named.group(1)),
+            folder=Path(folder).name, expected=expected)
     return manifest
 
 
@@ -285,23 +306,29 @@ def _refuse_another_version(path: Path, payload: bytes) -> None:
             fault="format_version", version=version, expected=FORMAT_VERSION)
 
 
-def check_entry(folder: Path, entry: dict, payload: bytes | None = None) -> None:
+def check_entry(folder: Path, entry: dict, payload: bytes | None = None, *,
+                hashes: bool = True) -> None:
     """Raise unless folder/entry["name"] exists with the manifest's size and sha256.
 
-    Reads the file unless its bytes are given. Raises ShardMissingError or ShardCorruptedError.
+    Reads the file unless its bytes are given; without `hashes`, checks only that the file
+    exists with the manifest's size (a stat, no read: a changed byte goes unnoticed). Raises
+    ShardMissingError or ShardCorruptedError.
     """
     path = Path(folder) / entry["name"]
-    if payload is None:
+    if payload is None and hashes:
         payload = _bytes_or_none(path)
-    if payload is None:
+    size = len(payload) if payload is not None else _size_or_none(path)
+    if size is None:
         raise ShardMissingError(f"{path} is listed in the manifest but missing: the checkpoint is "
                                 "incomplete; restore the file or load another checkpoint",
                                 path=path, fault="shard_missing")
-    if len(payload) != entry["bytes"]:
-        raise ShardCorruptedError(f"{path} is {len(payload)} bytes but the manifest says "
+    if size != entry["bytes"]:
+        raise ShardCorruptedError(f"{path} is {size} bytes but the manifest says "
                                   f"{entry['bytes']}: the file was truncated or overwritten",
-                                  path=path, fault="shard_size", size=len(payload),
+                                  path=path, fault="shard_size", size=size,
                                   expected=entry["bytes"])
+    if payload is None:
+        return  # sizes only
     digest = hashlib.sha256(payload).hexdigest()
     if digest != entry["sha256"]:
         raise ShardCorruptedError(f"{path} has sha256 {digest[:16]}..., the manifest "
@@ -318,6 +345,14 @@ def _bytes_or_none(path: Path) -> bytes | None:
         return None
 
 
+def _size_or_none(path: Path) -> int | None:
+    """The size of `path` in bytes, or None when there is no such file."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
+
+
 def read_verified(folder: Path, entry: dict) -> dict[str, torch.Tensor]:
     """Load one file after checking it exists and that its size and sha256 match the manifest."""
     payload = _bytes_or_none(Path(folder) / entry["name"])
@@ -325,15 +360,17 @@ def read_verified(folder: Path, entry: dict) -> dict[str, torch.Tensor]:
     return torch.load(io.BytesIO(payload), weights_only=True)
 
 
-def verify_checkpoint(folder: Path | str) -> dict:
+def verify_checkpoint(folder: Path | str, *, hashes: bool = True) -> dict:
     """Check the manifest and every file it lists (size and sha256); return the manifest.
 
-    One process reads every byte of the checkpoint. Raises the CheckpointError of the first
-    problem found, naming the file.
+    One process reads every byte of the checkpoint. With `hashes=False` it reads only the
+    manifest (checked against manifest.sha256) and compares every file's size: a stat per file
+    instead of a read, which catches a missing or truncated file but not a changed byte, left to
+    the load's own hashing. Raises the CheckpointError of the first problem found, naming the file.
     """
     manifest = read_manifest(folder)
     for entry in manifest["files"]:
-        check_entry(Path(folder), entry)
+        check_entry(Path(folder), entry, hashes=hashes)
     return manifest
 
 

@@ -27,7 +27,8 @@ from torch import nn
 
 from lesson_code.checkpoint.files import DISK, Disk, read_manifest, read_verified
 from lesson_code.checkpoint.lock import LOCK_TIMEOUT_S
-from lesson_code.checkpoint.shards import flat_layout, load_sharded, save_sharded, shard_name
+from lesson_code.checkpoint.shards import (flat_layout, join_flat, load_sharded, save_sharded,
+                                           shard_name)
 from lesson_code.checkpoint.staging import REPLICATED
 from lesson_code.runtime.devices import current_device
 
@@ -124,6 +125,12 @@ def consolidate(folder: Path | str) -> tuple[dict[str, torch.Tensor], dict]:
     step, exp_avg, exp_avg_sq; one param group with the saved hyper-parameters), so
     `torch.optim.Adam(model.parameters(), ...).load_state_dict(adam_state)` accepts it. The model
     state dict holds the fp32 master weights cast to each parameter's saved dtype.
+
+    Memory: the shards are read, about one copy of the optimizer state, and each slice is freed
+    as it is copied into its whole vector (`join_flat`); the returned tensors are views of those
+    vectors (a cast to another dtype excepted), so the peak stays about one copy of the state.
+    Save the two dicts whole (torch.save writes a shared vector once), or clone a tensor that is
+    to be saved alone: a view would take its whole vector along.
     """
     folder = Path(folder)
     manifest = read_manifest(folder)
@@ -131,15 +138,14 @@ def consolidate(folder: Path | str) -> tuple[dict[str, torch.Tensor], dict]:
     world_size, extra = manifest["world_size"], manifest["extra"]
     shards = [read_verified(folder, entries[shard_name(r, world_size)]) for r in range(world_size)]
     numel = entries[shard_name(0, world_size)]["layout"]["numel"]
-    flat = {key: torch.cat([shard[key] for shard in shards])[:numel] for key in FLAT_KEYS}
+    flat = {key: join_flat(shards, key, numel) for key in FLAT_KEYS}
     model_state, adam_state, offset = {}, {}, 0
     for index, (name, shape, dtype) in enumerate(extra["parameters"]):
         count = int(torch.Size(shape).numel())
         piece = {key: value[offset: offset + count].view(shape) for key, value in flat.items()}
-        model_state[name] = piece["master"].to(getattr(torch, dtype)).clone()
+        model_state[name] = piece["master"].to(getattr(torch, dtype))
         adam_state[index] = {"step": torch.tensor(float(extra["optimizer_step"])),
-                             "exp_avg": piece["exp_avg"].clone(),
-                             "exp_avg_sq": piece["exp_avg_sq"].clone()}
+                             "exp_avg": piece["exp_avg"], "exp_avg_sq": piece["exp_avg_sq"]}
         offset += count
     hyper = extra["hyperparameters"]
     group = {"lr": hyper["lr"], "betas": tuple(hyper["betas"]), "eps": hyper["eps"],

@@ -26,7 +26,9 @@ from lesson_code.checkpoint.files import CheckpointError
 LOCK = ".lock"
 # How long a wait for root/.lock lasts before it gives up, naming the holder: long enough for
 # another writer to finish a large save or a prune to hash what it keeps; every function that
-# takes the lock accepts `lock_timeout_s` to change it.
+# takes the lock accepts `lock_timeout_s` to change it. A collective save waits at most half its
+# group's collective timeout (`shards.save_sharded`), so that its other ranks, waiting for it in
+# an all-gather, are still there to raise its error with it.
 LOCK_TIMEOUT_S = 600.0
 
 

@@ -60,14 +60,19 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
     `extra` (JSON, rank 0's is kept) holds what else a resume needs, such as the data position.
     JSON keeps str keys only: an `extra` of {1: "a"} loads as {"1": "a"}, a tuple as a list.
     `disk` does the writes, renames and fsyncs (`files.Disk`; a fault-injecting one in tests).
-    Rank 0 holds root/.lock alone from the start of the save to its publish, waiting at most
-    `lock_timeout_s` seconds for it (another writer may hold it: a save of another run, a
-    prune). Returns the published folder root/step-XXXXXXXX. Raises ValueError for a rank outside the
+    Rank 0 holds root/.lock alone from the start of the save to its publish. It waits for it
+    (another writer may hold it: a save of another run, a prune) at most `lock_timeout_s`
+    seconds, and never more than half the group's collective timeout (`collective_timeout_s`):
+    the other ranks wait for it in an all-gather, and must still be there when it gives up, to
+    raise its error with it (under NCCL's default timeout of 10 minutes, 5 minutes; a wait as
+    long as the collectives' would let NCCL's watchdog abort the other ranks first).
+    Returns the published folder root/step-XXXXXXXX. Raises ValueError for a rank outside the
     world or a world size that differs from the group's; on every rank the same
     FolderNotSharedError when some rank does not see rank 0's folder, TypeError when `extra` is
     not JSON, or CheckpointError naming the file a rank could not write.
     """
     _check_rank(rank, world_size, group)
+    lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)
     final = step_folder(root, step)
     staging = staging_folder(final)
     with contextlib.ExitStack() as lock:
@@ -149,6 +154,26 @@ def flat_layout(numel: int, start: int, length: int) -> dict:
     padding elements (the last shard's, where the run's padding sits; 0 elsewhere)."""
     return {"numel": numel, "start": start, "length": length,
             "padding": max(0, min(length, start + length - numel))}
+
+
+def join_flat(shards: list[dict], key: str, numel: int, padded_to: int | None = None) -> torch.Tensor:
+    """The flat vector `key` whole, from `shards` (the ranks' loaded shard dicts, in rank order):
+    its `numel` real elements, then zeros up to `padded_to` elements if given.
+
+    Takes each rank's slice out of its dict as it copies it in, so that the slices are freed as
+    the whole fills: the shards and the whole together hold about one copy of the vector, where
+    a concatenation would hold two.
+    """
+    whole = torch.empty(padded_to or numel, dtype=shards[0][key].dtype)
+    offset = 0
+    for shard in shards:
+        piece = shard.pop(key)
+        count = max(0, min(piece.numel(), numel - offset))
+        whole[offset: offset + count] = piece[:count]
+        offset += count
+        del piece  # the slice's memory goes now, not when the loop ends
+    whole[offset:] = 0
+    return whole
 
 
 def shard_name(rank: int, world_size: int) -> str:
@@ -251,6 +276,19 @@ def _verdict(failure: BaseException | None) -> tuple[str, str, dict] | None:
     facts = ({"path": failure.path, "fault": failure.fault, **failure.facts}
              if isinstance(failure, CheckpointError) else {})
     return type(failure).__name__, str(failure), facts
+
+
+def collective_timeout_s(group=None) -> float:
+    """How many seconds a collective of `group` (default: the default group) waits before it
+    gives up: the `timeout` its process group was created with (by default 10 minutes on NCCL,
+    30 on gloo). Read from the backend's options, torch's own record of it; where a backend
+    keeps none, NCCL's default, the shorter."""
+    group = group or dist.group.WORLD
+    device = torch.device("cuda" if dist.get_backend(group) == "nccl" else "cpu")
+    try:
+        return group._get_backend(device).options._timeout.total_seconds()
+    except (AttributeError, RuntimeError):
+        return 600.0
 
 
 def _gather(value: Any, group) -> list:

@@ -28,7 +28,7 @@ from lesson_code.checkpoint.files import (CheckpointError, ManifestDamagedError,
                                           read_manifest, read_verified, verify_checkpoint,
                                           write_file)
 from lesson_code.checkpoint.lock import LOCK_TIMEOUT_S, held_alone, locked
-from lesson_code.checkpoint.shards import flat_layout, shard_name
+from lesson_code.checkpoint.shards import flat_layout, join_flat, shard_name
 from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
                                             step_folder)
 from lesson_code.harness.validate import require_positive_int
@@ -91,7 +91,7 @@ def hidden_copies(root: Path | str) -> list[tuple[int, Path]]:
                   if path.is_dir() and (match := HIDDEN_COPY.match(path.name)))
 
 
-def latest_checkpoint(root: Path | str, *,
+def latest_checkpoint(root: Path | str, *, hashes: bool = True,
                       lock_timeout_s: float = LOCK_TIMEOUT_S) -> tuple[Path | None, list[str]]:
     """The newest checkpoint under `root` that verifies completely, and why newer ones were skipped.
 
@@ -101,7 +101,10 @@ def latest_checkpoint(root: Path | str, *,
     (one process reads every byte of the newest one: its size over the hash rate); the first
     that passes is returned, with one line per candidate skipped, e.g.
     ".step-00000004.tmp: an interrupted save, never published" or "step-00000015: <the error>"
-    (each a `Skipped`, whose explain("fa") says it in Persian).
+    (each a `Skipped`, whose explain("fa") says it in Persian). With `hashes=False` each is
+    verified on its manifest and its files' sizes only (`verify_checkpoint(..., hashes=False)`):
+    no file is read, and a changed byte is found only by the load, which hashes what it reads;
+    the restart must then choose again.
 
     It reads without the lock, so a save never waits for it, nor it for a save: a published
     folder is complete and never changed in place, only replaced whole (a save of the same step)
@@ -120,17 +123,17 @@ def latest_checkpoint(root: Path | str, *,
     root = Path(root)
     if not root.is_dir():
         return None, []
-    folder, skipped = _newest_verified(root, lock_timeout_s)
+    folder, skipped = _newest_verified(root, lock_timeout_s, hashes)
     if folder is None or not folder.name.startswith("."):
         return folder, skipped
     try:
         with locked(root, f"latest_checkpoint, publishing {folder.name}", timeout_s=lock_timeout_s):
-            return _newest_verified(root, lock_timeout_s, publish=True)
+            return _newest_verified(root, lock_timeout_s, hashes, publish=True)
     except OSError:
         return folder, skipped
 
 
-def _newest_verified(root: Path, lock_timeout_s: float,
+def _newest_verified(root: Path, lock_timeout_s: float, hashes: bool = True,
                      publish: bool = False) -> tuple[Path | None, list[str]]:
     """latest_checkpoint's look: without the lock, or, to `publish` a hidden copy, holding it alone."""
     published = list_checkpoints(root)
@@ -140,7 +143,7 @@ def _newest_verified(root: Path, lock_timeout_s: float,
         for step, folder in hidden_copies(root) if step not in steps]
     skipped, looked_again = [], set()
     for step, _, folder in sorted(candidates, reverse=True):
-        error = _failure(folder)
+        error = _failure(folder, hashes)
         hidden = folder.name.startswith(".")
         if error is not None and not publish:
             if hidden and not folder.is_dir():  # renamed while we read it: published, or gone
@@ -149,7 +152,7 @@ def _newest_verified(root: Path, lock_timeout_s: float,
                     continue
             if not hidden:
                 looked_again.add(step)
-                error = _look_again(root, folder, lock_timeout_s)
+                error = _look_again(root, folder, lock_timeout_s, hashes)
                 if not folder.is_dir():
                     continue  # deleted while we read it: not a candidate any more
         if error is not None:
@@ -165,16 +168,17 @@ def _newest_verified(root: Path, lock_timeout_s: float,
     return None, skipped
 
 
-def _failure(folder: Path) -> CheckpointError | None:
+def _failure(folder: Path, hashes: bool = True) -> CheckpointError | None:
     """The CheckpointError verify_checkpoint raises for `folder`, None when it verifies."""
     try:
-        verify_checkpoint(folder)
+        verify_checkpoint(folder, hashes=hashes)
     except CheckpointError as error:
         return error
     return None
 
 
-def _look_again(root: Path, folder: Path, lock_timeout_s: float) -> CheckpointError | None:
+def _look_again(root: Path, folder: Path, lock_timeout_s: float,
+                hashes: bool) -> CheckpointError | None:
     """Verify a published `folder` again holding root/.lock shared (see latest_checkpoint)."""
     with contextlib.ExitStack() as stack:
         try:
@@ -182,7 +186,7 @@ def _look_again(root: Path, folder: Path, lock_timeout_s: float) -> CheckpointEr
                                        shared=True, timeout_s=lock_timeout_s))
         except OSError:
             pass  # a folder this process may not write: no lock, and no save of ours changes it
-        return _failure(folder)
+        return _failure(folder, hashes)
 
 
 def recover_checkpoints(root: Path | str, *,
@@ -201,15 +205,17 @@ def recover_checkpoints(root: Path | str, *,
         return [folder for step in steps if (folder := recover_step(step_folder(root, step)))]
 
 
-def prune_checkpoints(root: Path | str, keep_last: int, *,
+def prune_checkpoints(root: Path | str, keep_last: int, *, hashes: bool = True,
                       lock_timeout_s: float = LOCK_TIMEOUT_S) -> list[Path]:
     """Delete the published checkpoints older than the newest `keep_last` that verify, and the
     debris; return what was deleted.
 
     Only a checkpoint that verifies (every file's size and sha256, so this reads every byte of
     those it keeps) counts towards `keep_last`: a damaged newest one can never cost the last good
-    one. Damaged checkpoints newer than those kept stay, for inspection (latest_checkpoint skips
-    them); older ones go. Debris is what interrupted saves left hidden (.step-N.tmp,
+    one. With `hashes=False` a checkpoint counts on its manifest and its files' sizes
+    (`verify_checkpoint(..., hashes=False)`), a stat per file instead of a read of every byte
+    kept, at the price of counting one with a changed byte. Damaged checkpoints newer than those
+    kept stay, for inspection (latest_checkpoint skips them); older ones go. Debris is what interrupted saves left hidden (.step-N.tmp,
     .step-N.replaced); a complete copy whose step has no folder is first recovered (see
     recover_checkpoints), never deleted. Holds root/.lock alone (waiting at most `lock_timeout_s`
     seconds for it) while it hashes and deletes, so a save in progress is left alone and the
@@ -228,7 +234,7 @@ def prune_checkpoints(root: Path | str, keep_last: int, *,
                 doomed.append(folder)
                 continue
             try:
-                verify_checkpoint(folder)
+                verify_checkpoint(folder, hashes=hashes)
                 verified += 1
             except CheckpointError:
                 pass  # damaged: kept, and not counted
@@ -314,11 +320,13 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int, *
     another, every new rank gets instead `rng_seed`, a seed of its own drawn from the old states
     and its rank, from which `flat_state.load_flat_state` seeds its generators. (Copying old rank
     r mod N's state would give two new ranks one random stream, ranks r and r + 4 from 4 to 8,
-    and drop the others' from 4 to 2.) One process holds the whole flat vectors in memory, about
-    the whole optimizer state; DCP reshards at load time instead, each rank reading only the
-    chunks it needs. Verifies every file it reads; holds destination_root/.lock alone while it
-    writes there (waiting at most `lock_timeout_s` seconds for it). Raises ValueError for a
-    world size below 1.
+    and drop the others' from 4 to 2.) One process holds the flat vectors whole: the old shards
+    are read first, about one copy of the optimizer state, and each slice is freed as it is
+    copied into its whole vector (`join_flat`), so the peak stays about one copy of the state
+    plus one new shard; DCP reshards at load time instead, each rank reading only the chunks it
+    needs. Verifies every file it reads; holds destination_root/.lock alone while it writes
+    there (waiting at most `lock_timeout_s` seconds for it). Raises ValueError for a world size
+    below 1.
     """
     require_positive_int("world_size", world_size, "the number of ranks that will load it, such as 2")
     source = Path(source)
@@ -327,8 +335,9 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int, *
     old = manifest["world_size"]
     shards = [read_verified(source, entries[shard_name(r, old)]) for r in range(old)]
     layout = entries[shard_name(0, old)]["layout"]
-    full = {key: torch.cat([shard[key] for shard in shards])[:layout["numel"]]
-            for key in layout.get("flat", [])}
+    length = math.ceil(layout["numel"] / world_size)
+    full = {key: join_flat(shards, key, layout["numel"], length * world_size)
+            for key in layout.get("flat", [])}  # padded for the new world size
     final = step_folder(destination_root, manifest["step"])
     with locked(destination_root, f"reshard into {final.name}", timeout_s=lock_timeout_s):
         _write_resharded(final, manifest, shards, full, layout, world_size, source, entries)
@@ -337,17 +346,19 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int, *
 
 def _write_resharded(final: Path, manifest: dict, shards: list, full: dict, layout: dict,
                      world_size: int, source: Path, entries: dict) -> None:
-    """Write the `world_size` new shards into staging, then seal: manifest last, publish."""
+    """Write the `world_size` new shards into staging, then seal: manifest last, publish.
+
+    `full` holds the flat vectors padded for `world_size`; `shards` the old ranks' other tensors.
+    """
     old, numel = manifest["world_size"], layout["numel"]
     length = math.ceil(numel / world_size)
-    padding = length * world_size - numel
     seeds = None if world_size == old else _rng_seeds(shards, full, world_size)
     staging = stage(final)
     files = []
     for rank in range(world_size):
         start = rank * length
-        new = {key: torch.cat([value, value.new_zeros(padding)])[start: start + length].clone()
-               for key, value in full.items()}
+        new = {key: value[start: start + length].clone()  # a slice alone: torch.save would
+               for key, value in full.items()}                # write a view's whole vector
         if seeds is None:  # the same ranks: each keeps its own random stream
             new.update({key: value for key, value in shards[rank].items() if key not in full})
         else:
@@ -355,6 +366,7 @@ def _write_resharded(final: Path, manifest: dict, shards: list, full: dict, layo
         new_layout = {**layout, **flat_layout(numel, start, length)}
         files.append({**write_file(staging, shard_name(rank, world_size), new), "rank": rank,
                       "layout": new_layout})
+    full.clear()  # every new shard is written: free the vectors before the model's file is read
     replicated = read_verified(source, entries[REPLICATED]) if REPLICATED in entries else None
     seal(staging, final, files, step=manifest["step"], world_size=world_size,
          extra={**manifest["extra"], "resharded_from": old}, replicated=replicated)

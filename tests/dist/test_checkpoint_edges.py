@@ -3,6 +3,7 @@ meets a damaged newest checkpoint or fails, a look for the latest during a save,
 waits, and while the folder it reads is replaced, and the folder's lock: shared by readers, and
 named by whoever gives up waiting for it."""
 
+import datetime
 import errno
 import json
 import os
@@ -24,7 +25,7 @@ from lesson_code.capstone import checkpointer as capstone_checkpointer
 from lesson_code.capstone.checkpointer import Checkpointer, state_copy
 from lesson_code.checkpoint import CheckpointError, save_sharded, shard_name, step_folder
 from lesson_code.checkpoint.faults import flip_one_byte
-from lesson_code.checkpoint.files import write_file
+from lesson_code.checkpoint.files import read_manifest, write_file, write_manifest
 from lesson_code.checkpoint.lock import locked
 from lesson_code.checkpoint.staging import seal, stage, staging_folder
 from lesson_code.checkpoint.tools import (latest_checkpoint, list_checkpoints, prune_checkpoints,
@@ -99,6 +100,13 @@ def two_checkpoints(tmp_path_factory):
     return root
 
 
+def renumbered_copy(source, destination, step):
+    """A copy of the checkpoint `source` as a checkpoint of `step` in `destination`: its files,
+    and a manifest (with its checksum) that records `step`, as a save of that step writes it."""
+    shutil.copytree(source, destination)
+    write_manifest(destination, {**read_manifest(source), "step": step})
+
+
 def test_pruning_never_counts_a_damaged_checkpoint_among_those_kept(two_checkpoints, tmp_path):
     root = tmp_path / "run"
     shutil.copytree(two_checkpoints, root)
@@ -106,7 +114,7 @@ def test_pruning_never_counts_a_damaged_checkpoint_among_those_kept(two_checkpoi
     assert prune_checkpoints(root, keep_last=1) == []  # step 2 is the only good one: kept
     assert [step for step, _ in list_checkpoints(root)] == [2, 3]
     assert latest_checkpoint(root)[0] == step_folder(root, 2)
-    shutil.copytree(step_folder(root, 2), step_folder(root, 4))  # a good one newer than both
+    renumbered_copy(step_folder(root, 2), step_folder(root, 4), 4)  # a good one newer than both
     assert prune_checkpoints(root, keep_last=1) == [step_folder(root, 3), step_folder(root, 2)]
     assert [step for step, _ in list_checkpoints(root)] == [4]
 
@@ -238,7 +246,7 @@ def test_a_hidden_copy_published_while_it_is_read_is_found_under_its_new_name(
     root = tmp_path / "run"
     shutil.copytree(two_checkpoints, root)
     hidden = staging_folder(step_folder(root, 4))
-    shutil.copytree(step_folder(root, 3), hidden)
+    renumbered_copy(step_folder(root, 3), hidden, 4)
     shard, payload = slow_shard(hidden)
 
     def publish_then_send(pipe):
@@ -311,3 +319,28 @@ def test_a_prune_that_fails_on_rank_0_stops_no_rank(tmp_path):
     assert len(failures[0]) == 2 and "Input/output error" in failures[0][0]
     assert failures[1] == []
     assert [step for step, _ in list_checkpoints(tmp_path)] == [1, 2]
+
+
+def save_behind_a_held_lock(rank, world_size, root):
+    """Every rank saves into `root`, whose lock another process holds, over a gloo group whose
+    collectives give up after 6 s; returns the error each rank raised."""
+    group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=6))
+    try:
+        save_sharded(root, {"x": torch.ones(4)}, step=1, rank=rank, world_size=world_size,
+                     group=group)
+    except CheckpointError as error:
+        return {"fault": error.fault, "timeout_s": error.facts.get("timeout_s"),
+                "message": str(error)}
+    return None
+
+
+def test_a_save_waits_for_the_lock_at_most_half_its_groups_timeout_and_every_rank_raises(tmp_path):
+    """Rank 0 waits for the lock while the other ranks wait for it in an all-gather: with the
+    default lock wait (600 s) they would time out there first, with gloo's own error. Bounded by
+    half the group's 6 s, rank 0 gives up in time and every rank raises its error."""
+    with locked(tmp_path, "another run's save"):
+        errors = launch.spawn(save_behind_a_held_lock, str(tmp_path), world_size=3, timeout_s=60)
+    assert [error["fault"] for error in errors] == ["locked"] * 3
+    assert [error["timeout_s"] for error in errors] == [3.0] * 3
+    assert "another run's save (writing" in errors[2]["message"]
+    assert list_checkpoints(tmp_path) == []
