@@ -241,7 +241,8 @@ class BucketedDDP(_DataParallel):
         Parameters that got no gradient go last, in reverse registration order.
         """
         arrived = list(dict.fromkeys(self._arrived))
-        rest = [i for i in reversed(range(len(self.params))) if i not in set(arrived)]
+        seen = set(arrived)
+        rest = [i for i in reversed(range(len(self.params))) if i not in seen]
         order = torch.tensor(arrived + rest, dtype=torch.int64, device=self.params[0].device)
         self.comm.broadcast(order, 0)
         self._rebuild_pending = False
