@@ -102,7 +102,7 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
         span = scale * (max(e[4] for e in events) - min(e[3] for e in events))
         ax.set_title(labels["panel_slots" if slots else "panel"].format(
             name=title, span=number(round(span), lang),
-            bubble=number(round(bubble_fraction(events, len(stages)), 2), lang)))
+            bubble=language.number(bubble_fraction(events, len(stages)), lang, ".2f")))
         for stage, micro, kind, start, end in events:
             ax.barh(stage, scale * (end - start), left=scale * start, height=0.7,
                     color=COLOURS[kind], edgecolor="white")

@@ -191,6 +191,11 @@ def test_gantt_panels_share_one_time_axis_and_title_their_step_and_bubble():
             "short: a step of 9 slots, bubble 0.33", "long: a step of 18 slots, bubble 0.33"]
         persian = pipeline.gantt_figure({"short": short}, lang="fa", slots=True).axes[0].get_title()
         assert "۹" in persian and "۰٫۳۳" in persian
+        # Two decimals always, so that 0.398 beside 0.44 reads 0.40, not 0.4.
+        tenth = ideal_timeline("gpipe", 2, 9)  # bubble 1 / 10
+        english, persian = [pipeline.gantt_figure({"tenth": tenth}, lang=lang, slots=True).axes[0].get_title()
+                            for lang in ("en", "fa")]
+        assert english == "tenth: a step of 30 slots, bubble 0.10" and persian.endswith("حباب ۰٫۱۰")
     finally:
         plt.close("all")
 
