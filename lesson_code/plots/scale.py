@@ -33,11 +33,21 @@ TABLE_LABELS = {
     "MB held": "نگه‌داشته (مگابایت)", "formula MB": "فرمول (مگابایت)",
     "MB sent": "فرستاده (مگابایت)", "formula MB sent": "فرستاده طبق فرمول (مگابایت)",
     "messages sent": "پیام‌های فرستاده", "matches": "هم‌خوان", "held GB": "نگه‌داشته (گیگابایت)",
+    "MB peak in the step": "بیشینهٔ حافظه در گام (مگابایت)",
+    "MB peak while building": "بیشینهٔ حافظه هنگام ساختن (مگابایت)",
     # scale_lab.check_summary
     "held equal": "نگه‌داشته برابر", "sent equal": "فرستاده برابر",
     "messages equal": "پیام‌ها برابر", "peak equal": "بیشینهٔ حافظه برابر",
     "peak difference, bytes": "اختلاف بیشینهٔ حافظه (بایت)",
+    "profiler's peak, largest relative difference": "بیشترین اختلاف نسبیِ بیشینهٔ پروفایلر",
+    "largest gradient difference": "بیشترین اختلاف گرادیان‌ها",
+    "gradient distance": "فاصلهٔ نسبی گرادیان‌ها",
     "largest parameter difference": "بیشترین اختلاف پارامترها", "distance": "فاصلهٔ نسبی",
+    # scale_lab.peak_summary
+    "made while building GB": "ساخته‌شده هنگام ساختن (گیگابایت)",
+    "made in the forward GB": "ساخته‌شده در گذر رفت (گیگابایت)",
+    "made in the backward GB": "ساخته‌شده در گذر برگشت (گیگابایت)",
+    "made in the optimizer GB": "ساخته‌شده در گام بهینه‌ساز (گیگابایت)",
     # scale_lab.pipelined.summary
     "layers per stage, fewest": "کمترین لایه در یک مرحله",
     "layers per stage, most": "بیشترین لایه در یک مرحله",
@@ -74,7 +84,9 @@ def scale_figure(table, parameters: int, lang: str = "en",
         sent.plot(shown.N, shown.sent / 1e6, **points)
     for ax, ylabel, shown in ((held, labels["held"], sizes), (sent, labels["sent"], lines)):
         ax.set_xscale("log", base=2)
-        ticks = shown[::3] if len(shown) > 5 else shown  # 1, 8, 64, 512: legible on a phone
+        # every third N counted back from the largest (1, 8, 64, 512 and 8, 64, 512): few
+        # enough to read on a phone, and the largest N, which the text discusses, among them
+        ticks = shown[::-3][::-1] if len(shown) > 5 else shown
         ax.set_xticks(ticks, [str(n) for n in ticks])
         ax.set_xlabel(labels["ranks"])
         ax.set_ylabel(ylabel)

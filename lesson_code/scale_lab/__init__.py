@@ -38,6 +38,9 @@ from lesson_code.scale_lab.step import (KINDS, STRATEGIES, SWEEP_GPT, ScaleRun, 
                                         measure_steps)
 
 SWEEP_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+PHASES = ("building", "forward", "backward", "optimizer")  # as measure_step names them
+PEAK_PARTS = {"building": "made while building GB", "forward": "made in the forward GB",
+              "backward": "made in the backward GB", "optimizer": "made in the optimizer GB"}
 RANK_CHOICES = ("last", "ends", "all")
 # A GPT shape with 7,499,636,736 parameters (the paper's 7.5B to 0.005%): 36 blocks of width
 # 4096 with 32 heads of 128, a vocabulary of 30,000 and a context of 1024 tokens.
@@ -182,7 +185,10 @@ def paper_table(world_size: int = PAPER_WORLD_SIZE, run: ScaleRun = PAPER_RUN,
     (memory.total_bytes), `measured_GB` (the tensors the paper counts: `FORMULA_ITEMS`),
     `agrees` (measured rounded as the paper rounds equals the paper), `held_GB` (everything
     the rank keeps after the step), `beyond` ({held item: bytes} the paper does not count),
-    `peak_GB`, `setup_peak_GB`, `sent_GB` beside `formula_sent_GB`, and `padding` (elements).
+    `peak_GB` with `peak_in` (its phase), `peak_at` (the course's functions running then) and
+    `at_peak_<phase>_GB` (what was live then, by the phase that made it: `PHASES`),
+    `setup_peak_GB` with `setup_peak_at`, `sent_GB` beside `formula_sent_GB`, and `padding`
+    (elements).
     GB are 1e9 bytes, as the paper's.
     """
     parameters, precision, dtype_bytes = run.parameters, precision_of(run), dtype_bytes_of(run)
@@ -200,7 +206,10 @@ def paper_table(world_size: int = PAPER_WORLD_SIZE, run: ScaleRun = PAPER_RUN,
             "held_GB": sum(row["held"].values()) / 1e9,
             "beyond": {item: nbytes for item, nbytes in row["held"].items()
                        if nbytes and item not in FORMULA_ITEMS[strategy]},
-            "peak_GB": row["peak"] / 1e9, "setup_peak_GB": row["setup_peak"] / 1e9,
+            "peak_GB": row["peak"] / 1e9, "peak_in": row["peak_in"], "peak_at": row["peak_at"],
+            **{f"at_peak_{phase}_GB": row["peak_by_phase"].get(phase, 0) / 1e9
+               for phase in PHASES},
+            "setup_peak_GB": row["setup_peak"] / 1e9, "setup_peak_at": row["setup_peak_at"],
             "sent_GB": row["sent"] / 1e9,
             "formula_sent_GB": memory.traffic_per_step(strategy, parameters, world_size,
                                                        dtype_bytes) / 1e9,
@@ -223,27 +232,48 @@ def paper_summary(table: pd.DataFrame) -> pd.DataFrame:
         "peak while building GB": table.setup_peak_GB.round(1)})
 
 
+def peak_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """The step's peak of each strategy of `paper_table` taken apart (GB): the bytes live at the
+    peak by the phase that made their storage (made while building and still there, made in
+    the forward: the activations not yet freed, in the backward, in the optimizer's step)."""
+    shown = pd.DataFrame({label: table[f"at_peak_{phase}_GB"].round(2)
+                          for phase, label in PEAK_PARTS.items()})
+    shown["peak in the step GB"] = table.peak_GB.round(2)
+    return shown
+
+
 def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
     """A `sweep` as a table to show, one row per (N, strategy): MB of model state held after
     the step beside the formula's, MB and messages sent in the step beside the formula's MB,
-    and whether what the formulas count matches the formula over the rank's real shard."""
+    whether what the formulas count matches the formula over the rank's real shard, and the MB
+    live at once at the peak of the step and while building (all a rank holds: model state,
+    buffers, activations, temporaries)."""
     shown = pd.DataFrame({
         "N": table.N, "strategy": table.strategy,
         "MB held": (table.model_states / 1e6).round(2), "formula MB": (table.formula / 1e6).round(2),
         "MB sent": (table.sent / 1e6).round(2), "formula MB sent": (table.formula_sent / 1e6).round(2),
-        "messages sent": table.messages_sent, "matches": table.matches})
+        "messages sent": table.messages_sent, "matches": table.matches,
+        "MB peak in the step": (table.peak / 1e6).round(2),
+        "MB peak while building": (table.setup_peak / 1e6).round(2)})
     return shown.set_index(["N", "strategy"])
 
 
 def check_summary(check: pd.DataFrame) -> pd.DataFrame:
     """`compare_with_real` per strategy, over its ranks: whether every rank's held bytes, sent
-    bytes, messages and peak equal the real rank's, the largest peak difference (bytes), and
-    the largest parameter difference and `distance` after the step on threads."""
+    bytes, messages and peak equal the real rank's, the largest peak difference (bytes), the
+    largest |profiler's peak - tracker's peak| / tracker's peak on the real ranks, and
+    on threads the largest difference and the `grad_distance` of the averaged gradient, and the
+    largest parameter difference and `distance` after the step."""
+    check = check.assign(profiler_difference=(check.profiler_peak - check.real_peak).abs()
+                         / check.real_peak)
     by = check.groupby(level="strategy", sort=False)
     return pd.DataFrame({
         "held equal": by.held_equal.all(), "sent equal": by.sent_equal.all(),
         "messages equal": by.messages_equal.all(), "peak equal": by.peak_equal.all(),
         "peak difference, bytes": by.peak_difference.max(),
+        "profiler's peak, largest relative difference": by.profiler_difference.max(),
+        "largest gradient difference": by.max_grad_diff.max(),
+        "gradient distance": by.grad_distance.max(),
         "largest parameter difference": by.max_param_diff.max(), "distance": by.distance.max()})
 
 
@@ -267,21 +297,27 @@ def compare_with_real(run: ScaleRun = CHECK_RUN, world_size: int = 4,
     Bytes: every rank simulated with `simulate` (fake group, meta device) beside the same
     rank of the real run: `held_equal` (every held item), `peak_equal`, `sent_equal`,
     `messages_equal`, with the simulated figures (`held`, `peak`, `sent`, `messages_sent`) and
-    `peak_difference` (simulated - real). A bfloat16 run's peaks may differ when activations
+    `peak_difference` (simulated - real), and the phase each peak fell in (`peak_in`,
+    `real_peak_in`); `real_peak` beside `profiler_peak`, the real rank's step peak as torch's
+    profiler saw it (every allocation of torch's allocator, a second instrument). A bfloat16 run's peaks may differ when activations
     are live at the peak: torch's meta kernel keeps LayerNorm's mean and 1/std in float32, as
     its CUDA kernel does, where its CPU kernel keeps them in bfloat16 (2 bytes more per token
     for each, for each LayerNorm).
     Values: the same step on ranks that are threads of this process moving real data
     (`run_threads`, DDP with torch's all-reduce: `value_run`) beside the real ranks running
-    that same step: `max_param_diff` (the largest |difference| of the parameters after the
-    step), `moved` (the largest |change| of a parameter in the real step), `distance`
+    that same step: `max_grad_diff` and `grad_distance` (the largest |difference| of the
+    averaged gradient the rank holds, `step.averaged_gradient_of`, and ||simulated - real|| /
+    ||real||: a gradient summed instead of averaged ends 3 away on 4 ranks, which one Adam step
+    from zero moments would hide), `max_param_diff` (the largest |difference| of the parameters
+    after the step), `moved` (the largest |change| of a parameter in the real step), `distance`
     (||simulated - real|| / ||real - start||: how far apart the two end, as a fraction of how
     far the real step went; the course's tests bound it), and the flat parameters
     `params_simulated`, `params_real`, `params_start` for a closer look.
     """
     runs = [replace(run, strategy=s) for s in strategies]
     values = [value_run(r) for r in runs]
-    real = launch.spawn(measure_steps, runs + values, world_size=world_size, backend="gloo")
+    real = launch.spawn(measure_steps, runs + values, False, True, world_size=world_size,
+                        backend="gloo")  # real tensors, and the profiler on every rank
     threads = simulated.run_threads(measure_steps, values, world_size=world_size)
     start = flat_parameters(zero_lab.run_model(run.zero_run(world_size))).to(torch.float64)
     rows = {}
@@ -289,17 +325,23 @@ def compare_with_real(run: ScaleRun = CHECK_RUN, world_size: int = 4,
         for rank, fake in enumerate(simulate(current, world_size, "all")):
             ours, theirs = real[rank][index], real[rank][len(runs) + index]
             simulated_params = threads[rank][index]["params"]
+            simulated_grad = threads[rank][index]["averaged_gradient"]
             rows[(current.strategy, rank)] = {
                 "held_equal": fake["held"] == ours["held"], "peak_equal": fake["peak"] == ours["peak"],
                 "sent_equal": fake["sent"] == ours["sent"],
                 "messages_equal": fake["messages_sent"] == ours["messages_sent"],
                 "held": sum(fake["held"].values()), "peak": fake["peak"],
+                "peak_in": fake["peak_in"], "real_peak_in": ours["peak_in"],
+                "real_peak": ours["peak"], "profiler_peak": ours["profiler_peak"],
                 "peak_difference": fake["peak"] - ours["peak"], "sent": fake["sent"],
                 "messages_sent": fake["messages_sent"],
                 "max_param_diff": (simulated_params - theirs["params"]).abs().max().item(),
                 "moved": (theirs["params"] - start).abs().max().item(),
                 "distance": ((simulated_params - theirs["params"]).norm()
                              / (theirs["params"] - start).norm()).item(),
+                "max_grad_diff": (simulated_grad - theirs["averaged_gradient"]).abs().max().item(),
+                "grad_distance": ((simulated_grad - theirs["averaged_gradient"]).norm()
+                                  / theirs["averaged_gradient"].norm()).item(),
                 "params_simulated": simulated_params, "params_real": theirs["params"],
                 "params_start": start}
     table = pd.DataFrame.from_dict(rows, orient="index")
@@ -326,7 +368,7 @@ def measured_points(table: pd.DataFrame | None = None, run: ScaleRun = ScaleRun(
 
 
 __all__ = ["CHECK_RUN", "FORMULA_ITEMS", "KINDS", "PAPER_GB", "PAPER_GPT", "PAPER_RUN",
-           "STRATEGIES", "SWEEP_GPT", "SWEEP_SIZES", "ScaleRun", "check_summary", "chosen_ranks",
-           "compare_with_real", "counted_bytes", "exact_formula", "measure_step",
-           "measured_points", "mismatches", "paper_summary", "paper_table", "precision_of",
-           "simulate", "sweep", "sweep_summary", "value_run"]
+           "PEAK_PARTS", "PHASES", "STRATEGIES", "SWEEP_GPT", "SWEEP_SIZES", "ScaleRun",
+           "check_summary", "chosen_ranks", "compare_with_real", "counted_bytes", "exact_formula",
+           "measure_step", "measured_points", "mismatches", "paper_summary", "paper_table",
+           "peak_summary", "precision_of", "simulate", "sweep", "sweep_summary", "value_run"]

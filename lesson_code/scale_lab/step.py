@@ -20,14 +20,17 @@ backward and optimizer, and reports, from the tensors' storage and the communica
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
+from torch.profiler import record_function
 
 from lesson_code import zero_lab
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.experiment import DTYPES
+from lesson_code.harness.allocations import AllocationTrace
 from lesson_code.harness.validate import require_choice, require_positive, require_positive_int
 from lesson_code.runtime.devices import current_device
 from lesson_code.models import GPTConfig, MiniGPT, count_parameters
@@ -141,51 +144,87 @@ def padding_elements(optimizer, rank: int) -> int:
     return sum(max(0, min(g.shard_numel, (rank + 1) * g.shard_numel - g.numel)) for g in groups)
 
 
-def measure_step(rank: int, world_size: int, run: ScaleRun, shapes_only: bool = False) -> dict:
+def averaged_gradient_of(model: nn.Module, optimizer) -> torch.Tensor:
+    """What this rank holds of the averaged gradient after the step, flat, in float64: every
+    parameter's .grad under DDP (its all-reduce wrote the average back), the rank's averaged
+    shard under ZeRO (its reduce-scatter's output). A gradient summed instead of averaged, or
+    averaged into the wrong elements, shows here, where one Adam step from zero moments (a
+    move of about lr * sign(g) per parameter) hides it."""
+    shard = getattr(optimizer, "grad_shard", None)
+    if shard is not None:
+        return shard.detach().to(torch.float64).clone()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).to(torch.float64)
+
+
+def measure_step(rank: int, world_size: int, run: ScaleRun, shapes_only: bool = False,
+                 profile: bool = False) -> dict:
     """One step of `run` on this rank: what it held after the step, its peaks, its traffic.
 
     Collective: call on every rank (or as one rank of `runtime.simulated.fake_rank`). With
     `shapes_only` the model lives on the meta device: no memory, no values, the same bytes.
     Returns {"rank", "world_size", "strategy", "held": {"kind: holder": bytes}, "by_kind":
-    {kind: bytes}, "peak", "setup_peak" (bytes), "padding" (elements), "shard_numel" (elements
-    of the rank's optimizer state: its shard, or every parameter under DDP), "sent", "received",
-    "messages_sent" (this step's ledger), "ledger" (its totals by operation), "scalar_reads",
-    "params" (float64, whole on every rank; None with `shapes_only`)}.
+    {kind: bytes}, "peak" (bytes), "peak_in" (the phase it fell in: forward, backward or
+    optimizer), "peak_at" (the course's functions running then, outermost first),
+    "peak_by_phase" ({phase that made the storage: bytes live at the peak}, "building" for
+    what was there before the step), "setup_peak" (bytes) and "setup_peak_at", "padding"
+    (elements), "shard_numel" (elements of the rank's optimizer state: its shard, or every
+    parameter under DDP), "sent", "received", "messages_sent" (this step's ledger), "ledger"
+    (its totals by operation), "scalar_reads", "params" and "averaged_gradient" (float64; the
+    parameters whole on every rank, the gradient as `averaged_gradient_of`; None with
+    `shapes_only`)}. With `profile` (real tensors only, one rank per process: torch runs one
+    profiler at a time) the rank also runs under torch's profiler (`harness.allocations`), an
+    instrument independent of the tracker, and "profiler_peak" is the most bytes its allocator
+    had handed out at once during the step (None without `profile`).
     """
     ledger = CommLedger()
     zero_run = run.zero_run(world_size)
     # The batch is made first, outside what is measured (it is not the strategy's).
     x, y = run.batch(rank, world_size, "meta" if shapes_only else current_device())
-    with StorageTracker() as tracker:
+    if profile and shapes_only:
+        raise ValueError("profile=True needs real tensors: the profiler sees no allocation on "
+                         "the meta device; pass shapes_only=False")
+    with AllocationTrace(current_device()) if profile else nullcontext() as trace, \
+            StorageTracker() as tracker:
         model = build_model(run, rank, world_size, shapes_only)
         wrapper, optimizer = zero_lab.build_optimizer(zero_run, model, rank, world_size, ledger)
-        setup_peak = tracker.peak
+        setup_peak, setup_peak_at = tracker.peak, tracker.peak_at
         ledger.clear()  # the initial broadcast is setup, not the step
-        tracker.reset_peak()
-        loss = wrapper(x, y)[1]
-        loss.backward()
-        optimizer.step()
-        del loss
+        tracker.reset_peak("forward")
+        with record_function("step"):  # the step's range, for the profiler
+            loss = wrapper(x, y)[1]
+            tracker.phase = "backward"
+            loss.backward()
+            tracker.phase = "optimizer"
+            optimizer.step()
+            del loss
+    profiler_peak = None
+    if profile:
+        step = trace.ranges_named("step")[0]
+        profiler_peak = trace.peak(step.start_ns, step.end_ns)[0]
     held = held_bytes(held_tensors(model, wrapper, optimizer))
     traffic = {"sent": ledger.bytes_sent, "received": ledger.bytes_received,
                "messages_sent": sum(entry.messages_sent for entry in ledger.entries),
                "ledger": ledger.totals()}
     # Gathering ZeRO-3's shards is a collective of its own, after the step's traffic was read.
     params = None if shapes_only else zero_lab.gathered_parameters(model, optimizer)
+    averaged_gradient = None if shapes_only else averaged_gradient_of(model, optimizer)
     for holder in (wrapper, optimizer):  # DDP's ring thread would otherwise wait on, idle
         if getattr(holder, "comm", None) is not None:
             holder.comm.close()
     return {"rank": rank, "world_size": world_size, "strategy": run.strategy, "held": held,
             "by_kind": {kind: sum(nbytes for name, nbytes in held.items()
                                   if name.startswith(kind)) for kind in KINDS},
-            "peak": tracker.peak, "setup_peak": setup_peak,
+            "peak": tracker.peak, "peak_in": tracker.peak_in, "peak_at": tracker.peak_at,
+            "peak_by_phase": tracker.peak_by_phase, "setup_peak": setup_peak,
+            "setup_peak_at": setup_peak_at, "profiler_peak": profiler_peak,
+            "averaged_gradient": averaged_gradient,
             "padding": padding_elements(optimizer, rank),
             "shard_numel": optimizer.master.numel(), **traffic,
             "scalar_reads": tracker.scalar_reads, "params": params}
 
 
 def measure_steps(rank: int, world_size: int, runs: list[ScaleRun],
-                  shapes_only: bool = False) -> list[dict]:
+                  shapes_only: bool = False, profile: bool = False) -> list[dict]:
     """`measure_step` for each of `runs`, in order (one start of the ranks for several).
     Collective: call on every rank."""
-    return [measure_step(rank, world_size, run, shapes_only) for run in runs]
+    return [measure_step(rank, world_size, run, shapes_only, profile) for run in runs]

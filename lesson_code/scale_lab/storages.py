@@ -16,6 +16,11 @@ no answer: under the tracker such a read returns 0 and is counted in `scalar_rea
 code which checks a flag (lesson 77's DDP asks whether any rank missed a gradient) runs on,
 and the report can say how many answers were made up.
 
+The tracker also says where its peak fell: `phase` names the part of the work running now (the
+caller sets it: "building", "forward", "backward", "optimizer"); at each new peak it records
+that phase (`peak_in`), the course's functions on the call stack (`peak_at`, outermost first)
+and the bytes live by the phase that made their storage (`peak_by_phase`).
+
 Counted: storages that operations dispatched through torch create, on the thread that entered
 the tracker (autograd's backward runs there on the CPU). Not counted: what a kernel allocates
 inside itself and frees before it returns, Python objects, a backend's own buffers, and work
@@ -25,13 +30,17 @@ ring buffers of 2/N of a bucket each are not seen).
 
 from __future__ import annotations
 
+import sys
 import weakref
+from pathlib import Path
 
 import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 SCALAR_READ = torch.ops.aten._local_scalar_dense.default  # what .item() and .tolist() run
+PACKAGE = str(Path(__file__).resolve().parents[1])  # lesson_code/
+HERE = str(Path(__file__).resolve().parent)  # scale_lab/: the instrument, not what it measures
 
 
 class StorageTracker(TorchDispatchMode):
@@ -39,13 +48,18 @@ class StorageTracker(TorchDispatchMode):
 
     The peak is taken whenever an operation creates a storage (memory only grows then; a
     storage resized up outside an operation, as ZeRO-3 refills a freed unit, is counted at the
-    next one, which for ZeRO-3 is the gather's own output).
+    next one, which for ZeRO-3 is the gather's own output). At each new peak it records the
+    phase its caller set in `phase` (`peak_in`), the course's functions running (`peak_at`) and
+    the bytes live by the phase that created them (`peak_by_phase`).
     """
 
-    def __init__(self):
+    def __init__(self, phase: str = "building"):
         super().__init__()
         self.storages: dict[int, weakref.ref] = {}
+        self.born: dict[int, str] = {}  # storage -> the phase that created it
+        self.phase = phase
         self.peak = 0
+        self.peak_in, self.peak_at, self.peak_by_phase = phase, "", {}
         self.scalar_reads = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -54,7 +68,10 @@ class StorageTracker(TorchDispatchMode):
             return _zero_of(args[0].dtype)
         out = func(*args, **(kwargs or {}))
         if any([self.follow(t) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]):
-            self.peak = max(self.peak, self.live_bytes())
+            by_phase = self.live_by_phase()
+            if sum(by_phase.values()) > self.peak:
+                self.peak, self.peak_by_phase = sum(by_phase.values()), by_phase
+                self.peak_in, self.peak_at = self.phase, course_callers()
         return out
 
     def follow(self, tensor: torch.Tensor) -> bool:
@@ -65,18 +82,49 @@ class StorageTracker(TorchDispatchMode):
             return False
         # torch keeps a storage's Python object alive as long as the storage itself, so this
         # reference dies exactly when the storage is freed, and then forgets itself.
-        self.storages[key] = weakref.ref(storage, lambda _, key=key: self.storages.pop(key, None))
+        self.storages[key] = weakref.ref(storage, lambda _, key=key: self.forget(key))
+        self.born[key] = self.phase
         return True
+
+    def forget(self, key: int) -> None:
+        """Stop following a storage torch has freed."""
+        self.storages.pop(key, None)
+        self.born.pop(key, None)
 
     def live_bytes(self) -> int:
         """Bytes of every followed storage still alive, at its current size."""
         return sum(storage.nbytes() for ref in list(self.storages.values())
                    if (storage := ref()) is not None)
 
-    def reset_peak(self) -> int:
-        """Start a new peak from the bytes live now; return them."""
-        self.peak = self.live_bytes()
+    def live_by_phase(self) -> dict[str, int]:
+        """Bytes of every followed storage still alive, by the phase that created it."""
+        by_phase: dict[str, int] = {}
+        for key, ref in list(self.storages.items()):
+            if (storage := ref()) is not None:
+                by_phase[self.born[key]] = by_phase.get(self.born[key], 0) + storage.nbytes()
+        return by_phase
+
+    def reset_peak(self, phase: str | None = None) -> int:
+        """Start a new peak from the bytes live now (in `phase` from now on, if given); return
+        them."""
+        self.phase = phase or self.phase
+        self.peak_by_phase = self.live_by_phase()
+        self.peak = sum(self.peak_by_phase.values())
+        self.peak_in, self.peak_at = self.phase, ""
         return self.peak
+
+
+def course_callers() -> str:
+    """The course's functions on the call stack now, outermost first, as "module.function"
+    joined by " > " (the tracker's own module and the scale lab's left out): where in the
+    course's code an operation runs."""
+    names, frame = [], sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith(PACKAGE) and not path.startswith(HERE):
+            names.append(f"{Path(path).stem}.{frame.f_code.co_qualname}")
+        frame = frame.f_back
+    return " > ".join(reversed(names))
 
 
 def _zero_of(dtype: torch.dtype):

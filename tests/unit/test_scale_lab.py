@@ -11,6 +11,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 
 from lesson_code import memory, scale_lab, zero_lab
 from lesson_code.models import GPTConfig
@@ -78,6 +79,36 @@ def test_a_stage_one_optimizer_that_keeps_the_full_state_is_caught():
     assert row.optimizer == 12 * TINY_PARAMETERS and row.counted - row.expected == 9 * TINY_PARAMETERS
 
 
+def test_the_tracker_says_in_which_phase_and_where_its_peak_fell():
+    """The peak's phase is the one set when it was reached, its parts are the bytes live then
+    by the phase that made them, and `peak_at` names the course's functions that ran."""
+    from lesson_code.scale_lab.storages import StorageTracker
+    with StorageTracker() as tracker:
+        kept = torch.zeros(100, dtype=torch.uint8)          # building: 100 bytes, kept
+        tracker.reset_peak("forward")
+        saved = torch.zeros(50, dtype=torch.uint8)          # forward: 50 bytes
+        tracker.phase = "backward"
+        passing = torch.zeros(400, dtype=torch.uint8)       # the peak: 550 bytes
+        del passing
+        tracker.phase = "optimizer"
+        later = torch.zeros(300, dtype=torch.uint8)         # 450 bytes: below the peak
+    assert tracker.peak == 550 and tracker.peak_in == "backward"
+    assert tracker.peak_by_phase == {"building": 100, "forward": 50, "backward": 400}
+    assert tracker.peak_at == ""  # called from a test, not from the course's code
+    assert kept.numel() + saved.numel() + later.numel() == 450
+    rows = {strategy: scale_lab.simulate(replace(TINY, strategy=strategy), 4, [3])[0]
+            for strategy in scale_lab.STRATEGIES}
+    for row in rows.values():
+        assert sum(row["peak_by_phase"].values()) == row["peak"]
+    # ZeRO-1's step peaks in its all-gather of the whole model, its setup in the fp32 cast
+    assert rows["ZeRO-1"]["peak_in"] == "optimizer"
+    gather = "zero.ZeroOptimizer._gather_parameters > comm.Communicator.all_gather"
+    assert gather in rows["ZeRO-1"]["peak_at"]
+    assert rows["ZeRO-1"]["setup_peak_at"].endswith("zero.ZeroOptimizer.__init__")
+    assert rows["DDP"]["peak_at"].endswith("zero.MasterAdam.step > zero.adam_update")
+    assert rows["ZeRO-2"]["peak_in"] == rows["ZeRO-3"]["peak_in"] == "backward"
+
+
 def test_the_zero_papers_table_from_running_code():
     table = scale_lab.paper_table()
     parameters = table.attrs["parameters"]
@@ -96,6 +127,19 @@ def test_the_zero_papers_table_from_running_code():
     for stage in ("ZeRO-2", "ZeRO-3"):
         assert table.loc[stage, "beyond"] == {"buffers: model buffers": masks}
     assert (table.peak_GB > table.held_GB).all()
+    # ZeRO-1's step peaks in the all-gather of the whole bf16 model (2 Psi), while the whole
+    # .grad is held: the step adds that and 8 bytes per element of the rank's shard (the fp32
+    # gradient, the bf16 master copy it sends, the averaged bf16 shard); 8 Psi while building.
+    zero1 = table.loc["ZeRO-1"]
+    assert zero1.peak_in == "optimizer" and "_gather_parameters" in zero1.peak_at
+    assert round(zero1.at_peak_optimizer_GB * 1e9) == 2 * parameters + 8 * parameters // 64
+    assert round(zero1.at_peak_backward_GB * 1e9) == 2 * parameters  # the whole .grad
+    assert round(zero1.setup_peak_GB * 1e9) == 8 * parameters + masks
+    assert "ZeroOptimizer.__init__" in zero1.setup_peak_at
+    assert (table.loc[["ZeRO-2", "ZeRO-3"], "peak_in"] == "backward").all()
+    parts = scale_lab.peak_summary(table)
+    assert list(parts.columns) == [*scale_lab.PEAK_PARTS.values(), "peak in the step GB"]
+    assert set(scale.table(parts, "fa").columns) <= set(scale.TABLE_LABELS.values())
     # Each rank builds the whole model in float32 before it shards it (zero_lab.run_model).
     assert (table.setup_peak_GB >= 4 * parameters / 1e9).all()
     summary = scale_lab.paper_summary(table)
@@ -155,6 +199,8 @@ def test_bad_arguments_name_the_value_and_the_fix():
         scale_lab.chosen_ranks(4, "some")
     with pytest.raises(ValueError, match=r"ranks \[4\] are not in 0..3"):
         scale_lab.chosen_ranks(4, [0, 4])
+    with pytest.raises(ValueError, match="profile=True needs real tensors"):
+        scale_lab.measure_step(0, 1, TINY, shapes_only=True, profile=True)
 
 
 SHALLOW = pipelined.PipelineScaleRun(gpt=GPTConfig(vocab_size=64, context=8, n_layer=6,

@@ -34,6 +34,9 @@ def test_the_scale_figure_draws_points_and_formulas_in_both_editions(lang):
         ddp_points = held.lines[1].get_ydata()
         assert list(ddp_points) == pytest.approx([18 * PARAMETERS / 1e6] * len(SIZES))
         assert min(sent.lines[1].get_xdata()) == 2  # nothing sent on one rank: no point there
+        # the largest N, which the page discusses, has a tick on both panels
+        assert list(held.get_xticks()) == [1, 8, 64, 512]
+        assert list(sent.get_xticks()) == [8, 64, 512]
         texts = " ".join(str(t.get_text()) for t in shown_texts(figure))
         assert any("\u0600" <= ch <= "\u06ff" for ch in texts) == (lang == "fa")
         renderer = figure.canvas.get_renderer()
