@@ -244,9 +244,10 @@ TABLE_LABELS = {
     "pipelined chain": "زنجیرهٔ پایپلاینی", "binomial tree": "درخت دوجمله‌ای",
     "one send of the tensor": "یک بار فرستادن کل تنسور", "modelled ms": "میلی‌ثانیه بنا بر مدل",
     "messages received": "پیام‌های دریافتی", "nodes": "گره‌ها", "gpus per node": "GPUهای هر گره",
-    "HSDP, inside nodes": "HSDP، درون گره‌ها", "HSDP, across nodes": "HSDP، میان گره‌ها",
-    "one ring through all GPUs": "یک حلقه از همهٔ GPUها",
-    "HSDP across nodes / one ring": "HSDP میان گره‌ها / یک حلقه",
+    "sharding": "شاردبندی", "gradients": "گرادیان‌ها",
+    "parameters, 2 all-gathers": "پارامترها، ۲ گردآوری همگانی", "total": "کل",
+    "on the network": "روی شبکه", "bytes only": "فقط بایت‌ها", "with latencies": "با تأخیرها",
+    "ms per step, median of 4 to 256 KiB": "میلی‌ثانیه در هر گام، میانهٔ ۴ تا ۲۵۶ KiB",
     "running sum in bfloat16": "جمع جاری با bfloat16", "running sum in float32": "جمع جاری با float32",
 }
 
