@@ -40,8 +40,11 @@ TERMS = {
     "wrapper": ("پوشاننده", ["پیچیدن", "می‌پیچد", "پیچیده‌شده"]),
 }
 # Words of the book that are no glossary entry: tensor is written تنسور (58 times in the Persian
-# notebooks, against one تانسور), a seed بذر تصادفی (the notebooks' word), never "given a seed".
-BOOK_WORDS = {"تنسور": ["تانسور"], "بذر تصادفی": ["بذر بدهید", "بذر دهید", r"بذر(?! تصادفی)"]}
+# notebooks, against one تانسور), a seed بذر تصادفی (the notebooks' word), never "given a seed";
+# padded is پدینگ‌شده, not the colloquial پدینگ‌خورده, and "a tensor of its own" is تنسوری جداگانه,
+# not the calque از آنِ خودش.
+BOOK_WORDS = {"تنسور": ["تانسور"], "بذر تصادفی": ["بذر بدهید", "بذر دهید", r"بذر(?! تصادفی)"],
+              "پدینگ‌شده": ["پدینگ[ ‌]?خورده"], "تنسوری جداگانه": ["از آنِ? خودش"]}
 FORBIDDEN = [variant for _, variants in TERMS.values() for variant in variants] + [
     variant for variants in BOOK_WORDS.values() for variant in variants]
 

@@ -252,7 +252,7 @@ def grade_bytes(rank: int, world_size: int, path: str) -> list[Failure]:
             "expected": 2 * (world_size - 1) * shard_bytes,
             "expected_what": phrase("a reduce-scatter plus an all-gather of the padded gradient",
                                     "یک کاهش و پخش به‌اضافهٔ یک گردآوری همگانیِ گرادیان "
-                                    "پدینگ‌خورده")})]
+                                    "پدینگ‌شده")})]
     return []
 
 

@@ -102,11 +102,11 @@ def grade_shard(rank: int, world_size: int, path: str) -> list[Failure]:
             found = value_failure(
                 phrase("the bytes of self.shard's storage", "بایت‌های حافظهٔ self.shard"),
                 held_bytes(shard), phrase("{bytes}: a tensor of its own, not a view of self.full",
-                                          "{bytes}: تنسوری از آنِ خودش، نه نمایی از self.full",
+                                          "{bytes}: تنسوری جداگانه، نه نمایی از self.full",
                                           bytes=own_bytes), **where)
         found = found or within(shard, expected, None, **where,
                                 reference=phrase("this rank's chunk of the padded flat parameters",
-                                                 "تکهٔ این رتبه از پارامترهای تخت پدینگ‌خورده"))
+                                                 "تکهٔ این رتبه از پارامترهای تخت پدینگ‌شده"))
         if found is None and held_bytes(getattr(unit, "full", None)) != 0:
             found = value_failure(phrase("the bytes of self.full's storage after construction",
                                          "بایت‌های حافظهٔ self.full پس از ساخت"),
@@ -287,7 +287,7 @@ def timing(path: str, timeout_s: float) -> Timing:
 CHECKS = (
     Check("shard",
           {"en": "ShardedUnit keeps this rank's chunk of the padded flat parameters, and nothing else",
-           "fa": "ShardedUnit فقط تکهٔ این رتبه از پارامترهای تخت پدینگ‌خورده را نگه می‌دارد"},
+           "fa": "ShardedUnit فقط تکهٔ این رتبه از پارامترهای تخت پدینگ‌شده را نگه می‌دارد"},
           {"en": "concatenate the parameters, pad with zeros to N x ceil(P / N), clone() elements "
                  "[rank x shard_numel, (rank + 1) x shard_numel) as self.shard, then free(): a "
                  "slice without clone() is a view that dies with self.full's storage",
