@@ -152,3 +152,25 @@ def test_no_term_is_defined_in_both_glossaries() -> None:
 def test_a_name_in_both_glossaries_is_found() -> None:
     en = [{"names": ["GPipe"], "other": ["GPipe"]}]
     assert shared_names(en, [{"names": ["gpipe"], "other": ["GPipe"]}]) == {normal("GPipe")}
+
+
+def names_defined_twice(entries: list[dict]) -> list[str]:
+    """Term names that two entries of one glossary define (a duplicate-term warning, as above)."""
+    seen: set[str] = set()
+    twice = []
+    for name in (normal(name) for entry in entries for name in entry["names"]):
+        if name in seen:
+            twice.append(name)
+        seen.add(name)
+    return twice
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_no_glossary_defines_a_term_twice(lang: str) -> None:
+    assert names_defined_twice(glossary(lang)) == []
+
+
+def test_a_term_defined_twice_is_found() -> None:
+    entry = {"names": ["gradient clipping"], "other": ["بریدن گرادیان"]}
+    assert names_defined_twice([entry, {"names": ["GPipe"], "other": []}, entry]) == [
+        normal("gradient clipping")]
