@@ -1,5 +1,6 @@
 """Rank functions of lesson 80: save and resume ZeRO training, time a save, crash one, compare
-with DCP (its layout, its resharding at load time, a flipped byte); and `shard_layout`, each
+with DCP (its layout, its resharding at load time, a flipped byte, an FSDP2 model and its Adam
+saved on 4 ranks and loaded on 2); and `shard_layout`, each
 shard's place and padding as a manifest records them, and `dcp_chunks`, what DCP's .metadata
 records of a saved tensor.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+from dataclasses import replace
 import io
 import tempfile
 import threading
@@ -34,7 +36,8 @@ from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights, flat_sn
 from lesson_code.checkpoint.shards import load_sharded, save_sharded
 from lesson_code.runtime.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
-from lesson_code.zero_lab import ZeroRun, build_optimizer, parameter_digest, run_loss, run_model
+from lesson_code.zero_lab import (ZeroRun, build_optimizer, gathered_parameters, parameter_digest,
+                                  run_loss, run_model)
 
 
 def save_zero(root: Path | str, model, optimizer, *, step: int, extra: dict | None = None,
@@ -316,6 +319,53 @@ def dcp_chunks(destination: str, key: str) -> list[dict]:
              "file": where[chunk.offsets].relative_path, "from byte": where[chunk.offsets].offset,
              "bytes": where[chunk.offsets].length}
             for chunk in metadata.state_dict_metadata[key].chunks]
+
+
+def fsdp2_save(rank: int, world_size: int, run: ZeroRun, destination: str) -> dict:
+    """Train `run` with torch's FSDP2 and Adam (lesson 78's "fsdp2") and save both with DCP, as
+    torchtitan does: `get_state_dict` gives the model's and the optimizer's state dicts, keyed by
+    parameter names, with a DTensor for every parameter and every moment, and `dcp.save` has each
+    rank write its own chunks of them. Collective: call on every rank. Returns, gathered whole,
+    what a load must give back (`fsdp2_whole`)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    run = replace(run, optimizer="fsdp2")
+    model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size)
+    train(lambda step: run_loss(run, model, step, rank, world_size), optimizer, range(run.steps))
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=destination)
+    return fsdp2_whole(model, optimizer)
+
+
+def fsdp2_load(rank: int, world_size: int, run: ZeroRun, destination: str) -> dict:
+    """Load what `fsdp2_save` saved into a fresh FSDP2 model and Adam on this group's number of
+    ranks, however many saved it: the fresh pair's own `get_state_dict` is the template, whose
+    DTensors say which slice this rank holds; `dcp.load` reads into each the saved chunks that
+    overlap it; `set_state_dict` puts the result in place. Collective: call on every rank.
+    Returns what `fsdp2_save` returns."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    run = replace(run, optimizer="fsdp2")
+    model, optimizer = build_optimizer(run, run_model(run, seed_offset=100 + rank), rank, world_size)
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=destination)
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optimizer"])
+    return fsdp2_whole(model, optimizer)
+
+
+def fsdp2_whole(model, optimizer) -> dict:
+    """An FSDP2 model's parameters and its Adam's moments and step count, gathered whole
+    (`full_tensor`, a collective: call on every rank)."""
+    state = [optimizer.state[p] for p in model.parameters()]
+    return {"params": gathered_parameters(model, optimizer),
+            "exp_avg": torch.cat([s["exp_avg"].full_tensor().reshape(-1) for s in state]),
+            "exp_avg_sq": torch.cat([s["exp_avg_sq"].full_tensor().reshape(-1) for s in state]),
+            "step": float(state[0]["step"]), "local_numel": sum(p.to_local().numel()
+                                                                 for p in model.parameters())}
 
 
 def dcp_files(destination: str) -> list[dict]:

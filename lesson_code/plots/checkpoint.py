@@ -34,6 +34,8 @@ TABLE_WORDS = {"fa": {
     "no manifest": "بدون مانیفست", "missing shard": "شارد گم‌شده", "truncated shard": "شارد کوتاه‌شده",
     "manifest edited": "مانیفست ویرایش‌شده", "another world size": "تعداد رتبهٔ دیگر",
     "renamed to step 20": "با نام گام ۲۰",
+    "saved on 4 ranks": "ذخیره روی ۴ رتبه", "loaded on 2 ranks": "بارگذاری روی ۲ رتبه",
+    "elements per rank": "عنصرهای هر رتبه",
     "max_diff_after_10_more_steps": "بیشینهٔ اختلاف پس از ۱۰ گام دیگر", "format": "قالب",
     "count": "شمار", "sum": "جمع", "raised": "خطای رخ‌داده",
     "max_abs_change": "بیشینهٔ تغییر مطلق", "ours": "قالب ما", "dcp": "DCP",
