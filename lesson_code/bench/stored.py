@@ -78,8 +78,7 @@ def load(name: str) -> tuple[pd.DataFrame, dict[str, str]]:
 
 # What each stored table measured, as its benchmark writes it (English, fields in braces) and as
 # the Persian edition says it. Fields are numbers or dates written in English; a field named in
-# FIELD_WORDS is a term with a Persian word. A command is in backticks, or, in the capstone's two
-# notes, isolated left to right as a date is, so that the printed line shows no backticks.
+# FIELD_WORDS is a term with a Persian word.
 DESCRIPTIONS = {
     "ddp": (
         "lesson 77 benchmark: MiniGPT with {parameters} parameters, {ranks} ranks, batch {batch} "
@@ -128,14 +127,14 @@ DESCRIPTIONS = {
         "capstone",
         "کل فرمان پروژهٔ پایانی در برابر همتایش که فقط از torch بهره می‌گیرد، روی {ranks} رتبه، از "
         "آغاز فرایند تا پایان آن، میانهٔ {repeats} اجرا، اندازه‌گیری‌شده در {date} با "
-        "\u2066python -m lesson_code.bench capstone\u2069"),
+        "`python -m lesson_code.bench capstone`"),
     "capstone_curve": (
         "loss per step of python -m lesson_code.capstone --lr-spike-step {spike} on {ranks} "
         "ranks, and its divergence guard's events, measured {date} by python -m "
         "lesson_code.bench capstone",
-        "زیان هر گام در \u2066python -m lesson_code.capstone --lr-spike-step {spike}\u2069 روی "
-        "{ranks} رتبه، و رویدادهای محافظ واگرایی آن، اندازه‌گیری‌شده در {date} با "
-        "\u2066python -m lesson_code.bench capstone\u2069"),
+        "زیان هر گام در `python -m lesson_code.capstone --lr-spike-step {spike}` روی {ranks} "
+        "رتبه، و رویدادهای محافظ واگرایی آن، اندازه‌گیری‌شده در {date} با "
+        "`python -m lesson_code.bench capstone`"),
 }
 MACHINE = ("{arch}, {cores} cores, {system}, Python {python}, torch {torch}",
            "{arch}، {cores} هسته، {system}، \u2066Python {python}\u2069، \u2066torch {torch}\u2069")
