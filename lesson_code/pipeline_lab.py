@@ -146,21 +146,6 @@ def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
             "traffic": comm.ledger.totals()["pipeline"]}
 
 
-def unsplit_step_seconds(run: PipeRun, repeats: int = 3) -> float:
-    """Median seconds of one forward and backward of the unsplit model on the whole batch, after
-    one untimed warm-up: the step a pipeline of the same model is compared with. Run it with
-    `reference.in_one_rank`, so that it has one thread, as each stage does."""
-    layers = nn.Sequential(*as_layers(build_model(run.model, run.seed, run.gpt, current_device())))
-    x, y = run.batch(0)
-    clock = PhaseClock()
-    for index in range(repeats + 1):
-        layers.zero_grad()
-        clock.start()
-        loss_function(run.model)(layers(x), y).backward()
-        clock.stop()
-    return statistics.median(clock.samples["step"][1:])
-
-
 def ours_and_torch_steps(rank: int, world_size: int, runs: list[PipeRun]) -> list[dict]:
     """For each run, {"ours": `pipeline_step`, "torch": `torch_pipelining_step`}, in one launch.
 
