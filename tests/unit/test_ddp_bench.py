@@ -37,3 +37,14 @@ def test_the_table_takes_each_steps_slowest_rank_and_compares_round_by_round():
     assert (table.loc["bucketed", "vs_torch_low"], table.loc["bucketed", "vs_torch_high"]) == (0.5, 1.5)
     assert table.loc["bucketed", "vs_one_bucket"] == 1.0 and table.loc["torch", "vs_torch"] == 1.0
     assert math.isnan(table.loc["naive", "bucket_mb"])  # the naive wrapper has no buckets
+
+
+def test_comm_before_backward_end_is_the_median_of_each_steps_comm_minus_wait():
+    """Three steps whose comm - wait is 0.1, 0.2 and 0.3 s: the median is 0.2 s, where the
+    median comm (1.0 s) minus the median wait (0.9 s) would give 0.1 s."""
+    per_step = [(1.0, 0.9), (0.5, 0.3), (2.0, 1.7)]  # (comm, wait) of each round's step
+    samples = [[[{**phases(1.0, 0.2), "comm": comm, "wait": wait}] for comm, wait in per_step]
+               for _ in VARIANTS]
+    table = ddp_bench.summarise([samples], VARIANTS).set_index("wrapper")
+    assert table.loc["naive", "comm_ms"] - table.loc["naive", "wait_ms"] == pytest.approx(100)
+    assert table.loc["naive", "hidden_comm_ms"] == pytest.approx(200)
