@@ -108,6 +108,48 @@ def compare_chain_broadcast(rank: int, world_size: int, src: int, numel: int,
             **ledger.totals()["chain_broadcast"]}
 
 
+def pairwise_all_to_all(tensor: torch.Tensor, *, group=None, ledger: CommLedger | None = None,
+                        timeout_s: float = DEFAULT_WAIT_S) -> torch.Tensor:
+    """Exercise 8: `dist.all_to_all_single` from messages, pairwise; returns a new tensor.
+
+    Collective: call on every rank with tensors of the same shape and dtype. Cut along its first
+    dimension into N chunks, chunk j of this rank's `tensor` goes to rank j, and the result holds
+    chunk r (r this rank) of every rank, in rank order. In round k = 1, ..., N-1 rank r sends to
+    rank r + k and receives from rank r - k (mod N): every round is one permutation of the ranks,
+    N - 1 messages of n/N bytes each way in all; a rank's own chunk is copied, not sent.
+    Raises ValueError when the first dimension is not a multiple of the group's size.
+    """
+    peers = peers_for("pairwise_all_to_all", group, ledger, timeout_s)
+    world_size, rank = peers.world_size, peers.rank
+    if tensor.dim() == 0 or tensor.shape[0] % world_size:
+        raise ValueError(f"a tensor of shape {tuple(tensor.shape)} cannot be cut into "
+                         f"{world_size} equal chunks along its first dimension: pad it to a "
+                         f"multiple of {world_size}")
+    sending = tensor.contiguous().chunk(world_size)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    receiving = output.chunk(world_size)
+    receiving[rank].copy_(sending[rank])
+    for k in range(1, world_size):
+        to, source = (rank + k) % world_size, (rank - k) % world_size
+        peers.exchange(sending[to], to, receiving[source], source)
+    peers.counter.commit()
+    return output
+
+
+def compare_all_to_all(rank: int, world_size: int, rows: int, dtype_name: str = "float32") -> dict:
+    """Exercise 8's pairwise all-to-all of a (rows, 3) tensor, beside dist.all_to_all_single.
+
+    Collective: call on every rank. Returns this rank's ledger of the pairwise all-to-all and
+    `equal`: whether its result has the same bits as the built-in's.
+    """
+    x = make_input(rank, rows * 3, dtype_name).view(rows, 3)
+    ledger = CommLedger()
+    ours = pairwise_all_to_all(x, ledger=ledger)
+    builtin = torch.empty_like(x)
+    dist.all_to_all_single(builtin, x)
+    return {"equal": torch.equal(ours, builtin), **ledger.totals()["pairwise_all_to_all"]}
+
+
 def reduction_error(contributions: int, numel: int = 65536, seed: int = 0) -> dict[str, float]:
     """Relative error of a gradient sum over `contributions` ranks, added one at a time as a ring
     adds them, with the running sum kept in bfloat16, or kept in float32 and rounded to bfloat16

@@ -181,6 +181,28 @@ def test_the_chain_broadcast_equals_the_builtin_and_sends_each_piece_along_n_min
     assert "src=5" in errors[0] and "pieces=0" in errors[1]
 
 
+def all_to_all_cases(rank, world_size):
+    """Exercise 8's pairwise all-to-all in two dtypes and a refusal of an uneven first dimension."""
+    results = {case: collectives_lab.compare_all_to_all(rank, world_size, *case)
+               for case in ((world_size * 5, "float32"), (world_size, "int64"))}
+    with pytest.raises(ValueError) as refused:
+        collectives_lab.pairwise_all_to_all(torch.zeros(world_size + 1))
+    return results, str(refused.value)
+
+
+def test_the_pairwise_all_to_all_equals_the_builtin_and_sends_n_minus_1_chunks():
+    world_size = 3
+    per_rank = launch.spawn(all_to_all_cases, world_size=world_size)
+    for rows, dtype_name in per_rank[0][0]:
+        results = [cases[(rows, dtype_name)] for cases, _ in per_rank]
+        chunk_bytes = rows // world_size * 3 * (4 if dtype_name == "float32" else 8)
+        assert all(r["equal"] for r in results)
+        assert all(r["messages_sent"] == r["messages_received"] == world_size - 1 for r in results)
+        assert all(r["bytes_sent"] == r["bytes_received"] == (world_size - 1) * chunk_bytes
+                   for r in results)
+    assert "shape (4,)" in per_rank[0][1] and "multiple of 3" in per_rank[0][1]
+
+
 def ring_ledger_is_per_call(rank, world_size):
     ledger = CommLedger()
     for _ in range(3):
