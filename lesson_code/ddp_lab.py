@@ -479,6 +479,19 @@ def bucket_sweep(inputs: dict, bucket_mbs: list[float]) -> list[dict]:
     return rows
 
 
+def bucket_counts(sizes: list[int], bucket_mbs: list[float]) -> list[dict]:
+    """How many buckets gradients of `sizes` bytes (in the order the backward makes them) fill
+    at each cap of `bucket_mbs` (MiB), by two rules: `bucket_groups`' (what BucketedDDP and
+    overlap_model cut: a bucket never goes over the cap unless one tensor alone does) and
+    PyTorch DDP's (`dist._compute_bucket_assignment_by_size`: a bucket closes once it reaches the
+    cap, so it can go over by one tensor, and fewer buckets come out)."""
+    gradients = [torch.empty(nbytes // 4) for nbytes in sizes]  # float32, as the models' are
+    return [{"bucket MiB": mb, "buckets, our rule": len(bucket_groups(sizes, int(mb * 2 ** 20))),
+             "buckets, PyTorch's rule": len(dist._compute_bucket_assignment_by_size(
+                 gradients, [int(mb * 2 ** 20)])[0])}
+            for mb in bucket_mbs]
+
+
 def attention_key_bias_mask(model: nn.Module) -> torch.Tensor:
     """True for the elements of the flat parameter vector that are MiniGPT attention key biases.
 

@@ -92,3 +92,10 @@ def test_above_a_ratio_of_one_no_bucket_size_hides_all_the_communication():
             exposed = row["exposed comm, model (ms)"] / 1e3
             assert exposed >= (ratio - 1) * inputs["backward_s"] - 1e-12
     assert ddp_lab.communication_ratio(ddp_lab.ModelledCluster().inputs()) > 1  # 8 sequences
+
+
+def test_bucket_counts_by_our_rule_and_by_pytorchs():
+    """Five gradients of 1200 bytes under a 2000-byte cap: ours never goes over the cap (five
+    buckets of one each); PyTorch's closes a bucket once it reaches the cap ([0, 1], [2, 3], [4])."""
+    (row,) = ddp_lab.bucket_counts([1200] * 5, [2000 / 2 ** 20])
+    assert row["buckets, our rule"] == 5 and row["buckets, PyTorch's rule"] == 3
