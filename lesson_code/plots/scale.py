@@ -8,9 +8,10 @@ it holds more (DDP's buckets, ZeRO-1's gradient shard).
 
 from __future__ import annotations
 
+import pandas as pd
 from matplotlib.figure import Figure
 
-from lesson_code import memory
+from lesson_code import language, memory
 from lesson_code.plots import FIGURE_WIDTH, number, start_figure
 from lesson_code.plots.tables import translate
 
@@ -20,7 +21,7 @@ LABELS = {
            "formula": "formula", "title": "MiniGPT, {p} million parameters: points measured, lines the formula"},
     "fa": {"ranks": "تعداد رتبه‌ها N (شبیه‌سازی‌شده)", "held": "مگابایت نگه‌داشته در هر رتبه",
            "sent": "مگابایت فرستادهٔ هر رتبه در هر گام", "measured": "اندازه‌گیری‌شده",
-           "formula": "فرمول", "title": "MiniGPT با {p} میلیون پارامتر: نقطه‌ها اندازه‌گیری، خط‌ها فرمول"},
+           "formula": "فرمول", "title": "MiniGPT با {p} میلیون پارامتر: نقطه‌ها: اندازه‌گیری‌شده؛ خط‌ها: فرمول"},
 }
 # The scale lab's tables in Persian: English label -> Persian term (book/fa/glossary.md).
 TABLE_LABELS = {
@@ -44,17 +45,17 @@ TABLE_LABELS = {
     "gradient distance": "فاصلهٔ نسبی گرادیان‌ها",
     "largest parameter difference": "بیشترین اختلاف پارامترها", "distance": "فاصلهٔ نسبی",
     # scale_lab.peak_summary
-    "made while building GB": "ساخته‌شده هنگام ساختن (گیگابایت)",
-    "made in the forward GB": "ساخته‌شده در گذر رفت (گیگابایت)",
-    "made in the backward GB": "ساخته‌شده در گذر برگشت (گیگابایت)",
-    "made in the optimizer GB": "ساخته‌شده در گام بهینه‌ساز (گیگابایت)",
+    "made while building GB": "پدیدآمده هنگام ساختن مدل (گیگابایت)",
+    "made in the forward GB": "پدیدآمده در گذر رفت (گیگابایت)",
+    "made in the backward GB": "پدیدآمده در گذر برگشت (گیگابایت)",
+    "made in the optimizer GB": "پدیدآمده در گام بهینه‌ساز (گیگابایت)",
     # scale_lab.pipelined.summary
     "layers per stage, fewest": "کمترین لایه در یک مرحله",
     "layers per stage, most": "بیشترین لایه در یک مرحله",
     "parameter MB per stage, least": "کمترین پارامتر یک مرحله (مگابایت)",
     "parameter MB per stage, most": "بیشترین پارامتر یک مرحله (مگابایت)",
-    "bytes sent, most": "بیشترین بایت فرستاده", "protocol's bytes, most": "بایت‌های پروتکل",
-    "activations kept, most": "بیشترین فعال‌سازی‌های نگه‌داشته", "loss": "زیان",
+    "bytes sent, most": "بیشترین بایت فرستاده", "protocol's bytes, most": "بیشترین بایت‌های پروتکل",
+    "activations kept, most": "بیشترین شمار فعال‌سازی‌های نگه‌داشته", "loss": "زیان",
 }
 COLORS = {"DDP": "#7f7f7f", "ZeRO-1": "#1f77b4", "ZeRO-2": "#2ca02c", "ZeRO-3": "#d62728"}
 # DDP, ZeRO-1 and ZeRO-2 send the same bytes: markers of other shapes and sizes keep all three
@@ -98,8 +99,26 @@ def scale_figure(table, parameters: int, lang: str = "en",
     return fig
 
 
+# check_summary's differences and distances, from 0 to about 0.03: pandas writes each column
+# with 6 decimals (0.000072, 0.005505). The course's number rule would write the smallest of
+# them with a power of ten (۷٫۲ × ۱۰⁻⁵) beside plain decimals in the same column, so the
+# Persian table writes them as the English one does, 6 decimals in Persian digits.
+FIXED_COLUMNS = ("profiler's peak, largest relative difference", "largest gradient difference",
+                 "gradient distance", "largest parameter difference", "distance")
+
+
 def table(frame, lang: str = "en"):
     """`frame` (`scale_lab.paper_summary`, `sweep_summary`, `check_summary`,
     `pipelined.summary`) with its labels in edition `lang`: Persian
-    terms from TABLE_LABELS for "fa", unchanged for "en"; the values are never touched."""
+    terms from TABLE_LABELS for "fa", unchanged for "en". The values are never touched, except
+    that in Persian the FIXED_COLUMNS (never negative) are shown as text with 6 decimals, the way
+    pandas shows them in English ("0.000072" is «۰٫۰۰۰۰۷۲»)."""
+    if lang == "fa" and isinstance(frame, pd.DataFrame):
+        fixed = [column for column in FIXED_COLUMNS if column in frame.columns]
+        frame = frame.assign(**{column: frame[column].map(_six_decimals) for column in fixed})
     return translate(frame, {"fa": TABLE_LABELS}, lang)
+
+
+def _six_decimals(value: float) -> str:
+    """A non-negative `value` with 6 decimals in Persian digits: 7.2e-05 -> «۰٫۰۰۰۰۷۲»."""
+    return language.persian_digits(f"{value:.6f}").replace(".", language.DECIMAL_MARK)

@@ -168,6 +168,7 @@ def test_the_stored_sweep_is_what_the_code_measures_now(tmp_path):
     assert report.stored_note(note, ScaleRun(), "en").startswith(note["description"])
     persian = report.stored_note(note, ScaleRun(), "fa")
     assert "۴٬۷۸۸٬۲۲۴" in persian and "measured" not in persian
+    assert "`" not in persian and "رونوشت اصلی fp32 و گشتاورهای fp32" in persian
     with pytest.raises(ValueError, match="the stored sweep is of another run"):
         report.stored_note(note, TINY, "en")
     # written and read back whole, with its note
@@ -241,6 +242,9 @@ def test_the_command_reports_what_it_measures_and_what_it_cannot(lang, capsys):
     else:
         assert "اندازه‌گیری‌نشده: زمان، پهنای باند" in out and "درست" in out
         assert "۸۶٫۱۹/۷۶٫۶۱" in out and "86.19" not in out
+        # plain text, not Markdown: no backticks, and the master copy named as the page names it
+        assert "`" not in out and 'گروه فرایند "fake"' in out and 'دستگاه "meta"' in out
+        assert "رونوشت اصلی fp32 و گشتاورهای fp32" in out
 
 
 def test_the_command_refuses_bad_arguments_with_status_2(capsys):

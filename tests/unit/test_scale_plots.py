@@ -44,8 +44,28 @@ def test_the_scale_figure_draws_points_and_formulas_in_both_editions(lang):
         smallest = min(shown_texts(figure), key=lambda t: t.get_fontsize())
         assert smallest.get_fontsize() * PHONE_WIDTH_PX / width_pt >= SMALLEST_PX
         if lang == "fa":
+            assert "نقطه‌ها: اندازه‌گیری‌شده؛ خط‌ها: فرمول" in texts
             for text in shown_texts(figure):
                 words = str(text.get_text())
                 assert plots.persian_text(words) == words
     finally:
         plt.close(figure)
+
+
+def test_the_persian_check_table_writes_each_difference_column_in_one_notation_as_english_does():
+    # check_summary's columns hold 7.2e-05 beside 0.005505: pandas writes both with 6 decimals,
+    # and so must the Persian table, not «۷٫۲ × ۱۰⁻⁵» beside «۰٫۰۰۵۵۰۵».
+    frame = pd.DataFrame({column: [7.2e-05, 0.005505, 0.0] for column in scale.FIXED_COLUMNS}
+                         | {"peak difference, bytes": [0, 512, 512]},
+                         index=pd.Index(["DDP", "ZeRO-1", "ZeRO-2"], name="strategy"))
+    shown = scale.table(frame, "fa")._repr_html_()
+    assert shown.count("<td>۰٫۰۰۰۰۷۲</td>") == shown.count("<td>۰٫۰۰۵۵۰۵</td>") == 5
+    assert "×" not in shown and "<td>۵۱۲</td>" in shown
+    assert scale.table(frame, "en") is frame  # the English edition shows what pandas shows
+    assert frame.iloc[0, 0] == 7.2e-05  # the caller's values stay numbers
+
+
+def test_every_persian_label_of_a_largest_value_says_so():
+    most = {label: persian for label, persian in scale.TABLE_LABELS.items()
+            if label.endswith(", most")}
+    assert len(most) == 5 and all(persian.startswith("بیشترین") for persian in most.values()), most
