@@ -21,7 +21,7 @@ LABELS = {
            "formula": "formula", "title": "MiniGPT, {p} million parameters: points measured, lines the formula"},
     "fa": {"ranks": "تعداد رتبه‌ها N (شبیه‌سازی‌شده)", "held": "مگابایت نگه‌داشته در هر رتبه",
            "sent": "مگابایت فرستادهٔ هر رتبه در هر گام", "measured": "اندازه‌گیری‌شده",
-           "formula": "فرمول", "title": "MiniGPT با {p} میلیون پارامتر: نقطه‌ها: اندازه‌گیری‌شده؛ خط‌ها: فرمول"},
+           "formula": "فرمول", "title": "MiniGPT با {p} میلیون پارامتر (نقطه‌ها: اندازه‌گیری‌شده؛ خط‌ها: فرمول)"},
 }
 # The scale lab's tables in Persian: English label -> Persian term (book/fa/glossary.md).
 TABLE_LABELS = {
