@@ -130,6 +130,56 @@ def reference_step(run: PipeRun) -> dict:
     return {"loss": loss.item(), "grads": layer_gradients(layers, 0)}
 
 
+def tied_pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
+    """One step of our pipeline of MiniGPT with its head tied to its token embedding (exercise 6).
+
+    Collective: call on every rank. The first stage holds the embedding's copy of the matrix and
+    the last stage the head's copy, given the embedding's values, as one tied matrix would be.
+    Each copy's gradient after the flush is only its own use's share; one all-reduce over a group
+    of just the first and the last stage adds the two, as the tied matrix's gradient is the sum.
+    Returns this stage's gradients after that all-reduce ("grads") and before it ("own_grads"),
+    named as in the unsplit layer list.
+    """
+    if run.model != "gpt":
+        raise ValueError(f"model={run.model!r}: only MiniGPT has an embedding and a head to tie; use 'gpt'")
+    comm = run.communicator()
+    if comm.world_size < 2:
+        raise ValueError(f"world_size={comm.world_size}: a tie between stages needs at least 2 stages")
+    stage, (start, _) = build_stage(run, comm)
+    embedding = as_layers(build_model(run.model, run.seed, run.gpt, current_device()))[0].tokens.weight
+    ends = dist.new_group([0, comm.world_size - 1])  # collective: every rank creates it
+    tied = None
+    if stage.is_first:
+        tied = stage.layers[0].tokens.weight
+    elif stage.is_last:
+        tied = stage.layers[-1].lm_head.weight
+        with torch.no_grad():
+            tied.copy_(embedding)
+    x, y = run.batch(0)
+    stage.train_step(x, y, run.micro_batches, run.schedule)
+    own_grads = layer_gradients(stage.layers, start)
+    if tied is not None:
+        dist.all_reduce(tied.grad, group=ends)  # after the flush, before any clipping or step
+    return {"grads": layer_gradients(stage.layers, start), "own_grads": own_grads}
+
+
+def tied_reference_step(run: PipeRun) -> dict:
+    """`reference_step` of MiniGPT with its head's matrix the embedding's own parameter: the
+    gradients of the tied model, the tied matrix's listed under both the embedding's name and
+    the head's, as the two stages of `tied_pipeline_step` hold it.
+
+    Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
+    """
+    layers = nn.Sequential(*as_layers(build_model(run.model, run.seed, run.gpt, current_device())))
+    layers[-1].lm_head.weight = layers[0].tokens.weight
+    x, y = run.batch(0)
+    loss = loss_function(run.model)(layers(x), y)
+    loss.backward()
+    grads = layer_gradients(layers, 0)  # a shared parameter is named once, as the embedding's
+    grads[f"{len(layers) - 1}.lm_head.weight"] = grads["0.tokens.weight"]
+    return {"loss": loss.item(), "grads": grads}
+
+
 def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
     """One training step of our pipeline, one stage per rank of the default group.
 

@@ -77,6 +77,7 @@ TABLE_WORDS = {"fa": {
     "tied gradient, sent by each stage": "گرادیان گره‌خورده، فرستادهٔ هر مرحله",
     "activation gradients, sent by the last stage": "گرادیان فعال‌سازی‌ها، فرستادهٔ مرحلهٔ آخر",
     "bytes per step": "بایت در هر گام", "GB": "گیگابایت",
+    "after the all-reduce": "پس از کاهش همگانی", "each copy's own share": "سهم خودِ هر رونوشت",
 }}
 
 

@@ -88,6 +88,23 @@ def test_after_the_flush_every_stage_clips_by_the_whole_models_norm():
     assert drift > 1e-4 and abs(own[0]["losses"][-1] - reference["losses"][-1]) > 1e-4, drift
 
 
+@pytest.mark.parametrize("stages", [2, 4])
+def test_a_tied_head_and_embedding_are_summed_between_the_first_and_the_last_stage(stages):
+    # The tied matrix's gradient is the sum of its two uses' shares; each end stage alone holds
+    # only its own share (measured: the shares differ from the sum by about 0.1, the summed
+    # copies from one process by below 1e-6, 1e-5 covers other thread counts' orders of sums).
+    run = PipeRun(micro_batches=4)
+    reference = in_one_rank(pipeline_lab.tied_reference_step, run)
+    per_rank = launch.spawn(pipeline_lab.tied_pipeline_step, run, world_size=stages)
+    names = sorted(name for r in per_rank for name in r["grads"])
+    assert names == sorted(reference["grads"])
+    assert pipeline_lab.max_grad_diff(per_rank, reference) < 1e-5
+    own = [{"grads": r["own_grads"]} for r in per_rank]
+    assert pipeline_lab.max_grad_diff(own, reference) > 1e-2  # without the all-reduce
+    with pytest.raises(ValueError, match="only MiniGPT"):
+        pipeline_lab.tied_pipeline_step(0, 2, PipeRun(model="mlp"))
+
+
 def grouped_pipeline_steps(rank, world_size, runs):
     """`pipeline_steps` with each stage posting its sends in one group with its next receive,
     the path a stage takes under NCCL (gloo carries such groups too, one operation at a time)."""
