@@ -50,7 +50,7 @@ TABLE_WORDS = {"fa": {
     "limit": "مرز محافظ",
     "DDP + Adam: 8P": "DDP با Adam: 8P", "DDP + master copy + Adam: 12P": "DDP با رونوشت اصلی و Adam: 12P",
     "largest loss gap": "بیشترین فاصلهٔ زیان‌ها",
-    "largest loss gap to the unclipped run": "بیشترین فاصلهٔ زیان‌ها با اجرای بی‌محدودسازی",
+    "largest loss gap to the unclipped run": "بیشترین فاصلهٔ زیان‌ها با اجرای بدون بریدن",
     "broadcast, then optimizer": "نخست بازپخش، سپس بهینه‌ساز",
     "optimizer, then broadcast": "نخست بهینه‌ساز، سپس بازپخش",
     "final parameters, relative distance": "فاصلهٔ نسبی پارامترهای پایانی",
