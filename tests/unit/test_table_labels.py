@@ -50,3 +50,15 @@ def test_a_label_shared_by_lessons_78_and_78a_has_one_persian_form() -> None:
               for label in zero.TABLE_LABELS.keys() & zero.STAGES_LABELS.keys()
               if zero.TABLE_LABELS[label] != zero.STAGES_LABELS[label]}
     assert not differ, differ
+
+
+def test_lesson_78a_labels_name_one_quantity_one_way_where_the_peak_falls_and_a_link_s_rate():
+    # The peak's breakdown calls "held" what the other tables of the page call "held between steps"
+    # (bytes allocated before the step): one quantity, one Persian label. peak_in names a phase.
+    labels = zero.STAGES_LABELS
+    assert labels["held"] == labels["held between steps"]
+    shown = zero.stages_table(pd.DataFrame({"peak_in": ["backward"]}, index=["ZeRO-3"]), "fa")
+    assert shown.columns.tolist() == ["بیشینه در"]
+    # A link's speed is a rate, as the prose writes it: «۴۰۰ گیگابیت بر ثانیه», not «۴۰۰ گیگابیتی».
+    every = {**zero.TABLE_LABELS, **labels}.values()
+    assert [label for label in every if "گیگابیتی" in label] == []
