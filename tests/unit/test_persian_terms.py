@@ -3,9 +3,9 @@ glossary's, never a variant a reader would take for another term or another mean
 
 Each entry of REJECTED is a word the Persian edition once used beside the glossary's (or a word
 that reads as something else), with the word to use instead. The scan covers every Persian string
-the reader meets outside the notebooks' prose: lesson_code (figures, tables, commands, errors,
-practice mode and its templates), book/static's explorers and calculator, and the glossary; and
-the notebooks whose prose has been brought to the glossary (PROSE).
+the reader meets: lesson_code (figures, tables, commands, errors, practice mode and its
+templates), book/static's explorers and calculator, the glossary, the Persian pages of the book and
+every Persian notebook (prose, code comments and stored outputs).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ REJECTED = {  # pattern: (what it was used for, the glossary's word)
     "لایه‌گذاری": ("padding (reads as layering)", "پدینگ"),
     "پوشانده‌شده": ("masked (reads as wrapped: پوشاندن wraps a model)", "ماسک‌شده"),
     "بی‌صدا": ("silently (a calque)", "بی‌هیچ خطا یا هشداری"),
+    "رتبه‌بندی": ("rank (reads as a ranking)", "رتبه"),
     "کد عملیاتی": ("production code (reads as opcode)", "پیاده‌سازی‌های عملیاتی"),
 }
-PROSE = [ROOT / "notebooks" / "fa" / "77-ddp.ipynb"]
 SOURCES = sorted([*(p for p in (ROOT / "lesson_code").rglob("*") if p.suffix in (".py", ".tmpl")),
-                  *(ROOT / "book" / "static").glob("*.js"), ROOT / "book" / "fa" / "glossary.md",
-                  *PROSE])
+                  *(ROOT / "book" / "static").glob("*.js"), *(ROOT / "book" / "fa").glob("*.md"),
+                  *(ROOT / "notebooks" / "fa").glob("*.ipynb")])
 
 
 def rejected_words(text: str) -> list[str]:
@@ -57,3 +57,4 @@ def test_a_rejected_word_is_found_and_a_word_that_contains_it_is_not():
     assert rejected_words("زمان (خانه‌ها: هر گذر رفت ۱)") == ["خانه (time slot; use بازه (بازهٔ زمانی))"]
     assert rejected_words("کتابخانه‌ای که بایت‌ها را جابه‌جا می‌کند") == []
     assert rejected_words("یک گام خط لوله") and rejected_words("خط‌لوله")
+    assert rejected_words("رتبه‌بندی ۰") and not rejected_words("رتبهٔ ۰ و رتبه‌ها")
