@@ -516,26 +516,32 @@ def broadcast_demo(rank: int, world_size: int, seed: int = 0) -> dict:
     return {"rank": rank, "norm before": before, "norm after": flat_parameters(model).norm().item()}
 
 
-def no_sync_timing_demo(rank: int, world_size: int) -> dict[str, bool]:
+def no_sync_timing_demo(rank: int, world_size: int) -> dict[str, dict[str, bool]]:
     """Do gradients agree across ranks when no_sync() covers only the forward, or only backward?
+    For BucketedDDP ("bucketed") and torch's DistributedDataParallel ("torch"), which both read
+    the flag at forward time: {wrapper: {case: agree}}.
 
     Collective: call on every rank. Every rank has different data; a synchronised backward makes
     their gradients identical."""
     device = current_device()
-    model = BucketedDDP(build_model("mlp", 0, device=device), bucket_cap_mb=0.01)
     x = torch.randn(4, 32, generator=torch.Generator().manual_seed(rank)).to(device)
     target = torch.zeros(4, dtype=torch.long, device=device)
+    wrappers = {"bucketed": lambda m: BucketedDDP(m, bucket_cap_mb=0.01),
+                "torch": lambda m: DistributedDataParallel(m, bucket_cap_mb=0.01)}
     outcomes = {}
-    for case in ("forward inside no_sync", "backward inside no_sync"):
-        model.zero_grad()
-        with model.no_sync() if case.startswith("forward") else nullcontext():
-            loss = model(x, target)[1]
-        with model.no_sync() if case.startswith("backward") else nullcontext():
-            loss.backward()
-        grad = model.module.layers[0].weight.grad.clone()
-        gathered = [torch.empty_like(grad) for _ in range(world_size)]
-        dist.all_gather(gathered, grad)
-        outcomes[case] = all(torch.equal(g, gathered[0]) for g in gathered)
+    for name, wrap_model in wrappers.items():
+        model = wrap_model(build_model("mlp", 0, device=device))
+        outcomes[name] = {}
+        for case in ("forward inside no_sync", "backward inside no_sync"):
+            model.zero_grad()
+            with model.no_sync() if case.startswith("forward") else nullcontext():
+                loss = model(x, target)[1]
+            with model.no_sync() if case.startswith("backward") else nullcontext():
+                loss.backward()
+            grad = model.module.layers[0].weight.grad.clone()
+            gathered = [torch.empty_like(grad) for _ in range(world_size)]
+            dist.all_gather(gathered, grad)
+            outcomes[name][case] = all(torch.equal(g, gathered[0]) for g in gathered)
     return outcomes
 
 
