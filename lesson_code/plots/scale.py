@@ -92,6 +92,8 @@ def scale_figure(table, parameters: int, lang: str = "en",
         ax.set_xlabel(labels["ranks"])
         ax.set_ylabel(ylabel)
     held.set_yscale("log")
+    # from 0.1 MB, so that ZeRO-3's smallest points (0.15 MB at N = 512) sit above a labelled tick
+    held.set_ylim(bottom=0.1)
     fig.legend(*held.get_legend_handles_labels(), loc="lower center", ncol=4,
                markerfirst=lang != "fa")  # in Persian, each key's marker right of its name
     fig.suptitle(labels["title"].format(p=number(f"{parameters / 1e6:.1f}", lang)))

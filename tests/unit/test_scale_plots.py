@@ -37,6 +37,10 @@ def test_the_scale_figure_draws_points_and_formulas_in_both_editions(lang):
         # the largest N, which the page discusses, has a tick on both panels
         assert list(held.get_xticks()) == [1, 8, 64, 512]
         assert list(sent.get_xticks()) == [8, 64, 512]
+        # ZeRO-3's smallest points (0.15 MB at N = 512) sit above a labelled tick
+        low, high = held.get_ylim()
+        labelled = [tick for tick in held.get_yticks() if low <= tick <= high]
+        assert min(labelled) <= min(min(line.get_ydata()) for line in held.lines)
         texts = " ".join(str(t.get_text()) for t in shown_texts(figure))
         assert any("\u0600" <= ch <= "\u06ff" for ch in texts) == (lang == "fa")
         renderer = figure.canvas.get_renderer()
