@@ -1,10 +1,10 @@
 """A ZeRO-1 with a slip in its memory, for lesson 78b's exercise: the scale lab's check catches it.
 
-`SlicedStateZero` is lesson 78's `ZeroOptimizer` with one `.clone()` left out: its fp32 master
-copy and Adam's moments are slices of buffers as long as the whole (padded) model. It trains
-exactly as ZeRO-1 does, and counted by elements (`numel()`) its state is the shard's, 12 bytes
-per element; but a slice is a view, and a view keeps its whole buffer alive, so each rank holds
-DDP's 12 bytes per parameter. Read from storage, as the scale lab reads every rank, the sweep
+`SlicedStateZero` is lesson 78's `ZeroOptimizer` whose fp32 master copy and Adam's moments are
+slices of buffers as long as the whole (padded) model: the master's `.clone()` left out, and
+the moments allocated whole and then sliced. It trains exactly as ZeRO-1 does, and counted by
+elements (`numel()`) its state is the shard's, 12 bytes per element; but a slice is a view, and
+a view keeps its whole buffer alive, so each rank holds DDP's 12 bytes per parameter. Read from storage, as the scale lab reads every rank, the sweep
 shows it at once (`scale_lab.mismatches`).
 
     from lesson_code.scale_lab import faults
@@ -26,10 +26,12 @@ from lesson_code.zero import ZeroOptimizer, flatten_params
 
 
 class SlicedStateZero(ZeroOptimizer):
-    """ZeRO-1 whose master copy and moments are slices of whole-model buffers, not copies of
-    the shard: `whole[start: start + shard_numel]` without `.clone()`. Same arguments, same
-    steps and results as `ZeroOptimizer`; 12 bytes per parameter held instead of 12 per shard
-    element (built as the course's optimizer first, then given the slices in its place)."""
+    """ZeRO-1 whose master copy and moments are slices of whole-model buffers, not shard-sized
+    tensors: `whole[start: start + shard_numel]` without `.clone()`, and `zeros_like(whole)`
+    sliced (`zeros_like` of the master's slice alone would allocate only the shard). Same
+    arguments, same steps and results as `ZeroOptimizer`; 12 bytes per parameter held instead of
+    12 per shard element (built as the course's optimizer first, so its build allocates the state
+    twice, then given the slices in its place)."""
 
     def __init__(self, model, world_size, rank, *args, **kwargs):
         super().__init__(model, world_size, rank, *args, **kwargs)

@@ -21,11 +21,14 @@ caller sets it: "building", "forward", "backward", "optimizer"); at each new pea
 that phase (`peak_in`), the course's functions on the call stack (`peak_at`, outermost first)
 and the bytes live by the phase that made their storage (`peak_by_phase`).
 
-Counted: storages that operations dispatched through torch create, on the thread that entered
-the tracker (autograd's backward runs there on the CPU). Not counted: what a kernel allocates
-inside itself and frees before it returns, Python objects, a backend's own buffers, and work
-on other threads (lesson 77's bucketed DDP reduces its buckets on a thread of its own, whose
-ring buffers of 2/N of a bucket each are not seen).
+Counted: every storage behind a tensor that an operation dispatched through torch returns, on
+the thread that entered the tracker (autograd's backward runs there on the CPU), from the first
+such operation on. That includes a storage made before the tracker when an operation returns a
+view of it: MiniGPT's loss reshapes the batch's targets, so their storage is followed from the
+forward on, as made there. Not counted: a storage no operation under the tracker returns (the
+batch's token ids), what a kernel allocates inside itself and frees before it returns, Python
+objects, a backend's own buffers, and work on other threads (lesson 77's bucketed DDP reduces
+its buckets on a thread of its own, whose ring buffers of 2/N of a bucket each are not seen).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ HERE = str(Path(__file__).resolve().parent)  # scale_lab/: the instrument, not w
 
 
 class StorageTracker(TorchDispatchMode):
-    """Follows every storage the operations under it create: bytes live now, and the peak.
+    """Follows the storage of every tensor the operations under it return (a view's too, even of
+    a storage made before it): bytes live now, and the peak.
 
     The peak is taken whenever an operation creates a storage (memory only grows then; a
     storage resized up outside an operation, as ZeRO-3 refills a freed unit, is counted at the

@@ -109,6 +109,19 @@ def test_the_tracker_says_in_which_phase_and_where_its_peak_fell():
     assert rows["ZeRO-2"]["peak_in"] == rows["ZeRO-3"]["peak_in"] == "backward"
 
 
+def test_the_tracker_follows_a_storage_made_before_it_once_an_operation_returns_a_view():
+    """The batch is made before the step's tracker; MiniGPT's loss reshapes its targets, a
+    view, and from then on their storage is counted as made in the forward."""
+    from lesson_code.scale_lab.storages import StorageTracker
+    targets = torch.zeros(2, 16, dtype=torch.long, device="meta")
+    tokens = torch.zeros(2, 16, dtype=torch.long, device="meta")
+    with StorageTracker("forward") as tracker:
+        flat = targets.reshape(-1)
+        assert tracker.live_bytes() == 2 * 16 * 8  # the targets' storage, not the tokens'
+    assert flat._base is targets  # a view: no storage of its own
+    assert tracker.peak_by_phase == {"forward": 256} and tokens.nbytes == 256
+
+
 def test_the_zero_papers_table_from_running_code():
     table = scale_lab.paper_table()
     parameters = table.attrs["parameters"]
