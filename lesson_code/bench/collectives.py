@@ -27,7 +27,6 @@ import pandas as pd
 from lesson_code import collectives_lab, launch
 from lesson_code.bench import stored
 from lesson_code.collectives import choose, cost_model
-from lesson_code.harness.timing import machine_line
 
 SIZES = [2 ** k for k in range(10, 27, 2)]  # 1 KiB, 4 KiB, ..., 64 MiB
 QUICK_SIZES = [2 ** 10, 2 ** 16, 2 ** 20]
@@ -107,21 +106,25 @@ def algorithm_rows(rows: list[dict], world_size: int, collective: str = "all_red
             for row in rows if row["op"].endswith(f" {collective}")]
 
 
-def store_all(rows: list[dict], world_size: int, trials: int, folder: Path) -> None:
+def store_all(rows: list[dict], world_size: int, trials: int, folder: Path,
+              machine_at_start: str) -> None:
     """Store each collective's times in `folder`, under its name in `choose.STORED_FILES`."""
     for collective, packaged in choose.STORED_FILES.items():
         path = choose.store_times(algorithm_rows(rows, world_size, collective),
-                                  machine_note(world_size, trials, collective),
+                                  machine_note(world_size, trials, collective, machine_at_start),
                                   Path(folder) / packaged.name)
         print(f"{collective} algorithm times stored in {path}")
 
 
-def machine_note(world_size: int, trials: int, collective: str = "all_reduce") -> str:
-    """Where and when: for the comment lines of the stored times."""
+def machine_note(world_size: int, trials: int, collective: str = "all_reduce",
+                 machine_at_start: str | None = None) -> str:
+    """Where and when: for the comment lines of the stored times. The machine line carries the
+    load average read before the benchmark began (`stored.machine()`, read now by default): on
+    shared cores the times are mostly waits for a core, so a reader needs the load to compare."""
     return (stored.description("collectives", collective=collective.replace("_", "-"),
                                ranks=world_size, trials=trials,
                                date=datetime.date.today().isoformat())
-            + f"\nmachine: {machine_line()}")
+            + f"\nmachine: {machine_at_start or stored.machine()}")
 
 
 def run(world_size: int, out_dir: Path, quick: bool = False,
@@ -134,16 +137,17 @@ def run(world_size: int, out_dir: Path, quick: bool = False,
     sizes = QUICK_SIZES if quick else SIZES
     trials = QUICK_TRIALS if quick else TRIALS
     min_trial_s = QUICK_MIN_TRIAL_S if quick else MIN_TRIAL_S
+    machine_at_start = stored.machine()
     rows = launch.spawn(collectives_lab.time_primitives, sizes, trials, min_trial_s, FIRST_RUN,
                         world_size=world_size, timeout_s=3600)[0]
     if not quick:
-        store_all(rows, world_size, trials, folder)
+        store_all(rows, world_size, trials, folder, machine_at_start)
     side_by_side, decisions = launch.spawn(
         time_side_by_side, sizes, trials, min_trial_s, None if quick else str(folder),
         world_size=world_size, timeout_s=3600)[0]
     rows += side_by_side
     if not quick:  # again, with the side-by-side run's "auto" and "gloo" rows for the lesson
-        store_all(rows, world_size, trials, folder)
+        store_all(rows, world_size, trials, folder, machine_at_start)
     for collective, decided in decisions.items():
         print(f"auto {collective} ran " + ", ".join(
             f"{name} from {start} B" for start, name in zip(decided.starts, decided.algorithms))

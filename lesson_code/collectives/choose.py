@@ -362,14 +362,16 @@ def results_folder() -> Path:
 
 def measured_here(collective: str) -> Path | None:
     """This machine's own times of `collective` in `results_folder()`, if they were measured on
-    a machine described by the same `machine_line()`; else None."""
+    a machine described by the same `machine_line()` (the load average the line may end with
+    says how busy it was, not which machine it was); else None."""
     path = results_folder() / STORED_FILES[collective].name
     try:
         with open(path) as handle:
             lines = [line for line in handle if line.startswith("# machine: ")]
     except OSError:
         return None
-    return path if lines and lines[0].strip() == f"# machine: {machine_line()}" else None
+    machine = lines[0].strip().split(", load average ")[0] if lines else None
+    return path if machine == f"# machine: {machine_line()}" else None
 
 
 @lru_cache(maxsize=8)

@@ -77,6 +77,9 @@ def test_auto_prefers_this_machines_own_times_and_ignores_another_machines(monke
     here = choose.store_times(rows, f"measured here\nmachine: {machine_line()}",
                               tmp_path / choose.STORED.name)
     assert choose.measured_here("all_reduce") == here
+    choose.store_times(rows, f"measured here, busy\nmachine: {machine_line()}, load average 3.20 at"
+                             " the start", here)
+    assert choose.measured_here("all_reduce") == here  # the load says how busy, not which machine
     choose.store_times(rows, "measured elsewhere\nmachine: riscv64, 64 cores, Linux, Python 3.12.1,"
                              " torch 2.13.0+cpu", here)
     assert choose.measured_here("all_reduce") is None  # another machine's: the package's are used

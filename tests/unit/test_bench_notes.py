@@ -57,6 +57,16 @@ def test_the_benchmarks_write_the_sentences_the_notes_read():
         "lesson 77 benchmark: MiniGPT with 1,000 parameters, 2 ranks")
 
 
+def test_the_collectives_note_records_the_load_at_the_start():
+    # On shared cores the stored times are mostly waits for a core: the note must say the load.
+    note = collectives_bench.machine_note(4, 7, "all_reduce")
+    assert re.search(r"^machine: .*, load average \d+\.\d\d at the start$", note, re.M), note
+    at_start = "x86_64, 2 cores, Linux, Python 3.11.7, torch 2.13.0+cpu, load average 1.50 at the start"
+    given = collectives_bench.machine_note(4, 7, "all_gather", at_start)
+    assert given.endswith("\nmachine: " + at_start)
+    assert "میانگین بار ۱٫۵۰ در آغاز" in stored.note_text(given.splitlines(), "fa")
+
+
 def test_numbers_follow_the_rule_and_an_unknown_line_stays_as_it_is():
     persian = stored.note_text(["lesson 77 benchmark: MiniGPT with 4,788,224 parameters, 4 ranks, "
                                 "batch 8 per rank, Adam; 24 rounds in alternation, 1 step(s) of each "
