@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     _plot(metrics, out / "loss.png", lang)
     same_norms = all(r["records"][i]["param_norm"] == first["records"][i]["param_norm"]
                      for r in results for i in range(len(first["records"])))
-    print(fill(said["norms"], lang, same=same_norms))  # in Persian, True is درست
+    print(fill(said["norms"], lang, same=same_norms))  # in Persian, True is بله
     print(said["metrics"].format(metrics=metrics, plot=out / "loss.png"))
     print()  # the resume report, the last paragraph: `stdout.rsplit("\n\n", 1)[-1]` finds it
     if not check:
@@ -381,7 +381,7 @@ def resume_report(config: CapstoneConfig, world_size: int, reloaded: bool,
                   resumed: dict[str, bool], lang: str = "en", from_step: int | None = None,
                   continued: bool = False, saved: list[int] | None = None) -> str:
     """What the resume checks compared, one line each, with its verdict (True or False; in
-    Persian درست or نادرست).
+    Persian بله or خیر).
 
     `from_step` is where the checked run resumed (default `config.checkpoint_step`); `continued`
     says whether it is this run, continued after a stop, or a replay of a fresh run; `saved`

@@ -79,55 +79,84 @@ def number(value, lang: str, spec: str = "", html: bool = False) -> str:
     return persian_number_text(text, html=html)
 
 
-def persian_number_text(text: str, html: bool = False, zeros: bool = False) -> str:
+def persian_number_text(text: str, html: bool = False) -> str:
     """The Persian form of a number written the Western way ("3.814697e-06", "-0.41",
-    "4,788,224", "12.5%", "nan"): see the module's rule. A number the rule rewrites (with a
-    power of ten) drops its trailing zeros («۱٫۹ × ۱۰⁻⁴» for "1.901835e-04"); with `zeros` it
-    keeps the significant digits the text shows, up to three, zeros included («۱٫۹۰ × ۱۰⁻⁴»
-    for "1.901835e-04" and "0.000190", «۶ × ۱۰⁻⁶» for "0.000006"), as the English table shows
-    them. Raises ValueError for text that is not one number."""
-    found = NUMBER_TEXT.fullmatch(text.strip())
-    if not found:
-        raise ValueError(f"{text!r} is not a number: pass digits such as 12.5 or 3.8e-06")
+    "4,788,224", "12.5%", "nan"), as running text writes it: see the module's rule. A number the
+    rule rewrites (with a power of ten) keeps three significant digits and drops its trailing
+    zeros («۱٫۹ × ۱۰⁻⁴» for "1.901835e-04"). Raises ValueError for text that is not one number."""
+    found = _number_parts(text)
     if found["special"]:
-        shown = NO_VALUE if found["special"].lower() == "nan" else "∞"
-        return _wrapped((MINUS if found["sign"] in "-\u2212" and found["sign"] else "") + shown,
-                        html, bool(found["sign"]))
+        return _special(found, html)
     negative = found["sign"] in ("-", MINUS) and bool(found["sign"])
-    shown_digits = (found["int"].replace(",", "") + (found["frac"] or "")).lstrip("0")
-    keep = max(1, min(SIGNIFICANT, len(shown_digits))) if zeros else None
     if found["exp"] is not None:
         value = abs(float(f"{found['int'].replace(',', '')}.{found['frac'] or 0}e{found['exp']}"))
-        body, power = _scientific(value, keep)
+        body, power = _scientific(value)
     else:
         whole = found["int"].replace(",", THOUSANDS_MARK)
         body = whole + (DECIMAL_MARK + found["frac"] if found["frac"] is not None else "")
         power = None
         value = abs(float(f"{found['int'].replace(',', '')}.{found['frac'] or 0}"))
         if value and (found["frac"] or "").strip("0") and not SMALLEST <= value < LARGEST:
-            body, power = _scientific(value, keep)
+            body, power = _scientific(value)
     if value == 0:
         negative = False  # -0.0 is 0
-    body = persian_digits(body) + ("٪" if found["percent"] else "")
+    return _persian_form(negative, body, power, bool(found["percent"]), html)
+
+
+def table_number_text(text: str, html: bool = False) -> str:
+    """The Persian form of a number exactly as the English edition's table wrote it: the same
+    digits and the same notation, only localised. "1.234568e-07" is «۱٫۲۳۴۵۶۸ × ۱۰⁻⁷»,
+    "0.000190" is «۰٫۰۰۰۱۹۰», "-2.500000" is «−۲٫۵۰۰۰۰۰», "NaN" is «—»: pandas already writes a
+    column in one notation and precision, so the Persian column shows what the English one shows,
+    digit for digit, in Persian digits, «٫», «−» and a raised power of ten. Raises ValueError
+    for text that is not one number."""
+    found = _number_parts(text)
+    if found["special"]:
+        return _special(found, html)
+    body = found["int"].replace(",", THOUSANDS_MARK) + (
+        DECIMAL_MARK + found["frac"] if found["frac"] is not None else "")
+    power = int(found["exp"]) if found["exp"] is not None else None
+    negative = found["sign"] in ("-", MINUS) and bool(found["sign"])
+    return _persian_form(negative, body, power, bool(found["percent"]), html)
+
+
+def _number_parts(text: str) -> re.Match:
+    """`NUMBER_TEXT`'s match of `text`, or ValueError naming the text."""
+    found = NUMBER_TEXT.fullmatch(text.strip())
+    if not found:
+        raise ValueError(f"{text!r} is not a number: pass digits such as 12.5 or 3.8e-06")
+    return found
+
+
+def _special(found: re.Match, html: bool) -> str:
+    """NaN as «—» (no value), infinity as «∞», with its sign."""
+    shown = NO_VALUE if found["special"].lower() == "nan" else "∞"
+    return _wrapped((MINUS if found["sign"] in "-\u2212" and found["sign"] else "") + shown,
+                    html, bool(found["sign"]))
+
+
+def _persian_form(negative: bool, body: str, power: int | None, percent: bool, html: bool) -> str:
+    """A number's Western `body` ("1.5" with «٫» and «٬» already in it) and power of ten, written
+    in Persian digits with its minus sign, «٪» and raised power, isolated where it holds a sign
+    or a power."""
+    body = persian_digits(body) + ("٪" if percent else "")
     if power is not None:
         raised = f"<sup>{_signed(power)}</sup>" if html else str(power).translate(RAISED)
         body = f"{body} {TIMES} ۱۰{raised}" if body != "۱" else f"۱۰{raised}"
     return _wrapped((MINUS if negative else "") + body, html, negative or power is not None)
 
 
-def _scientific(value: float, keep: int | None = None) -> tuple[str, int | None]:
+def _scientific(value: float) -> tuple[str, int | None]:
     """(mantissa, power of ten) of a positive `value` by the rule: plain digits (3 significant)
-    with no power between SMALLEST and LARGEST, else a mantissa from 1 to 10 and its power.
-    Trailing zeros are dropped, unless `keep` says how many significant digits to write."""
+    with no power between SMALLEST and LARGEST, else a mantissa from 1 to 10 and its power;
+    trailing zeros dropped."""
     if value == 0:
         return "0", None
-    digits = SIGNIFICANT if keep is None else keep
-    shown = _trimmed if keep is None else (lambda text: text)
     if SMALLEST <= value < LARGEST:
-        decimals = max(0, digits - 1 - math.floor(math.log10(value)))
-        return shown(f"{value:.{decimals}f}").replace(".", DECIMAL_MARK), None
-    mantissa, power = f"{value:.{digits - 1}e}".split("e")
-    return shown(mantissa).replace(".", DECIMAL_MARK), int(power)
+        decimals = max(0, SIGNIFICANT - 1 - math.floor(math.log10(value)))
+        return _trimmed(f"{value:.{decimals}f}").replace(".", DECIMAL_MARK), None
+    mantissa, power = f"{value:.{SIGNIFICANT - 1}e}".split("e")
+    return _trimmed(mantissa).replace(".", DECIMAL_MARK), int(power)
 
 
 def _trimmed(text: str) -> str:
@@ -161,7 +190,7 @@ def numbered(word: str, value, lang: str = "fa") -> str:
     return f"{word}{'ٔ' if word.endswith('ه') else ''} {shown}"
 
 
-BOOLEANS = {"en": {True: "True", False: "False"}, "fa": {True: "درست", False: "نادرست"}}
+BOOLEANS = {"en": {True: "True", False: "False"}, "fa": {True: "بله", False: "خیر"}}
 
 
 class _Filler(string.Formatter):
@@ -188,6 +217,6 @@ class _Filler(string.Formatter):
 
 def fill(template: str, lang: str, **values) -> str:
     """`template.format(**values)` as a sentence of `lang`: in Persian, numbers by the course's
-    rule (a format spec such as {ms:.1f} still applies), True/False as درست/نادرست, lists of
+    rule (a format spec such as {ms:.1f} still applies), True/False as بله/خیر (yes/no), lists of
     numbers with «،». In English, exactly `template.format(**values)`."""
     return _Filler(lang).format(template, **values)

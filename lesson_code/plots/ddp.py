@@ -159,14 +159,11 @@ TABLE_LABELS = {
 }
 
 
-def localized(table, lang: str, labels: dict[str, str] = TABLE_LABELS, zeros: bool | None = None):
+def localized(table, lang: str, labels: dict[str, str] = TABLE_LABELS):
     """`table` (a DataFrame or Series) to show in edition `lang`: for "fa" its index and column
     labels, their names and a Series' name become the Persian terms in `labels` (labels it lacks
     stay as they are; `plots.tables.translate`); for "en" it is returned unchanged. The values are
     never touched, so the code that computed and checked the table reads English labels in both
-    editions. Lesson 77's own tables (`labels` left as it is) keep the trailing zeros the English
-    table shows («۱٫۹۰ × ۱۰⁻⁴», as the prose quotes them); a lesson that passes its own `labels`
-    keeps the shorter form («۱٫۹ × ۱۰⁻⁴») unless it passes `zeros=True`. Raises ValueError for
+    editions, and the Persian table shows the English one's digits. Raises ValueError for
     another language."""
-    keep_zeros = labels is TABLE_LABELS if zeros is None else zeros
-    return translate(table, {"fa": labels}, lang, zeros=keep_zeros)
+    return translate(table, {"fa": labels}, lang)

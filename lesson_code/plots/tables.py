@@ -8,7 +8,8 @@ change. A label "stage 3" becomes the word for "stage" and the number, «مرح�
 In Persian the result is a `PersianTable` (or `PersianSeries`): the same pandas object, whose
 values the notebook's asserts still read as numbers and booleans, and whose text/plain is
 pandas' own, but whose HTML (what Jupyter, a code host and the book show) runs right to left,
-with numbers by the course's rule (`lesson_code.language`), درست/نادرست for True/False, the
+with the numbers pandas writes for the English table, digit for digit and in the same notation,
+in Persian digits (`lesson_code.language.table_number_text`), بله/خیر (yes/no) for True/False, the
 lesson's words for English values it knows, and Latin names isolated left to right.
 
     figures.table(pd.DataFrame(rows).set_index("stage"), lang=plots.page_language())
@@ -37,19 +38,17 @@ def translate_label(label, words: dict[str, str]):
     return label
 
 
-def translate(frame: pd.DataFrame | pd.Series, words: dict[str, dict[str, str]], lang: str,
-              zeros: bool = False):
+def translate(frame: pd.DataFrame | pd.Series, words: dict[str, dict[str, str]], lang: str):
     """`frame` with its labels in `lang` ("en" returns it as it is); raises ValueError for another.
 
     `words[lang]` maps English labels to that language's; labels not in it stay unchanged.
-    `zeros`: a Persian number keeps the trailing zeros pandas shows (`persian_cell`).
     """
     mapping = words.get(check_language(lang), {})
     if lang != "fa":
         return frame if not mapping else _renamed(frame, mapping)
     frame = _renamed(frame, mapping)
     shown = (PersianTable if isinstance(frame, pd.DataFrame) else PersianSeries)(frame)
-    shown.words, shown.zeros = mapping, zeros
+    shown.words = mapping
     return shown
 
 
@@ -66,7 +65,7 @@ def _renamed(frame, mapping: dict[str, str]):
     return frame
 
 
-BOOLEANS = {"True": "درست", "False": "نادرست", "None": "هیچ"}
+BOOLEANS = {"True": "بله", "False": "خیر", "None": "هیچ"}
 NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?|nan|NaN|inf|-inf")
 TEXT_NODE = re.compile(r">([^<>]+)<")
 SEQUENCE = re.compile(r"[(\[](?:[^()\[\]A-Za-z]*)[)\]]")  # (6, 1.5), [12, 11, 2, 4]
@@ -74,22 +73,23 @@ NOT_PERSIAN_LETTERS = re.compile(r"[^\u0600-\u065f\u066e-\u06ef\u06fa-\u06ff]+")
 EDGE_SPACE = re.compile(r"^(\s*)(.*?)(\s*)$", re.S)
 
 
-def persian_cell(text: str, words: dict[str, str] | None = None, zeros: bool = False) -> str:
-    """One table cell as the Persian edition shows it, as HTML: a number by the course's rule
-    (`language.number`: Persian digits, «−», «۳٫۸۱ × ۱۰⁻⁶», isolated where it holds a sign or a
-    power), True/False/None as درست/نادرست/هیچ, an English value the lesson's `words` know (alone,
-    numbered as "block 3", or in a list "embedding, block 0") in Persian, a tuple or list of
-    numbers with the Persian comma, and else its free numbers in Persian digits and its Latin
-    names (ZeRO-1, .step-00000002.tmp) isolated left to right; a `name` in backticks (in a
-    label of `words` too) is code: <code>name</code>."""
+def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
+    """One table cell as the Persian edition shows it, as HTML: a number with the digits and
+    notation pandas gave the English table (`language.table_number_text`: Persian digits, «٫»,
+    «−», «۳٫۸۱۴۶۹۷ × ۱۰⁻⁶» for "3.814697e-06", isolated where it holds a sign or a power),
+    True/False/None as بله/خیر/هیچ, an English value the lesson's `words` know (alone, numbered
+    as "block 3", or in a list "embedding, block 0") in Persian, a tuple or list of numbers with
+    the Persian comma, and else its free numbers in Persian digits and its Latin names (ZeRO-1,
+    .step-00000002.tmp) isolated left to right; a `name` in backticks (in a label of `words`
+    too) is code: <code>name</code>."""
     stripped = text.strip()
     words = words or {}
     if not stripped:
         return html.escape(text, quote=False)
     if stripped in BOOLEANS:
         return BOOLEANS[stripped]
-    if NUMBER.fullmatch(stripped):  # zeros: «۱٫۹۰ × ۱۰⁻⁴» for "0.000190", not «۱٫۹ × ۱۰⁻⁴»
-        return language.persian_number_text(stripped, html=True, zeros=zeros)
+    if NUMBER.fullmatch(stripped):
+        return language.table_number_text(stripped, html=True)
     known = _known(stripped, words)
     if known is not None:
         return _with_code(known)
@@ -97,7 +97,7 @@ def persian_cell(text: str, words: dict[str, str] | None = None, zeros: bool = F
         items = [item.strip() for item in stripped[1:-1].split(",") if item.strip()]
         if all(NUMBER.fullmatch(item) for item in items):
             shown = f"{language.PERSIAN_COMMA} ".join(
-                language.persian_number_text(item, html=True) for item in items)
+                language.table_number_text(item, html=True) for item in items)
             return f"{stripped[0]}{shown}{stripped[-1]}"
     return _with_code(stripped) if "`" in stripped else _isolated_latin(stripped)
 
@@ -144,14 +144,14 @@ def _isolated_latin(text: str) -> str:
     return "".join(pieces) + html.escape(text[last:], quote=False)
 
 
-def persian_html(table_html: str, words: dict[str, str] | None = None, zeros: bool = False) -> str:
+def persian_html(table_html: str, words: dict[str, str] | None = None) -> str:
     """pandas' HTML of a table, shown right to left: every cell through `persian_cell`, the
     whole in a <div dir="rtl" lang="fa"> (the first column on the right, mixed headers such as
     "صرفه‌جویی (٪)" in reading order)."""
     head, style_end, body = table_html.partition("</style>")
     if not style_end:
         head, body = "", table_html
-    cell = lambda m: ">" + persian_cell(html.unescape(m.group(1)), words, zeros) + "<"  # noqa: E731
+    cell = lambda m: ">" + persian_cell(html.unescape(m.group(1)), words) + "<"  # noqa: E731
     body = TEXT_NODE.sub(cell, body)
     shown = head + style_end + body
     opening = '<div dir="rtl" lang="fa" class="persian-table" style="direction: rtl">'
@@ -163,9 +163,8 @@ def persian_html(table_html: str, words: dict[str, str] | None = None, zeros: bo
 class PersianTable(pd.DataFrame):
     """A DataFrame of the Persian edition: pandas in every way, shown right to left in HTML."""
 
-    _metadata = ["words", "zeros"]
+    _metadata = ["words"]
     words: dict[str, str] = {}
-    zeros = False
 
     @property
     def _constructor(self):
@@ -177,7 +176,7 @@ class PersianTable(pd.DataFrame):
 
     def _repr_html_(self) -> str | None:
         table_html = pd.DataFrame(self)._repr_html_()
-        return None if table_html is None else persian_html(table_html, self.words, self.zeros)
+        return None if table_html is None else persian_html(table_html, self.words)
 
 
 class PersianSeries(pd.Series):
@@ -185,9 +184,8 @@ class PersianSeries(pd.Series):
     table that runs right to left, its name as the column's heading (no "Name:" or "dtype:"
     lines); `to_frame()` gives a `PersianTable`."""
 
-    _metadata = ["words", "zeros"]
+    _metadata = ["words"]
     words: dict[str, str] = {}
-    zeros = False
 
     @property
     def _constructor(self):
@@ -200,4 +198,4 @@ class PersianSeries(pd.Series):
     def _repr_html_(self) -> str | None:
         frame = pd.Series(self).to_frame(name="" if self.name is None else self.name)
         table_html = frame._repr_html_()
-        return None if table_html is None else persian_html(table_html, self.words, self.zeros)
+        return None if table_html is None else persian_html(table_html, self.words)

@@ -190,8 +190,8 @@ def test_the_report_speaks_persian_with_the_same_numbers():
     assert reason_text("another reason", "fa") == "another reason"  # never a wrong translation
     resumed = {"steps and losses": True, "params": True, "rng_state": False}
     report = resume_report(CapstoneConfig(), 4, True, resumed, "fa", saved=[10, 20])
-    assert "گام‌ها و زیان‌ها: درست" in report and "وضعیت مولد اعداد تصادفی: نادرست" in report
-    assert report.count(": درست") == 3 and "True" not in report and "resume check" not in report
+    assert "گام‌ها و زیان‌ها: بله" in report and "وضعیت مولد اعداد تصادفی: خیر" in report
+    assert report.count(": بله") == 3 and "True" not in report and "resume check" not in report
     assert "چکپوینت‌های گام ۱۰، گام ۲۰،" in report  # a Persian list, with its comma
     english = resume_report(CapstoneConfig(), 4, True, resumed, saved=[10, 20])
     assert english.startswith("resume check 1: step-10, step-20 checkpoint(s) reloaded")
@@ -218,7 +218,7 @@ def test_a_run_without_the_check_says_so_in_both_languages(tmp_path, capsys):
     ranks[2] = {"resume_verified": {8: False}}
     assert unchecked_report(config, ranks, started, True, tmp_path / "run.json", "fa") == 1
     persian = capsys.readouterr().out
-    assert "روی هر ۴ رتبه بایت‌به‌بایت بازمی‌گردند: نادرست" in persian and "True" not in persian
+    assert "روی هر ۴ رتبه بایت‌به‌بایت بازمی‌گردند: خیر" in persian and "True" not in persian
     assert persian.splitlines()[-1].startswith("RESUME NOT CHECKED (--no-check): اجرا روی ۴ رتبه تا گام ۸")
 
 

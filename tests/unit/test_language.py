@@ -49,5 +49,5 @@ def test_a_sentence_is_filled_by_the_rule_in_persian_and_as_format_in_english():
     template = "{n} ranks, {ms:.1f} ms, {ok}, {sizes}"
     values = {"n": 4, "ms": 2.25, "ok": True, "sizes": [4194304, 16777216]}
     assert language.fill(template, "en", **values) == template.format(**values)
-    assert language.fill(template, "fa", **values) == "۴ ranks, ۲٫۲ ms, درست, [۴۱۹۴۳۰۴، ۱۶۷۷۷۲۱۶]"
+    assert language.fill(template, "fa", **values) == "۴ ranks, ۲٫۲ ms, بله, [۴۱۹۴۳۰۴، ۱۶۷۷۷۲۱۶]"
     assert language.fill("{x}", "fa", x=-1.5e-07) == "\u2066−۱٫۵ × ۱۰⁻⁷\u2069"

@@ -62,7 +62,7 @@ def test_lesson_77s_lines_in_both_editions():
         "  gpt adam bucketed ranks identical: True  max |param diff| 2.4e-04 (vs torch DDP "
         "1.2e-07)  max |loss diff| 4.8e-07  loss 4.269 -> 2.974")
     persian = ddp_lab.say("row", "fa", **row)
-    assert "MiniGPT Adam باکت‌دار" in persian and "درست" in persian
+    assert "MiniGPT Adam باکت‌دار" in persian and "بله" in persian
     assert f"{LRI}۲٫۴ × ۱۰⁻⁴{PDI}" in persian and f"{LRI}۱٫۲ × ۱۰⁻⁷{PDI}" in persian
     assert not latin_words(persian) - {"DDP", "PyTorch"}, persian
     assert ddp_lab.say("gradients", "en", mib=17.41, mb=18.26) == (

@@ -38,7 +38,7 @@ def test_every_lesson_word_has_a_persian_label(module):
 def test_a_persian_table_computes_in_english_values_and_shows_right_to_left():
     """The Persian table is still the DataFrame the notebook asserts on (numbers, booleans), its
     text/plain is pandas' own (what nbval compares stays as it was), and its HTML runs right to
-    left with Persian digits and درست/نادرست: no Latin digit, no True, in any cell."""
+    left with Persian digits and بله/خیر: no Latin digit, no True, in any cell."""
     frame = pd.DataFrame({"value": [12.5, -0.25], "stage 3": [True, False],
                           "schedule": ["1F1B", "value"]}, index=["stage 0", "stage 12"])
     persian = translate(frame, WORDS, "fa")
@@ -49,7 +49,7 @@ def test_a_persian_table_computes_in_english_values_and_shows_right_to_left():
     shown = persian._repr_html_()
     assert shown.startswith('<div dir="rtl" lang="fa"')
     cells = re.findall(r"<t[hd](?:\s[^>]*)?>(.*?)</t[hd]>", shown, flags=re.S)
-    assert "۱۲٫۵۰" in cells and "درست" in cells and "نادرست" in cells and "مرحلهٔ ۱۲" in cells
+    assert "۱۲٫۵۰" in cells and "بله" in cells and "خیر" in cells and "مرحلهٔ ۱۲" in cells
     assert '<bdi dir="ltr">1F1B</bdi>' in cells and "مقدار" in cells  # a name keeps its digits
     latin_digits = [c for c in cells if re.search(r"[0-9]", c) and "1F1B" not in c]
     assert not latin_digits, latin_digits
@@ -59,9 +59,9 @@ def test_a_persian_table_computes_in_english_values_and_shows_right_to_left():
 def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
     series = translate(pd.Series({"stage 1": True}, name="value"), WORDS, "fa")
     assert isinstance(series, PersianSeries) and isinstance(series.to_frame(), PersianTable)
-    assert "درست" in series.to_frame()._repr_html_()
+    assert "بله" in series.to_frame()._repr_html_()
     shown = series._repr_html_()  # a one-column table headed by its name: no Name:, no dtype:
-    assert shown.startswith('<div dir="rtl"') and "<th>مقدار</th>" in shown and "درست" in shown
+    assert shown.startswith('<div dir="rtl"') and "<th>مقدار</th>" in shown and "بله" in shown
     assert "dtype" not in shown and "Name" not in shown
     english = pd.DataFrame({"value": [1.5]})
     assert type(translate(english, WORDS, "en")) is pd.DataFrame
@@ -69,10 +69,9 @@ def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
 
 
 @pytest.mark.parametrize("value, shown", [
-    ("3.814697e-06", '<bdi dir="ltr">۳٫۸۱ × ۱۰<sup>−۶</sup></bdi>'),  # small: × ۱۰ to a power
-    ("0.000006", '<bdi dir="ltr">۶ × ۱۰<sup>−۶</sup></bdi>'),  # however pandas wrote it
-    ("2.500000e-01", "۰٫۲۵"),  # a power of ten only where the number needs one
-    ("0.000000e+00", "۰"),
+    ("3.814697e-06", '<bdi dir="ltr">۳٫۸۱۴۶۹۷ × ۱۰<sup>−۶</sup></bdi>'),  # pandas' digits, all
+    ("0.000190", "۰٫۰۰۰۱۹۰"),  # written plainly where pandas wrote it plainly
+    ("2.500000e-01", '<bdi dir="ltr">۲٫۵۰۰۰۰۰ × ۱۰<sup>−۱</sup></bdi>'),  # as its column
     ("-0.41", '<bdi dir="ltr">−۰٫۴۱</bdi>'),  # the minus sign, not a hyphen, on the left
     ("NaN", "—"), ("None", "هیچ"),
     ("(6, 1.667)", "(۶، ۱٫۶۶۷)"), ("[12, 11, 2]", "[۱۲، ۱۱، ۲]"),  # the Persian comma
@@ -85,13 +84,45 @@ def test_a_persian_cell_writes_numbers_lists_and_names_by_the_rule(value, shown)
     assert persian_cell(value, words) == shown
 
 
-@pytest.mark.parametrize("value, shown", [
-    ("1.901835e-04", '<bdi dir="ltr">۱٫۹۰ × ۱۰<sup>−۴</sup></bdi>'),  # three significant digits
-    ("0.000190", '<bdi dir="ltr">۱٫۹۰ × ۱۰<sup>−۴</sup></bdi>'),  # the zero pandas shows
-    ("0.000006", '<bdi dir="ltr">۶ × ۱۰<sup>−۶</sup></bdi>'),  # no digit pandas does not show
-    ("1.000000e-08", '<bdi dir="ltr">۱٫۰۰ × ۱۰<sup>−۸</sup></bdi>'),
-    ("2.353038", "۲٫۳۵۳۰۳۸"),  # a number written plainly stays as it is
+CELL = re.compile(r"<t[dh](?:\s[^>]*)?>(.*?)</t[dh]>", re.S)
+VALUE = re.compile(r"<td(?:\s[^>]*)?>(.*?)</td>", re.S)
+FROM_PERSIAN = str.maketrans("۰۱۲۳۴۵۶۷۸۹٫٬−", "0123456789.,-")
+
+
+def _english_cells(frame) -> list[str]:
+    return CELL.findall(frame._repr_html_())
+
+
+def _persian_cells_in_latin(frame) -> list[str]:
+    """The Persian table's cells, their numbers written back in Latin digits as pandas does."""
+    cells = []
+    for cell in CELL.findall(translate(frame, {"fa": {}}, "fa")._repr_html_()):
+        cell = re.sub(r" × ۱۰<sup>(.*?)</sup>", lambda m: "e" + m.group(1), cell)
+        cell = re.sub(r"</?bdi[^>]*>", "", cell).translate(FROM_PERSIAN)
+        cells.append({"—": "NaN", "بله": "True", "خیر": "False"}.get(cell, cell))
+    return cells
+
+
+def _exponent_as_number(cell: str) -> str:
+    return re.sub(r"e([-+]?)0*(\d)", lambda m: "e" + m.group(1).replace("+", "") + m.group(2), cell)
+
+
+@pytest.mark.parametrize("columns", [
+    {"ints": [1, 4788224, -3, 0]},
+    {"mixed": [1.5, 0.000190, 123456.789, 2.0], "plain": [0.25, 0.5, 12.125, 3.0]},
+    {"tiny": [3.814697e-06, 1.2e-09, 0.5, 1.0], "small": [0.0123, 0.000012, 0.4, 0.002]},
+    {"huge": [1.5e12, 3.0, 7.25, 1e6], "negative": [-0.41, -1e-08, 2.5, -1234.5]},
+    {"missing": [1.0, float("nan"), -0.41, 0.0009], "count": [1, 2, 3, 4]},
+    {"flag": [True, False, True, False], "ratio": [1 / 3, 2 / 3, 1.0, 1e-7]},
 ])
-def test_a_persian_cell_can_keep_the_trailing_zeros_the_english_table_shows(value, shown):
-    assert persian_cell(value, zeros=True) == shown
-    assert persian_cell(value) == shown.replace("۱٫۹۰", "۱٫۹").replace("۱٫۰۰ × ۱۰", "۱۰")
+def test_a_persian_table_shows_the_english_tables_numbers_digit_for_digit(columns):
+    frame = pd.DataFrame(columns)
+    english = [_exponent_as_number(cell) for cell in _english_cells(frame)]
+    assert _persian_cells_in_latin(frame) == english
+    persian = CELL.findall(translate(frame, {"fa": {}}, "fa")._repr_html_())
+    assert not any("-" in cell for cell in persian)  # the minus sign «−», never a hyphen
+    for column in frame.columns:  # one notation per column: a power of ten in all or none
+        english_column = VALUE.findall(frame[[column]]._repr_html_())
+        persian_column = VALUE.findall(translate(frame[[column]], {"fa": {}}, "fa")._repr_html_())
+        assert len({"×" in cell for cell in persian_column}) == 1, persian_column
+        assert ("×" in persian_column[0]) == bool(re.search(r"\de", english_column[0]))
