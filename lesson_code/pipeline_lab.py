@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import statistics
 import traceback
+from datetime import timedelta
 from dataclasses import dataclass
 
 import torch
@@ -163,6 +164,36 @@ def tied_pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
     return {"grads": layer_gradients(stage.layers, start), "own_grads": own_grads}
 
 
+def neighbours_exchange(rank: int, world_size: int, wait_for_send: bool,
+                        timeout_s: float = 2.0) -> bool:
+    """Exercise 7: two neighbouring stages in 1F1B's steady state, at the moment rank 0 sends
+    an activation to rank 1 while rank 1 sends a gradient back; each then receives the other's.
+
+    Collective: call on 2 ranks. A gloo send completes only once the peer has posted the
+    matching receive. With `wait_for_send`, each rank waits for its send before posting its
+    receive, as a `_send` that waited would: neither send can complete, and the bounded wait
+    raises TimeoutError naming the rank. Without, each posts its send, then waits for its
+    receive and only then for its send, as `PipelineStage` does; returns whether the tensor
+    received is the neighbour's."""
+    if world_size != 2:
+        raise ValueError(f"world_size={world_size}: the exchange is between 2 neighbours; run it "
+                         "on 2 ranks")
+    neighbour, timeout = 1 - rank, timedelta(seconds=timeout_s)
+    mine = torch.full((4,), float(rank), device=current_device())  # an activation or a gradient
+    theirs = torch.empty(4, device=current_device())
+    send = dist.isend(mine, dst=neighbour)
+    if wait_for_send:
+        try:
+            send.wait(timeout)
+        except RuntimeError as error:
+            raise TimeoutError(f"rank {rank} of 2 waited {timeout_s:g} s for its send to rank "
+                               f"{neighbour}, which waits for its own send and so never posts "
+                               "the receive") from error
+    dist.irecv(theirs, src=neighbour).wait(timeout)
+    send.wait(timeout)
+    return bool((theirs == neighbour).all())
+
+
 def tied_reference_step(run: PipeRun) -> dict:
     """`reference_step` of MiniGPT with its head's matrix the embedding's own parameter: the
     gradients of the tied model, the tied matrix's listed under both the embedding's name and
@@ -254,6 +285,40 @@ def deferred_weight_grads(order: list[tuple[int, str, int]]) -> int:
     later, into time the stage would otherwise spend idle."""
     return sum(kind == "W" and order[j - 1] != (stage, "I", micro)
                for j, (stage, kind, micro) in enumerate(order))
+
+
+def modelled_bubble(orders: list[list[tuple[int, str, int]]], virtual: int) -> float:
+    """The idle fraction of the step that torch's `orders` (one `torch_order` per rank) give on
+    ideal stages with free messages: each rank runs its order one action at a time, each as
+    soon as its input exists; a rank's `virtual` stages share its layers equally, so a stage's
+    forward, I and W each take 1 / virtual and a full backward 2 / virtual (a backward twice a
+    forward, split evenly between I and W). The idle fraction is 1 - busy / (ranks x step).
+
+    Forward i of stage s needs forward i of s - 1; the backward (B, or I) of s needs its own
+    forward and the backward of s + 1; W needs its own I. Raises ValueError for orders that
+    leave an action waiting forever."""
+    cost = {"F": 1 / virtual, "B": 2 / virtual, "I": 1 / virtual, "W": 1 / virtual}
+    last = max(stage for order in orders for stage, _, _ in order)
+    done: dict[tuple[int, str, int], float] = {}  # (stage, F / B / W, micro-batch) -> end
+    free, position = [0.0] * len(orders), [0] * len(orders)
+    while any(position[r] < len(order) for r, order in enumerate(orders)):
+        moved = False
+        for rank, order in enumerate(orders):
+            while position[rank] < len(order):
+                stage, kind, micro = order[position[rank]]
+                needs = ([(stage - 1, "F", micro)] if kind == "F" and stage > 0 else [] if kind == "F"
+                         else [(stage, "B", micro)] if kind == "W"
+                         else [(stage, "F", micro)] + ([(stage + 1, "B", micro)] if stage < last else []))
+                if any(need not in done for need in needs):
+                    break
+                free[rank] = max([free[rank]] + [done[need] for need in needs]) + cost[kind]
+                done[(stage, "W" if kind == "W" else "F" if kind == "F" else "B", micro)] = free[rank]
+                position[rank] += 1
+                moved = True
+        if not moved:
+            raise ValueError(f"these orders deadlock: ranks stop at actions {position}")
+    busy = sum(cost[kind] for order in orders for _, kind, _ in order)
+    return 1 - busy / (len(orders) * max(free))
 
 
 # torch's schedules that give each rank several stages, and where rank r's stages sit among

@@ -393,6 +393,34 @@ def test_zero_bubble_orders_defer_weight_gradients_on_later_ranks():
     held = [sum(1 if kind == "F" else -1 for _, kind, _ in interleaved[:j + 1])
             for j in range(len(interleaved))]
     assert max(held) > 4
+    # On ideal stages (F = I = W, free messages) interleaving divides the fill and the drain by
+    # v = 2: (P - 1) / (v m + P - 1); the zero-bubble orders fill the drain with Ws as well,
+    # leaving the first forward's fill, (P - 1) / (3 v m + P - 1).
+    bubbles = [pipeline_lab.modelled_bubble([results[k]["order"] for results in per_rank], 2)
+               for k in range(3)]
+    assert bubbles == pytest.approx([3 / 19, 3 / 51, 3 / 51], rel=1e-12), bubbles
+
+
+def test_the_modelled_bubble_of_one_stage_per_rank_is_the_formula_and_a_deadlock_is_refused():
+    for schedule in ("gpipe", "1f1b"):
+        for num_stages, micro_batches in ((2, 1), (4, 8), (3, 5)):
+            orders = [[(stage, kind, micro) for kind, micro in
+                       schedule_order(schedule, stage, num_stages, micro_batches)]
+                      for stage in range(num_stages)]
+            assert pipeline_lab.modelled_bubble(orders, 1) == pytest.approx(
+                theoretical_bubble(num_stages, micro_batches), rel=1e-12)
+    backward_first = [[(0, "B", 0), (0, "F", 0)], [(1, "F", 0), (1, "B", 0)]]
+    with pytest.raises(ValueError, match="deadlock"):
+        pipeline_lab.modelled_bubble(backward_first, 1)
+
+
+def test_neighbours_that_wait_for_their_sends_deadlock_and_a_bounded_wait_ends_it():
+    assert launch.spawn(pipeline_lab.neighbours_exchange, False, world_size=2, timeout_s=120) \
+        == [True, True]
+    with pytest.raises(launch.RankFailedError) as failed:
+        launch.spawn(pipeline_lab.neighbours_exchange, True, 1.0, world_size=2, timeout_s=120)
+    assert "TimeoutError: rank" in failed.value.rank_traceback
+    assert "waited 1 s for its send" in failed.value.rank_traceback
 
 
 def test_fsdp_stages_reduce_scatter_once_per_step():
