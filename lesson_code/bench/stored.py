@@ -161,7 +161,8 @@ def note_text(note: dict[str, str] | list[str], lang: str) -> str:
     """What a lesson prints above a stored table, in `lang`: `load`'s note (description, then
     "measured <date> on <machine>") or a table's comment lines, one per line. In Persian each
     sentence is its Persian twin (DESCRIPTIONS) with the same facts: numbers by the course's rule,
-    commands in backticks, names left to right; a line this module does not know stays English."""
+    commands and names isolated left to right (the twins' backticks become isolates,
+    `language.isolated_code`); a line this module does not know stays English."""
     if isinstance(note, dict):
         lines = [note["description"], MEASURED_ON[0].format(date=note["measured"],
                                                             machine=note["machine"])]
@@ -178,7 +179,8 @@ def _persian_line(line: str) -> str:
     for english, persian in pairs:
         fields = _read(english, line)
         if fields is not None:
-            return persian.format(**{key: _persian_field(key, value) for key, value in fields.items()})
+            return language.isolated_code(persian).format(
+                **{key: _persian_field(key, value) for key, value in fields.items()})
     return line
 
 

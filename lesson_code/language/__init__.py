@@ -13,7 +13,12 @@ The rule for a number in Persian text, a table cell or a figure (`number`):
 - whatever is a formula (a sign, a power of ten) stands in a left-to-right isolate, so that a
   right-to-left line keeps the minus on its left and the power after the ten: U+2066 ... U+2069
   in plain text, <bdi dir="ltr"> in HTML;
-- items of a list or tuple are separated by the Persian comma «،».
+- items of a list or tuple are separated by the Persian comma «،»;
+- a code name or a command in a printed line, which the course's strings mark with backticks,
+  stands in a left-to-right isolate instead (`isolated_code`): plain text has no Markdown.
+
+A table shows its numbers as pandas writes them for the English table, digit for digit and in
+the same notation, only in Persian digits (`table_number_text`): the two editions' tables agree.
 
     from lesson_code import language
     language.number(3.814697e-06, "fa")         # '\u2066۳٫۸۱ × ۱۰⁻⁶\u2069'
@@ -64,6 +69,16 @@ def isolated(text: str) -> str:
     """`text` in a left-to-right isolate (U+2066 ... U+2069): a formula or a name that keeps its
     own order inside a right-to-left line."""
     return f"{LEFT_TO_RIGHT_ISOLATE}{text}{POP_ISOLATE}"
+
+
+CODE_SPAN = re.compile(r"`([^`\n]+)`")  # a name in backticks, as the course's strings mark code
+
+
+def isolated_code(text: str) -> str:
+    """`text` with each `name` in backticks (a code name, a file, a command) in a left-to-right
+    isolate instead: a printed line is plain text, where backticks would show as they are, and
+    a Latin run inside a right-to-left line must keep its own order («انتخاب ⁦auto⁩ ...»)."""
+    return CODE_SPAN.sub(lambda found: isolated(found.group(1)), text)
 
 
 def number(value, lang: str, spec: str = "", html: bool = False) -> str:
@@ -218,5 +233,8 @@ class _Filler(string.Formatter):
 def fill(template: str, lang: str, **values) -> str:
     """`template.format(**values)` as a sentence of `lang`: in Persian, numbers by the course's
     rule (a format spec such as {ms:.1f} still applies), True/False as بله/خیر (yes/no), lists of
-    numbers with «،». In English, exactly `template.format(**values)`."""
+    numbers with «،», and the template's `names` isolated left to right (`isolated_code`). In
+    English, exactly `template.format(**values)`."""
+    if check_language(lang) == "fa":
+        template = isolated_code(template)
     return _Filler(lang).format(template, **values)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lesson_code.practice.grading import DEFAULT_TIMEOUT_S, Check, CheckFailed, Lesson, run_checks
 from lesson_code.practice.lessons import LESSONS, lesson
-from lesson_code.practice.messages import LANGUAGES, heading
+from lesson_code.practice.messages import LANGUAGES, heading, plain
 from lesson_code.practice.report import format_report
 from lesson_code.practice.templates import write_template
 from lesson_code.practice.timing import timing_line
@@ -118,8 +118,8 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         checks, first = [chosen.checks[args.only - 1]], args.only
 
     def starting(running: Check) -> None:
-        print(heading("running", args.lang, title=running.title[args.lang]), file=sys.stderr,
-              flush=True)
+        print(heading("running", args.lang, title=plain(running.title[args.lang], args.lang)),
+              file=sys.stderr, flush=True)
 
     results = run_checks(checks, path, args.timeout, starting, first_number=first)
     passed = all(result.passed for result in results)

@@ -353,9 +353,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, Number)) and not isinstance(value, bool)
 
 
+def plain(text: str, lang: str) -> str:
+    """The course's words `text` (a sentence, a check's title or hint) as a terminal prints them in
+    `lang`: in Persian each `name` in backticks stands in a left-to-right isolate instead
+    (`language.isolated_code`), so that it reads in its own direction inside the line; English
+    keeps its backticks."""
+    return language.isolated_code(text) if check_language(lang) == "fa" else text
+
+
 def _filled(template: str, fields: dict[str, Any], lang: str) -> str:
-    """`template` formatted with `fields`, each localized."""
-    return template.format(**{name: localized(value, lang) for name, value in fields.items()})
+    """`template` (its names isolated in Persian: `plain`) formatted with `fields`, each
+    localized; a field's own text (code, a traceback) is left as it is."""
+    return plain(template, lang).format(
+        **{name: localized(value, lang) for name, value in fields.items()})
 
 
 def heading(key: str, lang: str, **fields: Any) -> str:

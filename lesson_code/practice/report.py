@@ -15,7 +15,7 @@ import textwrap
 from lesson_code.practice.grading import CheckResult
 from lesson_code.practice.hangs import Hang, learner_frames
 from lesson_code.practice.messages import (LIST_SEPARATOR, failure_sentence, heading,
-                                           lesson_name, listing, localized)
+                                           lesson_name, listing, localized, plain)
 
 LINE_WIDTH = 92
 
@@ -32,7 +32,7 @@ def format_report(lesson: int | str, path: str, results: list[CheckResult], lang
     for result in results:
         if result.failure is not None and result.failure.details not in shown | {""}:
             shown.add(result.failure.details)
-            lines += ["", heading("details", lang, title=result.check.title[lang]),
+            lines += ["", heading("details", lang, title=plain(result.check.title[lang], lang)),
                       textwrap.indent(result.failure.details, "    ")]
     if timing:
         lines += ["", timing]
@@ -64,7 +64,7 @@ def _table(results: list[CheckResult], lang: str) -> list[str]:
             break
         status = "passed" if result.passed else "skipped" if result.skipped else "failed"
         lines.append(f"{localized(result.number, lang)}. [{heading(status, lang)}] "
-                     f"{result.check.title[lang]}")
+                     f"{plain(result.check.title[lang], lang)}")
         if result.skipped is not None:
             lines += _labelled(heading("why", lang), result.skipped.text(lang))
         if result.failure is not None:
@@ -73,7 +73,8 @@ def _table(results: list[CheckResult], lang: str) -> list[str]:
                 failure.kind, failure.fields, lang, failure.diagnosis))
             if failure.hang is not None:
                 lines += _waiting(failure.hang, lang)
-            hint = failure.hint.text(lang) if failure.hint else result.check.hint[lang]
+            hint = (failure.hint.text(lang) if failure.hint
+                    else plain(result.check.hint[lang], lang))
             lines += _labelled(heading("hint", lang), hint)
     return lines
 

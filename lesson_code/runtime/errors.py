@@ -146,7 +146,7 @@ class RankTimeoutError(SpawnError):
         return language.fill("رتبه‌های {ranks} از {world_size} رتبه پس از {seconds:g} ثانیه "
                              "(`timeout_s`) هنوز در حال اجرا بودند و متوقف شدند. ", "fa",
                              ranks=self.ranks, world_size=self.world_size, seconds=self.timeout_s) \
-            + DIAGNOSES[_cause(self.ranks, self.world_size, self.where)][1]
+            + language.isolated_code(DIAGNOSES[_cause(self.ranks, self.world_size, self.where)][1])
 
 
 def _cause(ranks: list[int], world_size: int, where: dict[int, list[str]]) -> str:

@@ -15,11 +15,13 @@ the cell id and the words:
 
 Allowed are what a Persian technical text writes in Latin letters (ALLOWED and `is_code`):
 identifiers and file names (anything with a digit, _, ., /, =, or a quoted identifier such as
-a dict's 'step'), code in backticks in plain text and in <code> in HTML, names in CamelCase or capitals (ZeroRedundancyOptimizer, NCCL, SIGKILL),
+a dict's 'step'), code in a left-to-right isolate (U+2066 ... U+2069) in plain text and in
+<code> in HTML, names in CamelCase or capitals (ZeroRedundancyOptimizer, NCCL, SIGKILL),
 single letters of a formula (P, m, N), units, and a short list of proper names and code names
 written in lower case (gloo, torch, Adam, fsync). An English word, let alone a sentence, fails.
 Numbers beside Persian words must follow lesson_code.language's rule: Persian digits, the minus
-sign rather than a hyphen, «× ۱۰⁻⁶» rather than a Latin «e».
+sign rather than a hyphen, «× ۱۰⁻⁶» rather than a Latin «e». A printed Persian line marks code
+with an isolate, never with Markdown's backticks, which plain text shows as they are.
 
 Run alone: pytest tests/notebooks/test_persian_outputs.py (or -m persian_outputs).
 """
@@ -48,7 +50,8 @@ UNITS = {"ms", "us", "µs", "s", "B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "G
 ALLOWED = PROPER_NAMES | CODE_NAMES | UNITS
 
 QUOTED_IDENTIFIER = re.compile(r"""(['"])[A-Za-z_][A-Za-z0-9_]*\1""")  # a dict key: 'step'
-BACKTICKED = re.compile(r"`[^`\n]+`")  # a command or a name in plain text: `python -m ...`
+BACKTICKED = re.compile(r"`[^`\n]+`")  # Markdown's code: a notebook's own text, not an output
+ISOLATE = re.compile("\u2066[^\u2069]*\u2069")  # a name, a command or a formula, left to right
 CODE_MARK = re.compile(r"[\d_./=\\@$<>|{}]|\w\(")  # digits, paths, assignments, calls
 INNER_CAPITAL = re.compile(r"[a-z][A-Z]|[A-Z]{2}")  # CamelCase, ZeRO, an acronym
 LATIN = re.compile(r"[A-Za-z]")
@@ -62,10 +65,11 @@ def is_code(chunk: str) -> bool:
 
 
 def english_words(text: str) -> list[str]:
-    """The English words of `text`: Latin words that are not code (in `backticks`, the way plain
-    text marks code), names, units or a formula's single letters."""
+    """The English words of `text`: Latin words that are not code (in a left-to-right isolate,
+    the way a Persian line marks code, or in backticks), names, units or a formula's single
+    letters."""
     found = []
-    text = BACKTICKED.sub(" ", QUOTED_IDENTIFIER.sub(" ", text))
+    text = ISOLATE.sub(" ", BACKTICKED.sub(" ", QUOTED_IDENTIFIER.sub(" ", text)))
     for chunk in re.split(r"[\s،؛]+", text):
         chunk = chunk.strip(CHUNK_EDGES)
         if not LATIN.search(chunk) or is_code(chunk):
@@ -80,8 +84,6 @@ LATIN_NUMBER = re.compile(r"[-+]?[0-9][0-9,]*(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?%?")
 SCIENTIFIC_E = re.compile(r"[۰-۹٫]e[-+]?[۰-۹]")  # ۳٫۸۱۴۶۹۷e-۰۶
 HYPHEN_MINUS = re.compile(r"(?<![\w\-])-(?=[۰-۹])")  # -۰٫۴ with a hyphen, not the minus sign
 
-
-ISOLATE = re.compile("\u2066[^\u2069]*\u2069")  # a formula kept left to right: (P − 1)/(m + P − 1)
 
 
 def number_problems(text: str, whole: bool = False) -> list[str]:
@@ -99,6 +101,14 @@ def number_problems(text: str, whole: bool = False) -> list[str]:
         found += [chunk for chunk in (c.strip(CHUNK_EDGES) for c in re.split(r"[\s،؛]+", line))
                   if LATIN_NUMBER.fullmatch(chunk)]
     return found
+
+
+def backticked_lines(text: str) -> list[str]:
+    """The Persian lines of printed text that wrap code in backticks: a terminal or a notebook
+    shows them as they are, so a Persian line isolates its code instead (language.isolated_code).
+    Latin lines (a traceback, code's own output) may hold backticks."""
+    return [line[max(0, line.index("`") - 30):][:70].strip() for line in text.splitlines()
+            if "`" in line and PERSIAN_LETTER.search(line)]
 
 
 class _Text:
@@ -172,12 +182,16 @@ def findings(notebook: dict) -> list[str]:
             for what, text in output_texts(output, state):
                 words = english_words(text)
                 numbers = number_problems(text, whole=what == "table or HTML")
+                backticks = backticked_lines(text) if what.startswith(("stream", "error")) else []
                 if words:
                     found.append(f"cell {cell.get('id')} ({what}): "
                                  + ", ".join(sorted(set(words), key=words.index)))
                 if numbers:
                     found.append(f"cell {cell.get('id')} ({what}), numbers not by the rule: "
                                  + ", ".join(sorted(set(numbers), key=numbers.index)))
+                if backticks:
+                    found.append(f"cell {cell.get('id')} ({what}), code in backticks rather "
+                                 "than isolated: " + " | ".join(backticks))
     return found
 
 
@@ -203,6 +217,17 @@ def test_an_english_sentence_fails_and_code_names_units_and_persian_pass():
     assert english_words("{'latest complete': 'step-00000002'}") == ["latest", "complete"]
     assert english_words("naive bucketed torch") == ["naive", "bucketed"]
     assert english_words("با فرمان `python -m lesson_code.bench pipeline` اندازه‌گیری شد") == []
+    assert english_words("با فرمان \u2066python -m lesson_code.bench pipeline\u2069 اندازه‌گیری شد") == []
+
+
+def test_a_printed_persian_line_isolates_code_instead_of_backticks():
+    assert backticked_lines("انتخاب `auto` برای باکتی ۴ MiB") == ["انتخاب `auto` برای باکتی ۴ MiB"]
+    assert backticked_lines("انتخاب \u2066auto\u2069 برای باکتی ۴ MiB") == []
+    assert backticked_lines("ValueError: use `n` > 0\nرتبهٔ ۱") == []  # a Latin line: code's own
+    notebook = {"cells": [{"cell_type": "code", "id": "c1", "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": ["انتخاب `auto`: \u2066ring\u2069\n"]}]}]}
+    assert findings(notebook) == [
+        "cell c1 (stream stdout), code in backticks rather than isolated: انتخاب `auto`: \u2066ring\u2069"]
 
 
 def test_numbers_beside_persian_words_follow_the_rule():

@@ -185,6 +185,21 @@ def test_a_real_persian_report_reads_in_persian_outside_its_tracebacks() -> None
             assert foreign_words(line) == [], line
 
 
+def test_a_persian_report_isolates_code_names_where_the_english_one_has_backticks() -> None:
+    from lesson_code.practice.grading import CheckResult, Failure
+
+    backticked = 0
+    for lesson in LESSONS.values():
+        results = [CheckResult(check, index + 1, Failure("missing", {"name": "f"}), 1.0)
+                   for index, check in enumerate(lesson.checks)]
+        persian = format_report(lesson.number, "mine.py", results, "fa")
+        assert "`" not in persian, lesson.number
+        backticked += "`" in format_report(lesson.number, "mine.py", results, "en")
+    assert backticked  # the English reports keep their backticks
+    hint = messages.plain("از قالب شروع کنید (`python -m lesson_code.practice start 76`)", "fa")
+    assert hint == "از قالب شروع کنید (\u2066python -m lesson_code.practice start 76\u2069)"
+
+
 def test_a_mismatch_names_the_element_in_plain_numbers_and_the_tolerance_it_broke() -> None:
     import torch
 

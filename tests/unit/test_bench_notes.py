@@ -42,7 +42,8 @@ def test_a_tables_comment_lines_read_in_both_editions(label):
     assert stored.note_text(lines, "en") == "\n".join(lines)
     persian = stored.note_text(lines, "fa")
     assert not latin_words(persian), persian
-    assert persian.splitlines()[-1].startswith("دستگاه: ") and "`python -m lesson_code.bench" in persian
+    assert persian.splitlines()[-1].startswith("دستگاه: ") and "\u2066python -m lesson_code.bench" in persian
+    assert "`" not in persian  # a printed line: the command isolated, not in backticks
 
 
 def test_the_benchmarks_write_the_sentences_the_notes_read():

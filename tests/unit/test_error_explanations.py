@@ -42,16 +42,17 @@ def test_a_rank_killed_by_a_signal_is_told_in_both_languages():
 
 @pytest.mark.parametrize("error, facts", [
     (RankCrashedError(0, 2, -6), ["رتبهٔ ۰ از ۲", "SIGABRT", "gloo"]),
-    (RankCrashedError(3, 4, 7, started=True), ["رتبهٔ ۳ از ۴", "کد خروج ۷", "`os._exit`"]),
+    (RankCrashedError(3, 4, 7, started=True), ["رتبهٔ ۳ از ۴", "کد خروج ۷", "\u2066os._exit\u2069"]),
     (RankCrashedError(3, 4, 7), ["کد خروج ۷", "if __name__"]),
     (RankFailedError(2, 4, "Traceback ...\nValueError: no"), ["رتبهٔ ۲ از ۴", "ValueError"]),
     (RankTimeoutError([0, 1], 4, 30.0), ["رتبه‌های [۰، ۱] از ۴", "۳۰ ثانیه"]),
     (RankTimeoutError([0, 1], 2, 5.0, where={r: ["send (torch/distributed/c10d.py:1)"]
-                                             for r in (0, 1)}), ["`dist.send`"]),
+                                             for r in (0, 1)}), ["\u2066dist.send\u2069"]),
 ])
 def test_every_spawn_error_explains_itself_in_persian(error, facts):
     assert error.explain("en") == str(error).split("\n")[0]
     assert_persian(error.explain("fa"), *facts)
+    assert "`" not in error.explain("fa")  # code names isolated, not in backticks
     with pytest.raises(ValueError, match="unknown language"):
         error.explain("de")
 
@@ -100,7 +101,8 @@ def test_each_damage_names_the_file_and_the_fault_in_both_languages(tmp_path):
     manifest.unlink()
     gone = raised(lambda: read_manifest(folder))
     assert type(gone) is ManifestMissingError and gone.facts == {"folder": "step-00000001"}
-    assert_persian(gone.explain("fa"), "`latest_checkpoint()`")
+    assert_persian(gone.explain("fa"), "\u2066latest_checkpoint()\u2069")
+    assert "`" not in gone.explain("fa")
 
 
 def test_what_latest_checkpoint_skipped_explains_itself(tmp_path):

@@ -51,3 +51,12 @@ def test_a_sentence_is_filled_by_the_rule_in_persian_and_as_format_in_english():
     assert language.fill(template, "en", **values) == template.format(**values)
     assert language.fill(template, "fa", **values) == "۴ ranks, ۲٫۲ ms, بله, [۴۱۹۴۳۰۴، ۱۶۷۷۷۲۱۶]"
     assert language.fill("{x}", "fa", x=-1.5e-07) == "\u2066−۱٫۵ × ۱۰⁻⁷\u2069"
+
+
+def test_code_names_in_a_persian_sentence_stand_in_isolates_not_backticks():
+    assert language.isolated_code("انتخاب `auto` برای `{algorithm}`") == (
+        "انتخاب \u2066auto\u2069 برای \u2066{algorithm}\u2069")
+    assert language.fill("انتخاب `auto`: `{name}`، {n} رتبه", "fa", name="ring", n=4) == (
+        "انتخاب \u2066auto\u2069: \u2066ring\u2069، ۴ رتبه")
+    assert language.fill("`auto` picks `{name}`", "en", name="ring") == "`auto` picks `ring`"
+    assert language.isolated_code("a lone ` stays") == "a lone ` stays"

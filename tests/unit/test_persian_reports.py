@@ -79,7 +79,13 @@ def test_lesson_77s_lines_in_both_editions():
     for key, values in facts.items():
         persian = ddp_lab.say(key, "fa", **values)
         assert not latin_words(persian) - {"GPT", "GPU", "GB", "µs", "float32", "s"}, persian
-        assert not re.search(r"[0-9]", re.sub(f"`[^`]*`|float32|GPT-2|1/β", "", persian)), persian
+        shown = re.sub(f"{LRI}[^{PDI}]*{PDI}|float32|GPT-2|1/β", "", persian)
+        assert not re.search(r"[0-9]", shown), persian
+        assert "`" not in persian, persian  # a printed line: code names isolated, not backticked
+    assert ddp_lab.say("auto", "fa", **facts["auto"]) == (
+        f"انتخاب {LRI}auto{PDI} برای باکتی ۴ MiB روی ۴ رتبه، از زمان‌های ذخیره‌شدهٔ درس ۷۶: "
+        f"{LRI}shared_memory{PDI}")
+    assert ddp_lab.say("auto", "en", **facts["auto"]).startswith("auto's choice for a 4 MiB")
 
 
 def test_lesson_78s_lines_in_both_editions():
