@@ -256,7 +256,8 @@ def test_the_command_reports_what_it_measures_and_what_it_cannot(lang, capsys):
         assert "اندازه‌گیری‌نشده: زمان، پهنای باند" in out and ": بله" in out
         assert "۸۶٫۱۹/۷۶٫۶۱" in out and "86.19" not in out
         # plain text, not Markdown: no backticks, and the master copy named as the page names it
-        assert "`" not in out and 'گروه فرایند "fake"' in out and 'دستگاه "meta"' in out
+        assert "`" not in out and '"' not in out  # Persian quotes: «fake», «meta»
+        assert "گروه فرایند «fake»" in out and "دستگاه «meta»" in out
         assert "رونوشت اصلی fp32 و گشتاورهای fp32" in out
 
 
