@@ -124,16 +124,16 @@ HEADINGS = {
         "running": "running {title} ...",
     },
     "fa": {
-        "title": "درس {lesson}: بررسی {path}",
+        "title": "درس {lesson}: وارسی {path}",
         "first_failure": "نخستین حالت ناموفق",
         "hint": "راهنمایی", "why": "چرا",
         "passed": "قبول", "failed": "رد", "skipped": "اجرا نشد",
-        "gate_skipped": "بررسی‌های {first} تا {last} اجرا نشدند: {reason}",
-        "summary_pass": "هر {total} بررسی قبول شد.",
-        "summary_fail": "{failed} بررسی از {total} رد شد.",
-        "summary_fail_skipped": "{failed} بررسی از {total} رد شد و {skipped} بررسی اجرا نشد.",
-        "summary_one_pass": "بررسی {number} قبول شد.",
-        "summary_one_fail": "بررسی {number} رد شد.",
+        "gate_skipped": "وارسی‌های {first} تا {last} اجرا نشدند: {reason}",
+        "summary_pass": "هر {total} وارسی قبول شد.",
+        "summary_fail": "{failed} وارسی از {total} رد شد.",
+        "summary_fail_skipped": "{failed} وارسی از {total} رد شد و {skipped} وارسی اجرا نشد.",
+        "summary_one_pass": "وارسی {number} قبول شد.",
+        "summary_one_fail": "وارسی {number} رد شد.",
         "details": "جزئیات «{title}»:",
         "waiting": "جای انتظار هر رتبه (درونی‌ترین فراخوانی نخست):",
         "waiting_ranks": "رتبهٔ {ranks}", "waiting_ranks_many": "رتبه‌های {ranks}",
@@ -252,13 +252,13 @@ SKIPPED = {
         "فایل شما باید نخست بدون خطا بارگذاری شود و نام‌های قالب را تعریف کند"),
     "hang": Phrase(
         "it calls {function}, where the ranks were stuck in check {number}: fix that first",
-        "این بررسی {function} را فرا می‌خواند، همان‌جا که رتبه‌ها در بررسی {number} گیر کردند: "
+        "این وارسی {function} را فرا می‌خواند، همان‌جا که رتبه‌ها در وارسی {number} گیر کردند: "
         "نخست همان را درست کنید"),
     "hang_via": Phrase(
         "it calls {name}, which calls {function}, where the ranks were stuck in check "
         "{number}: fix that first",
-        "این بررسی {name} را فرا می‌خواند که {function} را فرا می‌خواند، همان‌جا که رتبه‌ها در "
-        "بررسی {number} گیر کردند: نخست همان را درست کنید"),
+        "این وارسی {name} را فرا می‌خواند که {function} را فرا می‌خواند، همان‌جا که رتبه‌ها در "
+        "وارسی {number} گیر کردند: نخست همان را درست کنید"),
 }
 
 # The hint of a run that hung, by its cause (`hangs.Hang.cause`); it replaces the check's own hint.
@@ -306,7 +306,7 @@ HANG_HINTS = {
         "loop that never ends; if your code is only slow, run the check again with a larger "
         "--timeout",
         "رتبه‌ها هنوز در کد شما محاسبه می‌کردند، نه منتظر پیامی: دنبال حلقه‌ای بگردید که هرگز "
-        "تمام نمی‌شود؛ اگر کدتان فقط کند است، بررسی را با --timeout بزرگ‌تری دوباره اجرا کنید"),
+        "تمام نمی‌شود؛ اگر کدتان فقط کند است، وارسی را با --timeout بزرگ‌تری دوباره اجرا کنید"),
     "peer_gone": Phrase(
         "this rank was waiting for a message when its neighbour stopped: most likely the "
         "neighbour gave up waiting too, a deadlock (post the send and the receive together, "
@@ -319,7 +319,7 @@ HANG_HINTS = {
         "the ranks did not finish in time: look where each one waits; if your code is only "
         "slow, run the check again with a larger --timeout",
         "رتبه‌ها به‌موقع تمام نکردند: ببینید هر کدام کجا منتظر است؛ اگر کدتان فقط کند است، "
-        "بررسی را با --timeout بزرگ‌تری دوباره اجرا کنید"),
+        "وارسی را با --timeout بزرگ‌تری دوباره اجرا کنید"),
 }
 
 

@@ -105,7 +105,7 @@ def test_a_failing_file_gets_a_report_in_persian_and_exit_1(tmp_path: Path, caps
     path = write_template(76, "fa", tmp_path / "mine.py")
     assert main(["check", "76", str(path), "--lang", "fa"]) == 1
     report = capsys.readouterr().out
-    assert "درس ۷۶" in report and "۵ بررسی از ۶ رد شد" in report
+    assert "درس ۷۶" in report and "۵ وارسی از ۶ رد شد" in report
     assert "NotImplementedError" in report and "mine.py" in report
 
 
@@ -117,7 +117,7 @@ def test_a_file_that_does_not_import_ends_the_report_after_check_1(tmp_path: Pat
     finished = capsys.readouterr()
     report = finished.out
     assert "۱. [رد]" in report and "خطای SyntaxError داد" in report
-    assert "بررسی‌های ۲ تا ۶ اجرا نشدند" in report and "۲. [" not in report
+    assert "وارسی‌های ۲ تا ۶ اجرا نشدند" in report and "۲. [" not in report
     assert report.count("SyntaxError") == 2  # the sentence, and the traceback's last line once
     assert finished.err.count("در حال اجرای") == 1
 
@@ -139,4 +139,4 @@ def test_only_runs_the_check_it_names(tmp_path: Path, capsys) -> None:
     assert main(["check", "76", str(learner), "--only", "4", "--lang", "fa"]) == 0
     report = capsys.readouterr().out
     assert "۴. [قبول] ring_reduce_scatter" in report and "۱. [" not in report
-    assert report.rstrip().endswith("بررسی ۴ قبول شد.") and "زمان روی" not in report
+    assert report.rstrip().endswith("وارسی ۴ قبول شد.") and "زمان روی" not in report

@@ -42,9 +42,11 @@ TERMS = {
 # Words of the book that are no glossary entry: tensor is written تنسور (58 times in the Persian
 # notebooks, against one تانسور), a seed بذر تصادفی (the notebooks' word), never "given a seed";
 # padded is پدینگ‌شده, not the colloquial پدینگ‌خورده, and "a tensor of its own" is تنسوری جداگانه,
-# not the calque از آنِ خودش.
+# not the calque از آنِ خودش. A check is وارسی, as the pages say (not بررسی, a review), and
+# alternating rounds run به‌نوبت, with its half-space.
 BOOK_WORDS = {"تنسور": ["تانسور"], "بذر تصادفی": ["بذر بدهید", "بذر دهید", r"بذر(?! تصادفی)"],
-              "پدینگ‌شده": ["پدینگ[ ‌]?خورده"], "تنسوری جداگانه": ["از آنِ? خودش"]}
+              "پدینگ‌شده": ["پدینگ[ ‌]?خورده"], "تنسوری جداگانه": ["از آنِ? خودش"],
+              "وارسی": ["بررسی"], "به‌نوبت": ["به نوبت"]}
 FORBIDDEN = [variant for _, variants in TERMS.values() for variant in variants] + [
     variant for variants in BOOK_WORDS.values() for variant in variants]
 

@@ -240,7 +240,7 @@ CHECKS = (
                  "می‌دارد"},
           {"en": "min(P - stage - 1, m) warm-up forwards, then F and B in turn, then the remaining "
                  "backwards; when m < P the warm-up is cut to m",
-           "fa": "min(P - stage - 1, m) گذر رفتِ گرم‌کردن، سپس F و B به نوبت، سپس گذرهای برگشتِ "
+           "fa": "min(P - stage - 1, m) گذر رفتِ گرم‌کردن، سپس F و B به‌نوبت، سپس گذرهای برگشتِ "
                  "باقی‌مانده؛ وقتی m < P است گرم‌کردن به m کوتاه می‌شود"},
           _on_one_rank(grade_schedule, "1f1b"), needs=("schedule_order",)),
     Check("schedule_errors",
