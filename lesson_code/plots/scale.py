@@ -8,10 +8,9 @@ it holds more (DDP's buckets, ZeRO-1's gradient shard).
 
 from __future__ import annotations
 
-import pandas as pd
 from matplotlib.figure import Figure
 
-from lesson_code import language, memory
+from lesson_code import memory
 from lesson_code.plots import FIGURE_WIDTH, number, start_figure
 from lesson_code.plots.tables import translate
 
@@ -101,26 +100,9 @@ def scale_figure(table, parameters: int, lang: str = "en",
     return fig
 
 
-# check_summary's differences and distances, from 0 to about 0.03: pandas writes each column
-# with 6 decimals (0.000072, 0.005505). The course's number rule would write the smallest of
-# them with a power of ten (۷٫۲ × ۱۰⁻⁵) beside plain decimals in the same column, so the
-# Persian table writes them as the English one does, 6 decimals in Persian digits.
-FIXED_COLUMNS = ("profiler's peak, largest relative difference", "largest gradient difference",
-                 "gradient distance", "largest parameter difference", "distance")
-
-
 def table(frame, lang: str = "en"):
     """`frame` (`scale_lab.paper_summary`, `sweep_summary`, `check_summary`,
-    `pipelined.summary`) with its labels in edition `lang`: Persian
-    terms from TABLE_LABELS for "fa", unchanged for "en". The values are never touched, except
-    that in Persian the FIXED_COLUMNS (never negative) are shown as text with 6 decimals, the way
-    pandas shows them in English ("0.000072" is «۰٫۰۰۰۰۷۲»)."""
-    if lang == "fa" and isinstance(frame, pd.DataFrame):
-        fixed = [column for column in FIXED_COLUMNS if column in frame.columns]
-        frame = frame.assign(**{column: frame[column].map(_six_decimals) for column in fixed})
+    `pipelined.summary`) with its labels in edition `lang`: Persian terms from TABLE_LABELS for
+    "fa", unchanged for "en". The values are never touched: the Persian table shows pandas'
+    digits for each column, as the English one does ("0.000072" is «۰٫۰۰۰۰۷۲»)."""
     return translate(frame, {"fa": TABLE_LABELS}, lang)
-
-
-def _six_decimals(value: float) -> str:
-    """A non-negative `value` with 6 decimals in Persian digits: 7.2e-05 -> «۰٫۰۰۰۰۷۲»."""
-    return language.persian_digits(f"{value:.6f}").replace(".", language.DECIMAL_MARK)

@@ -59,7 +59,9 @@ def test_the_scale_figure_draws_points_and_formulas_in_both_editions(lang):
 def test_the_persian_check_table_writes_each_difference_column_in_one_notation_as_english_does():
     # check_summary's columns hold 7.2e-05 beside 0.005505: pandas writes both with 6 decimals,
     # and so must the Persian table, not «۷٫۲ × ۱۰⁻⁵» beside «۰٫۰۰۵۵۰۵».
-    frame = pd.DataFrame({column: [7.2e-05, 0.005505, 0.0] for column in scale.FIXED_COLUMNS}
+    differences = ("profiler's peak, largest relative difference", "largest gradient difference",
+                   "gradient distance", "largest parameter difference", "distance")
+    frame = pd.DataFrame({column: [7.2e-05, 0.005505, 0.0] for column in differences}
                          | {"peak difference, bytes": [0, 512, 512]},
                          index=pd.Index(["DDP", "ZeRO-1", "ZeRO-2"], name="strategy"))
     shown = scale.table(frame, "fa")._repr_html_()
