@@ -60,12 +60,9 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
     `extra` (JSON, rank 0's is kept) holds what else a resume needs, such as the data position.
     JSON keeps str keys only: an `extra` of {1: "a"} loads as {"1": "a"}, a tuple as a list.
     `disk` does the writes, renames and fsyncs (`files.Disk`; a fault-injecting one in tests).
-    Rank 0 holds root/.lock alone from the start of the save to its publish. It waits for it
-    (another writer may hold it: a save of another run, a prune) at most `lock_timeout_s`
-    seconds, and never more than half the group's collective timeout (`collective_timeout_s`):
-    the other ranks wait for it in an all-gather, and must still be there when it gives up, to
-    raise its error with it (under NCCL's default timeout of 10 minutes, 5 minutes; a wait as
-    long as the collectives' would let NCCL's watchdog abort the other ranks first).
+    Rank 0 holds root/.lock alone from the start of the save to its publish, waiting for it at
+    most `lock_timeout_s` seconds and never more than half the group's collective timeout
+    (`collective_timeout_s`), so that the other ranks, waiting in an all-gather, raise its error.
     Returns the published folder root/step-XXXXXXXX. Raises ValueError for a rank outside the
     world or a world size that differs from the group's; on every rank the same
     FolderNotSharedError when some rank does not see rank 0's folder, TypeError when `extra` is

@@ -316,17 +316,13 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int, *
     Every flat-sharded tensor (listed in the shards' layout under "flat") is reassembled in rank
     order, stripped of its padding, padded again for the new world size and cut into equal
     shards, each with its own layout. The other per-rank tensors are the ranks' random-number
-    states, and those do not reshard: with the same world size each rank keeps its own; with
-    another, every new rank gets instead `rng_seed`, a seed of its own drawn from the old states
-    and its rank, from which `flat_state.load_flat_state` seeds its generators. (Copying old rank
-    r mod N's state would give two new ranks one random stream, ranks r and r + 4 from 4 to 8,
-    and drop the others' from 4 to 2.) One process holds the flat vectors whole: the old shards
-    are read first, about one copy of the optimizer state, and each slice is freed as it is
-    copied into its whole vector (`join_flat`), so the peak stays about one copy of the state
-    plus one new shard; DCP reshards at load time instead, each rank reading only the chunks it
-    needs. Verifies every file it reads; holds destination_root/.lock alone while it writes
-    there (waiting at most `lock_timeout_s` seconds for it). Raises ValueError for a world size
-    below 1.
+    states: with the same world size each rank keeps its own; with another, every new rank gets
+    `rng_seed`, a seed of its own derived from the old states and its rank (copying old rank
+    r mod N's state would give two new ranks one stream). One process holds the flat vectors
+    whole, each old slice freed as it is copied (`join_flat`): a peak of about one copy of the
+    state plus one new shard. Verifies every file it reads; holds destination_root/.lock alone
+    while it writes there (waiting at most `lock_timeout_s` seconds). Raises ValueError for a
+    world size below 1.
     """
     require_positive_int("world_size", world_size, "the number of ranks that will load it, such as 2")
     source = Path(source)
