@@ -6,7 +6,8 @@ The notebook, the tests and the benchmark run these through `launch.spawn` (or t
 reference, and torch's own ZeroRedundancyOptimizer (stage 1) and FSDP2 (`fully_shard`, stage 3)
 are the others. The loop and the timing are the shared harness's (`lesson_code.experiment`).
 `stage_memory_table` measures the peak memory of a step under DDP and each stage beside the
-formulas of `lesson_code.memory`; `stage3_timeline` shows one ZeRO-3 step, layer by layer.
+formulas of `lesson_code.memory`; `stage3_timeline` shows one ZeRO-3 step, layer by layer;
+`accumulation_traffic` counts a step's bytes under gradient accumulation.
 
     python -m lesson_code.zero_lab                      # an MLP, 20 steps on 4 ranks, ZeRO-1
     python -m lesson_code.zero_lab --optimizer zero3    # the same with ZeRO-3, and its peak
@@ -281,6 +282,31 @@ def time_steps(rank: int, world_size: int, run: ZeroRun, warmup: int = 2) -> dic
         clock.samples.setdefault("comm", []).append(
             float("nan") if run.optimizer in ("torch_zero", "fsdp2") else seconds)
     return {**clock.medians(), "bytes_sent": ledger.bytes_sent}
+
+
+def accumulation_traffic(rank: int, world_size: int, run: ZeroRun,
+                         micro_batches: tuple[int, ...] = (1, 2, 4)) -> dict[int, int]:
+    """Bytes this rank sends in one optimizer step of G backward passes (gradient accumulation),
+    for each G in `micro_batches`. Collective: call on every rank.
+
+    ZeRO-1 ("zero") adds the micro-batches' full gradients up in `.grad` and reduce-scatters once,
+    in step(); ZeRO-2 ("zero2") keeps no full gradient, so every backward pass reduce-scatters its
+    buckets. Raises ValueError for another optimizer or a G below 1.
+    """
+    require_choice("optimizer", run.optimizer, ("zero", "zero2"))
+    if not micro_batches or min(micro_batches) < 1:
+        raise ValueError(f"micro_batches={micro_batches!r}: give backward passes per step, "
+                         "each 1 or more, such as (1, 2, 4)")
+    sent = {}
+    for count in micro_batches:
+        ledger = CommLedger()
+        model, optimizer = build_optimizer(run, run_model(run), rank, world_size, ledger)
+        ledger.clear()  # the initial broadcast is not the step's
+        for micro in range(count):
+            run_loss(run, model, micro, rank, world_size).backward()
+        optimizer.step()
+        sent[count] = ledger.bytes_sent
+    return sent
 
 
 def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:

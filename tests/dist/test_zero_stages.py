@@ -129,7 +129,10 @@ def measure_stages(rank, world_size):
     one_step = ZeroRun(model="gpt", steps=1, bucket_cap_mb=SMALL_BUCKETS)
     ledgers = {name: train_on_rank(rank, world_size, replace(one_step, optimizer=name))["ledger"]
                for name in ("ddp", "zero2", "zero3")}
-    return {"peaks": peaks, "ledgers": ledgers,
+    accumulated = {name: zero_lab.accumulation_traffic(rank, world_size,
+                                                       replace(one_step, optimizer=name), (1, 3))
+                   for name in ("zero", "zero2")}
+    return {"peaks": peaks, "ledgers": ledgers, "accumulated": accumulated,
             "timeline": zero_lab.stage3_timeline(rank, world_size)}
 
 
@@ -177,6 +180,14 @@ def test_stage_3_moves_one_and_a_half_times_what_ddp_moves(measured):
         assert zero3["all_gather"]["calls"] == 2 * zero3["reduce_scatter"]["calls"] == 2 * 4
         total = zero3["all_gather"]["bytes_sent"] + zero3["reduce_scatter"]["bytes_sent"]
         assert 2 * total == 3 * ddp_bytes
+
+
+def test_under_accumulation_stage_1_reduces_once_and_stage_2_once_per_backward(measured):
+    n, ranks = measured
+    one_pass = (n - 1) * 4 * GPT_PARAMETERS // n  # a reduce-scatter or an all-gather, fp32
+    for rank in ranks:
+        assert rank["accumulated"]["zero"] == {1: 2 * one_pass, 3: 2 * one_pass}
+        assert rank["accumulated"]["zero2"] == {1: 2 * one_pass, 3: (3 + 1) * one_pass}
 
 
 def test_the_stage_3_timeline_gathers_computes_and_frees_each_layer(measured):
@@ -244,3 +255,10 @@ def test_the_stage_3_model_gives_each_gather_reduce_scatter_and_free_its_bytes(m
                 change = event["live_end"] - event["live_start"]
                 assert abs(change - modelled["change"]) <= SLACK, (event, modelled)
         assert 0 <= timeline["memory"][0][1] - model[0]["held"] <= SLACK  # and the buffers
+
+
+def test_accumulation_traffic_refuses_another_optimizer_and_no_backward_pass():
+    with pytest.raises(ValueError, match="'ddp'"):
+        zero_lab.accumulation_traffic(0, 1, ZeroRun(optimizer="ddp"))
+    with pytest.raises(ValueError, match=r"micro_batches=\(0,\)"):
+        zero_lab.accumulation_traffic(0, 1, ZeroRun(), (0,))
