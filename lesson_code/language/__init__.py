@@ -206,6 +206,17 @@ def numbered(word: str, value, lang: str = "fa") -> str:
 
 
 BOOLEANS = {"en": {True: "True", False: "False"}, "fa": {True: "بله", False: "خیر"}}
+# The course's terms as its Persian tables label them (book/fa/glossary.md): English label ->
+# Persian. Each lesson's table words (lesson_code.plots) start from these and add their own, so a
+# term shared by the lessons is written here once and reads the same in every table.
+TERMS = {
+    "rank": "رتبه", "step": "گام", "stage": "مرحله", "value": "مقدار", "loss": "زیان",
+    "parameters": "پارامترها", "gradients": "گرادیان‌ها", "optimizer": "بهینه‌ساز",
+    "forward": "گذر رفت", "backward": "گذر برگشت", "measured": "اندازه‌گیری‌شده", "formula": "فرمول",
+    "all_reduce": "کاهش همگانی", "reduce_scatter": "کاهش و پخش", "all_gather": "گردآوری همگانی",
+    "reduce-scatter": "کاهش و پخش", "broadcast": "بازپخش", "naive": "ساده‌لوحانه", "ring": "حلقه",
+    "messages sent": "پیام‌های فرستاده", "holds": "برقرار است",
+}
 
 
 class _Filler(string.Formatter):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from lesson_code import language
 from lesson_code.plots import label_ranks, legend, legend_below, number, start_figure
 from lesson_code.plots.tables import translate
 
@@ -31,9 +32,9 @@ LABELS = {
 
 # Table labels of the Persian edition (the English labels are the keys).
 TABLE_WORDS = {"fa": {
-    "step": "گام", "loss": "زیان", "grad_norm": "نرم گرادیان", "param_norm": "نرم پارامترها",
-    "step_time_s": "زمان گام (ثانیه)", "rank": "رتبه", "parameters": "پارامترها",
-    "gradients": "گرادیان‌ها", "optimizer": "وضعیت بهینه‌ساز", "holds": "برقرار است",
+    **language.TERMS,
+    "grad_norm": "نرم گرادیان", "param_norm": "نرم پارامترها", "step_time_s": "زمان گام (ثانیه)",
+    "optimizer": "وضعیت بهینه‌ساز",
     "event": "رویداد", "reason": "دلیل", "to_step": "بازگشت به گام", "at_step": "گام ردشده",
     "(a) loss falls at every step": "(الف) زیان در هر گام کم می‌شود",
     "(b) same parameter norm on every rank, every step": "(ب) نرم پارامترها در همهٔ رتبه‌ها و همهٔ گام‌ها یکسان است",
@@ -41,7 +42,7 @@ TABLE_WORDS = {"fa": {
     "(d) checkpoints of steps 10 and 20 restore byte for byte":
         "(د) چکپوینت‌های گام‌های ۱۰ و ۲۰ بایت‌به‌بایت بازمی‌گردند",
     "command": "فرمان", "median_s": "میانه (ثانیه)", "runs_s": "اجراها (ثانیه)",
-    "loss_rows": "سطرهای زیان", "same_losses": "زیان‌های یکسان", "value": "مقدار",
+    "loss_rows": "سطرهای زیان", "same_losses": "زیان‌های یکسان",
     "2 ranks, half the heads each": "۲ رتبه، هر کدام نیمی از سرها",
     "1 rank, all heads": "۱ رتبه، همهٔ سرها",
     "final loss, never stopped": "زیان پایانی، بی‌وقفه",
@@ -65,8 +66,7 @@ TABLE_WORDS = {"fa": {
     "same losses": "زیان‌های یکسان",
     "same last checkpoint": "آخرین چکپوینت یکسان",
     "collective": "عملیات جمعی", "calls": "فراخوانی‌ها", "bytes_sent": "بایت‌های فرستاده",
-    "bytes_received": "بایت‌های دریافتی", "broadcast": "بازپخش", "reduce_scatter": "کاهش و پخش",
-    "all_reduce": "کاهش همگانی", "all_gather": "گردآوری همگانی",
+    "bytes_received": "بایت‌های دریافتی",
 }}
 
 

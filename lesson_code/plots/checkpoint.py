@@ -28,8 +28,9 @@ COLOURS = {"write": "#c6dbef", "fsync": "#2171b5", "rename": "black", "publish":
 
 # Table labels of the Persian edition (the English labels are the keys).
 TABLE_WORDS = {"fa": {
-    "file": "فایل", "rank": "رتبه", "all": "همه", "tensors": "تنسورها", "bytes": "بایت",
-    "start": "آغاز", "length": "طول", "padding": "پدینگ", "step": "گام",
+    **language.TERMS,
+    "file": "فایل", "all": "همه", "tensors": "تنسورها", "bytes": "بایت",
+    "start": "آغاز", "length": "طول", "padding": "پدینگ",
     "never stopped": "بی‌وقفه", "resumed from step 10": "ادامه از چکپوینت گام ۱۰", "error": "خطا",
     "no manifest": "بدون مانیفست", "missing shard": "شارد گم‌شده", "truncated shard": "شارد کوتاه‌شده",
     "manifest edited": "مانیفست ویرایش‌شده", "another world size": "تعداد رتبهٔ دیگر",
@@ -41,7 +42,7 @@ TABLE_WORDS = {"fa": {
     "max_abs_change": "بیشینهٔ تغییر مطلق", "ours": "قالب ما", "dcp": "DCP",
     "change": "تغییر", "loads": "بارگذاری می‌شود", "skipped": "کنارگذاشته‌ها",
     "contents of the root": "محتوای پوشهٔ ریشه", "latest complete": "آخرین چکپوینت کامل",
-    "value": "مقدار", "holds": "برقرار است", "saves": "ذخیره می‌کند",
+    "saves": "ذخیره می‌کند",
     "elements": "عنصرها", "from byte": "آغاز در فایل (بایت)",
     "continued from step 2": "ادامه از چکپوینت گام ۲",
     "resumed, step count lost": "ادامه، بی شمار گام‌های Adam",

@@ -15,6 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from lesson_code import language
 from lesson_code.collectives import cost_model
 from lesson_code.collectives import ring_chunk_indices
 from lesson_code.plots import FIGURE_WIDTH, check_language, legend_below, start_figure
@@ -218,12 +219,12 @@ def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en"
 
 # The tables of lesson 76 in Persian: English label -> Persian term (book/fa/glossary.md).
 TABLE_LABELS = {
-    "rank": "رتبه", "world_size": "تعداد رتبه‌ها", "backend": "بک‌اند", "threads": "رشته‌ها",
-    "all_reduce": "کاهش همگانی", "reduce_scatter": "کاهش و پخش", "all_gather": "گردآوری همگانی",
-    "naive_all_reduce": "کاهش همگانی ساده‌لوحانه", "broadcast": "بازپخش", "primitive": "عملیات",
+    **language.TERMS,
+    "world_size": "تعداد رتبه‌ها", "backend": "بک‌اند", "threads": "رشته‌ها",
+    "naive_all_reduce": "کاهش همگانی ساده‌لوحانه", "primitive": "عملیات",
     "bytes sent": "بایت‌های فرستاده", "bytes received": "بایت‌های دریافتی",
-    "messages sent": "پیام‌های فرستاده", "nbytes": "بایت‌ها", "op": "عملیات",
-    "ring": "حلقه", "naive": "ساده‌لوحانه", "recursive_doubling": "دوبرابرسازی بازگشتی",
+    "nbytes": "بایت‌ها", "op": "عملیات",
+    "recursive_doubling": "دوبرابرسازی بازگشتی",
     "halving_doubling": "نیم‌سازی و دوبرابرسازی", "direct": "مستقیم", "N =": "N =",
     "shared_memory": "حافظهٔ مشترک",
     "all_reduce without shared memory": "کاهش همگانی بدون حافظهٔ مشترک",
@@ -233,7 +234,7 @@ TABLE_LABELS = {
     "halving_doubling all_reduce": "کاهش همگانی با نیم‌سازی و دوبرابرسازی",
     "ring / gloo": "حلقه / gloo", "auto / gloo": "auto / gloo",
     "fastest measured": "سریع‌ترینِ اندازه‌گیری‌شده", "auto's choice": "انتخاب auto",
-    "step": "گام", "sends": "می‌فرستد", "receives": "دریافت می‌کند",
+    "sends": "می‌فرستد", "receives": "دریافت می‌کند",
     "ring (model)": "حلقه (مدل)", "naive (model)": "ساده‌لوحانه (مدل)",
     "GB sent by the busiest rank": "گیگابایتِ فرستادهٔ پرکارترین رتبه",
     "modelled seconds": "ثانیه بنا بر مدل",
@@ -244,7 +245,7 @@ TABLE_LABELS = {
     "pipelined chain": "زنجیرهٔ پایپلاینی", "binomial tree": "درخت دوجمله‌ای",
     "one send of the tensor": "یک بار فرستادن کل تنسور", "modelled ms": "میلی‌ثانیه بنا بر مدل",
     "messages received": "پیام‌های دریافتی", "nodes": "گره‌ها", "gpus per node": "GPUهای هر گره",
-    "sharding": "شاردبندی", "gradients": "گرادیان‌ها",
+    "sharding": "شاردبندی",
     "parameters, 2 all-gathers": "پارامترها، ۲ گردآوری همگانی", "total": "کل",
     "on the network": "روی شبکه", "bytes only": "فقط بایت‌ها", "with latencies": "با تأخیرها",
     "ms per step, median of 4 to 256 KiB": "میلی‌ثانیه در هر گام، میانهٔ ۴ تا ۲۵۶ KiB",

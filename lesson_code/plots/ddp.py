@@ -103,13 +103,14 @@ def phase_breakdown_figure(bench, lang: str = "en") -> Figure:
 
 # The tables of lesson 77 in Persian: English label -> Persian term (book/fa/glossary.md).
 TABLE_LABELS = {
-    "rank": "رتبه", "norm before": "نُرم پیش از بازپخش", "norm after": "نُرم پس از بازپخش",
-    "model": "مدل", "optimizer": "بهینه‌ساز", "wrapper": "پوشاننده", "comm": "ارتباط",
+    **language.TERMS,
+    "norm before": "نُرم پیش از بازپخش", "norm after": "نُرم پس از بازپخش",
+    "model": "مدل", "wrapper": "پوشاننده", "comm": "ارتباط",
     "ranks_identical": "رتبه‌ها یکسان", "max_param_diff": "بیشینهٔ اختلاف پارامتر",
     "max_param_diff_vs_torch": "بیشینهٔ اختلاف پارامتر با DDP در PyTorch",
     "max_loss_diff": "بیشینهٔ اختلاف زیان", "first_loss": "زیان نخستین گام",
     "last_loss": "زیان آخرین گام", "accumulation": "شمار میکرودسته‌ها",
-    "forward": "گذر رفت", "backward": "گذر برگشت", "step": "گام", "wait": "انتظار",
+    "wait": "انتظار",
     "check": "بررسی و کپی به گرادیان‌ها", "step low": "کوتاه‌ترین گام دورها",
     "step high": "بلندترین گام دورها", "vs torch low": "کمترین نسبت به DDP در PyTorch",
     "vs torch high": "بیشترین نسبت به DDP در PyTorch", "vs one bucket": "نسبت به یک باکت",
@@ -130,7 +131,7 @@ TABLE_LABELS = {
     "check all-reduces (one number, outside the ledger)":
         "کاهش‌های همگانی بررسی (یک عدد، بیرون از دفتر ارتباطات)",
     "bucket MiB": "اندازهٔ باکت (MiB)",
-    "vs torch": "نسبت به DDP در PyTorch", "communicator": "ارتباط‌دهنده", "parameters": "پارامترها", "figure": "کمیت", "value": "مقدار",
+    "vs torch": "نسبت به DDP در PyTorch", "communicator": "ارتباط‌دهنده", "figure": "کمیت",
     "key-bias gradient": "گرادیان بایاس کلید", "Adam eps": "`eps` در Adam",
     "first step / lr": "گام نخست / `lr`",
     "smallest max_param_diff": "کوچک‌ترین مقدار بیشینهٔ اختلاف پارامتر",
@@ -159,11 +160,11 @@ TABLE_LABELS = {
 }
 
 
-def localized(table, lang: str, labels: dict[str, str] = TABLE_LABELS):
+def localized(table, lang: str):
     """`table` (a DataFrame or Series) to show in edition `lang`: for "fa" its index and column
-    labels, their names and a Series' name become the Persian terms in `labels` (labels it lacks
-    stay as they are; `plots.tables.translate`); for "en" it is returned unchanged. The values are
-    never touched, so the code that computed and checked the table reads English labels in both
-    editions, and the Persian table shows the English one's digits. Raises ValueError for
-    another language."""
-    return translate(table, {"fa": labels}, lang)
+    labels, their names and a Series' name become the Persian terms in TABLE_LABELS (labels it
+    lacks stay as they are; `plots.tables.translate`); for "en" it is returned unchanged. The
+    values are never touched, so the code that computed and checked the table reads English
+    labels in both editions, and the Persian table shows the English one's digits. Raises
+    ValueError for another language."""
+    return translate(table, {"fa": TABLE_LABELS}, lang)

@@ -31,15 +31,16 @@ LABELS = {
 }
 # Table labels of the Persian edition (the English labels are the keys).
 TABLE_WORDS = {"fa": {
-    "stage": "مرحله", "layers": "لایه‌ها", "parameters": "پارامترها", "order": "ترتیب",
+    **language.TERMS,
+    "layers": "لایه‌ها", "order": "ترتیب",
     "schedule": "زمان‌بندی", "max_grad_diff": "بیشینهٔ اختلاف گرادیان", "loss_diff": "اختلاف زیان",
-    "all_layers_once": "هر لایه یک بار", "replica": "رونوشت", "rank": "رتبه",
-    "measured": "اندازه‌گیری‌شده", "lowest": "کمترین", "highest": "بیشترین", "formula": "فرمول",
+    "all_layers_once": "هر لایه یک بار", "replica": "رونوشت",
+    "lowest": "کمترین", "highest": "بیشترین",
     "imbalance_floor": "کف ناترازی", "step_s": "ثانیه در هر گام", "bubble": "حباب",
     "max grad diff": "بیشینهٔ اختلاف گرادیان", "bubble, balanced": "حباب، متوازن",
     "bubble, 5 + 3 layers": "حباب، ۵ + ۳ لایه", "micro-batches": "میکرودسته‌ها",
     "stage 0 under GPipe": "مرحلهٔ ۰ زیر GPipe", "stage 0 under 1F1B": "مرحلهٔ ۰ زیر 1F1B",
-    "value": "مقدار", "balanced": "متوازن", "5 + 3 layers": "۵ + ۳ لایه", "floor": "کف ناترازی",
+    "balanced": "متوازن", "5 + 3 layers": "۵ + ۳ لایه", "floor": "کف ناترازی",
     # values: the schedules as pipeline.SCHEDULES names them, and the layers of MiniGPT
     "gpipe": "GPipe", "1f1b": "1F1B", "embedding": "لایهٔ جاسازی", "block": "بلوک",
     "head": "لایهٔ خروجی", "unequal_model": "مدل مرحله‌های نابرابر",
@@ -69,8 +70,8 @@ TABLE_WORDS = {"fa": {
     "message at one cut, one sequence": "پیام در یک برش، یک دنباله",
     "forward of one stage of 8, one sequence": "گذر رفتِ یکی از ۸ مرحله، یک دنباله",
     "ms (modelled)": "میلی‌ثانیه (مدل‌شده)", "P_times_busy": "P (۱ − حباب)",
-    "loss": "زیان", "unsplit_loss": "زیان مدل تقسیم‌نشده", "norm": "نُرم گرادیان",
-    "unsplit_norm": "نُرم مدل تقسیم‌نشده", "max_weight_diff": "بیشینهٔ اختلاف وزن", "step": "گام",
+    "unsplit_loss": "زیان مدل تقسیم‌نشده", "norm": "نُرم گرادیان",
+    "unsplit_norm": "نُرم مدل تقسیم‌نشده", "max_weight_diff": "بیشینهٔ اختلاف وزن",
     "stage_0_own_norm": "نُرم خودِ مرحلهٔ ۰", "stage_1_own_norm": "نُرم خودِ مرحلهٔ ۱",
     "own_norm_weight_diff": "بیشینهٔ اختلاف وزن، هر مرحله با نُرم خودش",
     "held_on_rank_0": "نگه‌داشته روی رتبهٔ ۰", "whole_stages_held": "معادل مرحله‌های کامل",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from lesson_code import memory
+from lesson_code import language, memory
 from lesson_code.plots import FIGURE_WIDTH, number, start_figure
 from lesson_code.plots.tables import translate
 
@@ -24,6 +24,7 @@ LABELS = {
 }
 # The scale lab's tables in Persian: English label -> Persian term (book/fa/glossary.md).
 TABLE_LABELS = {
+    **language.TERMS,
     "strategy": "راهبرد", "paper GB": "مقاله (گیگابایت)", "formula GB": "فرمول (گیگابایت)",
     "measured GB": "اندازه‌گیری‌شده (گیگابایت)", "agrees": "هم‌خوان",
     "beyond the paper GB": "بیرون از شمارش مقاله (گیگابایت)",
@@ -32,7 +33,7 @@ TABLE_LABELS = {
     # scale_lab.sweep_summary
     "MB held": "نگه‌داشته (مگابایت)", "formula MB": "فرمول (مگابایت)",
     "MB sent": "فرستاده (مگابایت)", "formula MB sent": "فرستاده طبق فرمول (مگابایت)",
-    "messages sent": "پیام‌های فرستاده", "matches": "هم‌خوان", "held GB": "نگه‌داشته (گیگابایت)",
+    "matches": "هم‌خوان", "held GB": "نگه‌داشته (گیگابایت)",
     "MB peak in the step": "بیشینهٔ حافظه در گام (مگابایت)",
     "MB peak while building": "بیشینهٔ حافظه هنگام ساختن (مگابایت)",
     # scale_lab.check_summary
@@ -54,7 +55,7 @@ TABLE_LABELS = {
     "parameter MB per stage, least": "کمترین پارامتر یک مرحله (مگابایت)",
     "parameter MB per stage, most": "بیشترین پارامتر یک مرحله (مگابایت)",
     "bytes sent, most": "بیشترین بایت فرستاده", "protocol's bytes, most": "بیشترین بایت‌های پروتکل",
-    "activations kept, most": "بیشترین شمار فعال‌سازی‌های نگه‌داشته", "loss": "زیان",
+    "activations kept, most": "بیشترین شمار فعال‌سازی‌های نگه‌داشته",
 }
 COLORS = {"DDP": "#7f7f7f", "ZeRO-1": "#1f77b4", "ZeRO-2": "#2ca02c", "ZeRO-3": "#d62728"}
 # DDP, ZeRO-1 and ZeRO-2 send the same bytes: markers of other shapes and sizes keep all three

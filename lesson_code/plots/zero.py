@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from lesson_code import language, memory
 from lesson_code.plots import (FIGURE_WIDTH, label_ranks, legend, legend_below, number,
                                start_figure)
-from lesson_code.plots.ddp import localized as localized_with
+from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"ranks": "ranks N", "per_rank": "GB per rank", "saving": "saving vs DDP (%)",
@@ -30,17 +30,16 @@ LABELS = {
 
 # The tables of lesson 78 in Persian: English label -> Persian term (book/fa/glossary.md).
 TABLE_LABELS = {
-    "params": "پارامترها", "grads": "گرادیان‌ها", "optimizer": "بهینه‌ساز",
-    "parameters": "پارامترها", "gradients": "گرادیان‌ها", "total": "جمع", "rank": "رتبه",
+    **language.TERMS,
+    "params": "پارامترها", "grads": "گرادیان‌ها", "total": "جمع",
     "GB per rank under DDP": "گیگابایت در هر رتبه زیر DDP", "GB per rank": "گیگابایت در هر رتبه",
-    "stage": "مرحله", "saving": "صرفه‌جویی (٪)", "bytes_per_param": "بایت برای هر پارامتر",
-    "saving_percent": "صرفه‌جویی (٪)", "step": "گام", "ddp": "DDP", "zero": "ZeRO-1",
+    "saving": "صرفه‌جویی (٪)", "bytes_per_param": "بایت برای هر پارامتر",
+    "saving_percent": "صرفه‌جویی (٪)", "ddp": "DDP", "zero": "ZeRO-1",
     "naive_zero": "ZeRO ساده‌لوحانه", "torch_zero": "ZeroRedundancyOptimizer",
-    "all_reduce": "کاهش همگانی", "reduce_scatter": "کاهش و پخش", "all_gather": "گردآوری همگانی",
     "ZeRO-1 on 4 ranks": "ZeRO-1 روی ۴ رتبه", "torch.optim.Adam, one process": "torch.optim.Adam، یک فرایند",
     "DDP optimizer": "بهینه‌ساز DDP", "ZeRO-1 optimizer": "بهینه‌ساز ZeRO-1", "12 x shard": "۱۲ × شارد",
     "largest difference from torch.optim.Adam": "بیشینهٔ قدر مطلق اختلاف پارامترها با torch.optim.Adam",
-    "forward": "گذر رفت", "backward": "گذر برگشت", "comm": "ارتباطات", "MB sent": "مگابایت فرستاده",
+    "comm": "ارتباطات", "MB sent": "مگابایت فرستاده",
     "optimizer compute": "محاسبهٔ بهینه‌ساز", "MB sent per step": "مگابایت فرستاده در هر گام",
     "vs our ddp": "نسبت به DDP ما", "vs torch zero": "نسبت به ZeroRedundancyOptimizer",
     "bytes per parameter": "بایت برای هر پارامتر", "bytes sent, measured": "بایت فرستاده، اندازه‌گیری‌شده",
@@ -75,7 +74,7 @@ TABLE_LABELS = {
 
 def localized(table, lang: str):
     """`table` with its labels in edition `lang` (Persian terms from TABLE_LABELS for "fa")."""
-    return localized_with(table, lang, TABLE_LABELS)
+    return translate(table, {"fa": TABLE_LABELS}, lang)
 
 
 def stages_figure(params: float, world_sizes: list[int], lang: str = "en") -> Figure:
@@ -183,7 +182,7 @@ def stage3_timeline_figure(timeline: dict, model: list[dict], lang: str = "en") 
     return fig
 
 
-# The tables of lesson 78a in Persian, beside lesson 78's (`TABLE_LABELS`).
+# The tables of lesson 78a in Persian: its own labels, beside lesson 78's (`TABLE_LABELS`).
 STAGES_LABELS = {
     "unit": "واحد", "shard": "شارد (عنصر)", "gathered bytes": "بایت‌های گردآوری‌شده",
     "max |difference| after 10 steps": "بیشینهٔ |اختلاف| پس از ۱۰ گام",
@@ -195,9 +194,9 @@ STAGES_LABELS = {
     "MB_sent_per_step": "مگابایت فرستاده در هر گام", "vs_ddp": "نسبت به DDP",
     "GB sent per rank": "گیگابایت فرستادهٔ هر رتبه",
     "seconds at 50 GB/s": "ثانیه با ۵۰ گیگابایت بر ثانیه",
-    "formula (MB)": "فرمول (مگابایت)", "peak (MB)": "بیشینه (مگابایت)", "gap (MB)": "فاصله (مگابایت)",
+    "gap (MB)": "فاصله (مگابایت)",
     "peak_in": "بیشینه در", "held": "نگه‌داشته میان گام‌ها", "gathered": "گردآوری‌شده",
-    "reduce-scatter": "کاهش و پخش", "peak, this run": "بیشینه، همین اجرا",
+    "peak, this run": "بیشینه، همین اجرا",
     "peak, stored": "بیشینه، جدول ذخیره‌شده", "model's peak": "بیشینهٔ مدل",
     "MB on one rank": "مگابایت روی یک رتبه", "backward's peak (MB)": "بیشینهٔ گذر برگشت (مگابایت)",
     "bucket MB": "اندازهٔ باکت (مگابایت)", "held between steps (MB)": "نگه‌داشته میان گام‌ها (مگابایت)",
@@ -221,4 +220,4 @@ STAGES_LABELS = {
 
 def stages_table(table, lang: str):
     """A table of lesson 78a to show in edition `lang` (`localized`, with `STAGES_LABELS` too)."""
-    return localized_with(table, lang, {**TABLE_LABELS, **STAGES_LABELS})
+    return translate(table, {"fa": {**TABLE_LABELS, **STAGES_LABELS}}, lang)

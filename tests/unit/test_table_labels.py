@@ -5,12 +5,16 @@ The code cells are the same in both editions, so the labels come from the lesson
 translated, that the English edition is left as computed, and that the values are never touched.
 """
 
+import ast
+import json
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from lesson_code.plots import collectives, ddp, zero
+from lesson_code import language
+from lesson_code.plots import capstone, checkpoint, collectives, ddp, pipeline, scale, zero
 
 PERSIAN_LETTER = re.compile(r"[\u0600-\u06FF]")
 MODULES = [pytest.param(collectives, id="lesson 76"), pytest.param(ddp, id="lesson 77"),
@@ -62,3 +66,48 @@ def test_lesson_78a_labels_name_one_quantity_one_way_where_the_peak_falls_and_a_
     # A link's speed is a rate, as the prose writes it: «۴۰۰ گیگابیت بر ثانیه», not «۴۰۰ گیگابیتی».
     every = {**zero.TABLE_LABELS, **labels}.values()
     assert [label for label in every if "گیگابیتی" in label] == []
+
+
+# Every Persian label the lessons' tables and figures showed, frozen when the course's shared
+# terms moved into language.TERMS: English label -> the label shown.
+FROZEN = json.loads(Path(__file__).with_name("persian_labels.json").read_text(encoding="utf-8"))
+TABLE_FUNCTIONS = {"collectives.localized": collectives.localized, "ddp.localized": ddp.localized,
+                   "zero.localized": zero.localized, "zero.stages_table": zero.stages_table,
+                   "scale.table": scale.table, "pipeline.table": pipeline.table,
+                   "checkpoint.table": checkpoint.table, "capstone.table": capstone.table}
+FIGURE_MODULES = {"collectives": collectives, "ddp": ddp, "zero": zero, "scale": scale,
+                  "pipeline": pipeline, "checkpoint": checkpoint, "capstone": capstone}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_FUNCTIONS))
+def test_every_persian_table_label_shows_as_it_did(name) -> None:
+    labels = FROZEN[name]
+    shown = TABLE_FUNCTIONS[name](pd.DataFrame([range(len(labels))], columns=list(labels)), "fa")
+    changed = {label: (labels[label], str(persian)) for label, persian in zip(labels, shown.columns)
+               if labels[label] != str(persian)}
+    assert not changed, changed
+
+
+def test_every_persian_figure_label_is_as_it_was() -> None:
+    for name, labels in FROZEN.items():
+        module, _, dictionary = name.partition(".")
+        if dictionary.endswith("LABELS"):
+            assert getattr(FIGURE_MODULES[module], dictionary)["fa"] == labels, name
+
+
+TABLE_DICTIONARIES = {"TABLE_LABELS", "STAGES_LABELS", "TABLE_WORDS"}
+
+
+def test_a_shared_term_is_written_once_in_language_terms() -> None:
+    # A table dictionary of a lesson that repeats a shared term word for word would let the two
+    # drift apart; it may still say a term its own way (checkpoint's "stage" is a save's stage).
+    for module in FIGURE_MODULES.values():
+        source = Path(module.__file__).read_text(encoding="utf-8")
+        tables = [node.value for node in ast.parse(source).body if isinstance(node, ast.Assign)
+                  and {getattr(target, "id", "") for target in node.targets} & TABLE_DICTIONARIES]
+        pairs = {(key.value, value.value) for table in tables for node in ast.walk(table)
+                 if isinstance(node, ast.Dict) for key, value in zip(node.keys, node.values)
+                 if isinstance(key, ast.Constant) and isinstance(value, ast.Constant)}
+        assert tables, module.__name__
+        repeated = pairs & set(language.TERMS.items())
+        assert not repeated, (module.__name__, sorted(repeated))
