@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lesson_code import memory, scale_lab, zero_lab
+from lesson_code import language, memory, scale_lab, zero_lab
 from lesson_code.models import GPTConfig
 from lesson_code.plots import scale
 from lesson_code.scale_lab import ScaleRun, faults, pipelined, report, stored
@@ -257,7 +257,8 @@ def test_the_command_reports_what_it_measures_and_what_it_cannot(lang, capsys):
         assert "۸۶٫۱۹/۷۶٫۶۱" in out and "86.19" not in out
         # plain text, not Markdown: no backticks, and the master copy named as the page names it
         assert "`" not in out and '"' not in out  # Persian quotes: «fake», «meta»
-        assert "گروه فرایند «fake»" in out and "دستگاه «meta»" in out
+        fake, meta = language.isolated("fake"), language.isolated("meta")  # code, left to right
+        assert f"گروه فرایند «{fake}»" in out and f"دستگاه «{meta}»" in out
         assert "رونوشت اصلی fp32 و گشتاورهای fp32" in out
 
 
