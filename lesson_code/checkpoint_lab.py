@@ -17,12 +17,10 @@ the notebook: files a lesson writes never land in the repository).
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 from dataclasses import replace
 import io
 import tempfile
-import threading
 import zlib
 from pathlib import Path
 
@@ -31,9 +29,10 @@ import torch.distributed as dist
 
 from lesson_code.checkpoint.faults import CrashingDisk, flip_one_byte
 from lesson_code.checkpoint.files import DISK, Disk
-from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights, flat_snapshot,
+from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights,
                                                load_flat_state, save_flat_state)
-from lesson_code.checkpoint.shards import load_sharded, save_sharded
+from lesson_code.checkpoint.shards import load_sharded
+from lesson_code.checkpoint_exercises import BackgroundSaver
 from lesson_code.runtime.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
 from lesson_code.zero_lab import (ZeroRun, build_optimizer, gathered_parameters, parameter_digest,
@@ -109,54 +108,6 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
     return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),
             "blocked_s": blocked}
 
-
-class BackgroundSaver:
-    """Exercise 6's solution: a ZeRO save that holds the training loop up only for a copy.
-
-    `save` copies this rank's state to the CPU (`flat_snapshot(..., to_cpu=True)`: the loop may
-    then change its own tensors at once) and writes the copy with `save_sharded` in a thread,
-    while training goes on. The thread's collectives run over a gloo group of its own, created
-    here: on the loop's group they could interleave with the loop's own collectives, which must
-    come in the same order on every rank. Only one save is in flight: `save` first waits for the
-    previous one, and `wait` for the last (re-raising, on every rank, the error its save raised).
-    This is what `dcp.async_save` does with its default stager (a CPU copy, then a thread).
-    Every wait inside a save is bounded (its group's `timeout_s`, the folder lock's timeout), so
-    `wait` is too. Collective: construct on every process of the job (torch's `new_group` must
-    be entered by all of them, members of the new group or not), then `save` and `wait` on every
-    rank of the optimizer's group.
-    """
-
-    def __init__(self, root: Path | str, model, optimizer, timeout_s: float = 120.0):
-        self.root, self.model, self.optimizer = Path(root), model, optimizer
-        ranks = dist.get_process_group_ranks(optimizer.comm.group or dist.group.WORLD)
-        self.group = dist.new_group(ranks, backend="gloo",
-                                    timeout=datetime.timedelta(seconds=timeout_s))
-        self.thread: threading.Thread | None = None
-        self.failure: BaseException | None = None
-
-    def save(self, step: int, extra: dict | None = None) -> None:
-        """Wait for the previous save, copy the state now, and write it in the background."""
-        self.wait()
-        parts = flat_snapshot(self.model, self.optimizer.state_dict(), rank=self.optimizer.rank,
-                              extra=extra, to_cpu=True)
-        self.thread = threading.Thread(target=self._write, args=(step, parts), daemon=True)
-        self.thread.start()
-
-    def _write(self, step: int, parts: dict) -> None:
-        try:
-            save_sharded(self.root, **parts, step=step, rank=self.optimizer.rank,
-                         world_size=self.optimizer.world_size, group=self.group)
-        except BaseException as error:  # noqa: BLE001 - handed to the loop by wait()
-            self.failure = error
-
-    def wait(self) -> None:
-        """Wait for the save in flight, if any; raise the error it raised."""
-        if self.thread is not None:
-            self.thread.join()
-            self.thread = None
-        failure, self.failure = self.failure, None
-        if failure is not None:
-            raise failure
 
 
 def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str,

@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from lesson_code import checkpoint, checkpoint_lab, launch
+from lesson_code import checkpoint, checkpoint_exercises, checkpoint_lab, launch
 from lesson_code.checkpoint import load_sharded, step_folder
 from lesson_code.checkpoint.faults import flip_one_byte
 from lesson_code.checkpoint.tools import (CheckpointPolicy, latest_checkpoint, list_checkpoints,
@@ -74,7 +74,7 @@ def save_unwritable_in_the_background(rank, world_size, root):
     """A background save whose `extra` JSON cannot hold: its error reaches every rank's wait()."""
     from lesson_code.zero_lab import build_optimizer, run_model
     model, optimizer = build_optimizer(RUN, run_model(RUN), rank, world_size)
-    saver = checkpoint_lab.BackgroundSaver(root, model, optimizer)
+    saver = checkpoint_exercises.BackgroundSaver(root, model, optimizer)
     saver.save(1, extra={"not JSON": {1, 2}})
     try:
         saver.wait()

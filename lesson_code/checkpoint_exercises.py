@@ -1,0 +1,69 @@
+"""Lesson 80's exercise code: exercise 6's solution, `BackgroundSaver`, a ZeRO save that holds the
+training loop up only for a copy of the state and writes it from a thread.
+
+The lesson's own rank functions are `lesson_code.checkpoint_lab`; its `train_with_checkpoints`
+saves through a `BackgroundSaver` when asked to, which is how the solution's cell runs it:
+
+    launch.spawn(checkpoint_lab.train_with_checkpoints, ZeroRun(steps=20), "/tmp/ckpt", [10, 15],
+                 True, world_size=4)  # exercise 6: the same checkpoints, saved in the background
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from pathlib import Path
+
+import torch.distributed as dist
+
+from lesson_code.checkpoint.flat_state import flat_snapshot
+from lesson_code.checkpoint.shards import save_sharded
+
+
+class BackgroundSaver:
+    """Exercise 6's solution: a ZeRO save that holds the training loop up only for a copy.
+
+    `save` copies this rank's state to the CPU (`flat_snapshot(..., to_cpu=True)`: the loop may
+    then change its own tensors at once) and writes the copy with `save_sharded` in a thread,
+    while training goes on. The thread's collectives run over a gloo group of its own, created
+    here: on the loop's group they could interleave with the loop's own collectives, which must
+    come in the same order on every rank. Only one save is in flight: `save` first waits for the
+    previous one, and `wait` for the last (re-raising, on every rank, the error its save raised).
+    This is what `dcp.async_save` does with its default stager (a CPU copy, then a thread).
+    Every wait inside a save is bounded (its group's `timeout_s`, the folder lock's timeout), so
+    `wait` is too. Collective: construct on every process of the job (torch's `new_group` must
+    be entered by all of them, members of the new group or not), then `save` and `wait` on every
+    rank of the optimizer's group.
+    """
+
+    def __init__(self, root: Path | str, model, optimizer, timeout_s: float = 120.0):
+        self.root, self.model, self.optimizer = Path(root), model, optimizer
+        ranks = dist.get_process_group_ranks(optimizer.comm.group or dist.group.WORLD)
+        self.group = dist.new_group(ranks, backend="gloo",
+                                    timeout=datetime.timedelta(seconds=timeout_s))
+        self.thread: threading.Thread | None = None
+        self.failure: BaseException | None = None
+
+    def save(self, step: int, extra: dict | None = None) -> None:
+        """Wait for the previous save, copy the state now, and write it in the background."""
+        self.wait()
+        parts = flat_snapshot(self.model, self.optimizer.state_dict(), rank=self.optimizer.rank,
+                              extra=extra, to_cpu=True)
+        self.thread = threading.Thread(target=self._write, args=(step, parts), daemon=True)
+        self.thread.start()
+
+    def _write(self, step: int, parts: dict) -> None:
+        try:
+            save_sharded(self.root, **parts, step=step, rank=self.optimizer.rank,
+                         world_size=self.optimizer.world_size, group=self.group)
+        except BaseException as error:  # noqa: BLE001 - handed to the loop by wait()
+            self.failure = error
+
+    def wait(self) -> None:
+        """Wait for the save in flight, if any; raise the error it raised."""
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
