@@ -28,7 +28,8 @@ from lesson_code.ddp_lab import attention_key_bias_mask
 from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank, torch_baseline
 from lesson_code.models import GPTConfig, gpt_parameters
 from lesson_code.capstone.train import COMPARED, compare_resumed, run_and_resume
-from lesson_code.capstone.tensor_parallel import single_rank_loss, tensor_parallel_loss
+from lesson_code.capstone.tensor_parallel import (single_rank_gradients, single_rank_loss,
+                                                  tensor_parallel_gradients, tensor_parallel_loss)
 from lesson_code.experiment import flat_parameters
 from lesson_code.data import batch_for_step
 from lesson_code.harness.reference import in_one_rank
@@ -232,6 +233,19 @@ def test_exercise_1_tensor_parallel_attention_matches_one_rank():
     split = launch.spawn(tensor_parallel_loss, config, world_size=2)
     assert split[0] == split[1]
     assert abs(split[0] - in_one_rank(single_rank_loss, config)) < 1e-5
+
+
+def test_exercise_1_trained_through_f_and_g_the_split_gives_the_one_rank_gradient():
+    # g's backward must be the identity: a differentiable all-reduce (funcol) sums the gradient
+    # again and is caught by the same comparison. Float32 rounding of one backward pass is near
+    # 1e-7 relative; the wrong g is off by tens of percent.
+    config = CapstoneConfig()
+    reference = in_one_rank(single_rank_gradients, config)
+    right = launch.spawn(tensor_parallel_gradients, config, world_size=2)
+    wrong = launch.spawn(tensor_parallel_gradients, config, True, world_size=2)
+    assert torch.equal(right[0], right[1])
+    assert (right[0] - reference).norm() < 1e-5 * reference.norm()
+    assert (wrong[0] - reference).norm() > 0.1 * reference.norm()
 
 
 def test_the_last_line_says_what_the_resume_checks_compared():
