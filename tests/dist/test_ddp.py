@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import nn
 
-from lesson_code import ddp_lab, launch
+from lesson_code import ddp_exercises, ddp_lab, launch
 from lesson_code.collectives.comm import Communicator
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters, make_buckets
 from lesson_code.ddp_lab import DDPRun, train_ranks, train_single_process
@@ -87,8 +87,8 @@ def test_broadcast_demo_and_ledger_per_step():
     assert len({row["norm before"] for row in norms}) == 3
     assert {row["norm after"] for row in norms} == {norms[0]["norm before"]}
     run = DDPRun(model="gpt", bucket_cap_mb=0.05)
-    naive = launch.spawn(ddp_lab.ledger_per_step, replace(run, wrapper="naive"), world_size=4)
-    bucketed = launch.spawn(ddp_lab.ledger_per_step, run, world_size=4)
+    naive = launch.spawn(ddp_exercises.ledger_per_step, replace(run, wrapper="naive"), world_size=4)
+    bucketed = launch.spawn(ddp_exercises.ledger_per_step, run, world_size=4)
     parameters = len(list(build_model("gpt", 0).parameters()))
     assert naive[0]["gradient all-reduces"] == parameters
     assert bucketed[0]["gradient all-reduces"] < parameters
@@ -162,7 +162,7 @@ def test_a_parameter_without_gradient_is_reported_by_name():
 
 def test_the_sync_decision_is_taken_at_forward_time():
     """Our wrapper and torch's DDP alike."""
-    outcomes = launch.spawn(ddp_lab.no_sync_timing_demo, world_size=2)[0]
+    outcomes = launch.spawn(ddp_exercises.no_sync_timing_demo, world_size=2)[0]
     for wrapper in ("bucketed", "torch"):
         # Forward inside no_sync: the backward after it does not synchronise (ranks now disagree).
         assert outcomes[wrapper]["forward inside no_sync"] is False, wrapper
@@ -241,7 +241,7 @@ def test_rebuilt_buckets_bring_back_the_overlap_a_registration_order_took_away()
     """Exercise 6: layers run in the reverse of their registration order. Before the rebuild the
     first bucket waits for the backward's last gradient, so no all-reduce starts during the
     backward; after it, every bucket but the last does. A count of events, not a timing."""
-    per_rank = launch.spawn(ddp_lab.registration_order_demo, world_size=4)
+    per_rank = launch.spawn(ddp_exercises.registration_order_demo, world_size=4)
     rows = per_rank[0]
     assert [r["started during backward"] for r in rows] == [0, 5, 5]
     assert {r["buckets"] for r in rows} == {6}
@@ -257,7 +257,7 @@ def test_a_bfloat16_hook_runs_on_gloo_and_rounds_within_its_bound():
     is at most steps * lr * N * 2**-8 * largest. The float32 run through the same hook is DDP's
     own average, a few float32 roundings away."""
     run = DDPRun(model="gpt", wrapper="torch", steps=5)
-    float32, bf16 = launch.spawn(ddp_lab.reduced_in, run, world_size=4)[0]
+    float32, bf16 = launch.spawn(ddp_exercises.reduced_in, run, world_size=4)[0]
     assert float32["ranks_identical"] and bf16["ranks_identical"]
     assert float32["max_param_diff"] < 1e-6
     lr = ddp_lab.OPTIMIZERS["sgd"][1]
@@ -269,7 +269,7 @@ def test_dividing_by_the_global_token_count_equals_one_process():
     """Exercise 4: slices with 64, 48, 32 and 16 counted tokens. Averaging per-rank means weighs
     the tokens unequally (a difference of the gradient's own order); dividing each rank's sum
     by the all-reduced count gives one process's gradient up to float32 rounding."""
-    result = launch.spawn(ddp_lab.token_weighted_gradients, world_size=4)[0]
+    result = launch.spawn(ddp_exercises.token_weighted_gradients, world_size=4)[0]
     assert result["tokens per rank"] == [64, 48, 32, 16]
     assert result["global token count"] < 1e-6
     assert result["per-rank mean"] > 0.1 * result["largest gradient"]

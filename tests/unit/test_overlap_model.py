@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from lesson_code import ddp_lab
+from lesson_code import ddp_exercises, ddp_lab
 from lesson_code.collectives import cost_model
 from lesson_code.models import GPTConfig, MiniGPT, gpt_parameters
 
@@ -97,5 +97,5 @@ def test_above_a_ratio_of_one_no_bucket_size_hides_all_the_communication():
 def test_bucket_counts_by_our_rule_and_by_pytorchs():
     """Five gradients of 1200 bytes under a 2000-byte cap: ours never goes over the cap (five
     buckets of one each); PyTorch's closes a bucket once it reaches the cap ([0, 1], [2, 3], [4])."""
-    (row,) = ddp_lab.bucket_counts([1200] * 5, [2000 / 2 ** 20])
+    (row,) = ddp_exercises.bucket_counts([1200] * 5, [2000 / 2 ** 20])
     assert row["buckets, our rule"] == 5 and row["buckets, PyTorch's rule"] == 3
