@@ -1,8 +1,10 @@
-"""Lessons 76, 77 and 78 show their tables with Persian labels in the Persian edition.
+"""The lessons show their tables with Persian labels in the Persian edition.
 
 The code cells are the same in both editions, so the labels come from the lessons' plots modules
-(`plots.collectives.localized`, `plots.ddp.localized`, `plots.zero.localized`); these tests check that every label they know is
-translated, that the English edition is left as computed, and that the values are never touched.
+(`plots.collectives.localized`, `plots.ddp.localized`, `plots.zero.localized`, ...); these tests
+check that every label they know is translated, that the English edition is left as computed,
+that the values are never touched, and that the terms the lessons share are written once
+(`language.TERMS`) while every label shows as it did.
 """
 
 import ast
