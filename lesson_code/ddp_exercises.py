@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.ddp import BucketedDDP, bucket_groups
-from lesson_code.ddp_lab import DDPRun, _optimizer, accumulated_loss, train_single_process, wrap
+from lesson_code.ddp_lab import DDPRun, accumulated_loss, make_optimizer, train_single_process, wrap
 from lesson_code.experiment import flat_parameters, train
 from lesson_code.models import build_model
 from lesson_code.runtime.devices import current_device
@@ -81,7 +81,7 @@ def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
                  build_model(run.model, run.seed, run.gpt, current_device()), ledger)
     ledger.clear()
     train(lambda step: accumulated_loss(run, model, step, rank, world_size),
-          _optimizer(run, model.parameters()), range(1))
+          make_optimizer(run, model.parameters()), range(1))
     totals = ledger.totals()["all_reduce"]
     return {"gradient all-reduces": totals["calls"], "messages sent": totals["messages_sent"],
             "bytes sent": totals["bytes_sent"],
@@ -167,7 +167,7 @@ def reduced_in(rank: int, world_size: int, run: DDPRun) -> list[dict]:
         state = {"dtype": dtype, "largest": 0.0}
         model.register_comm_hook(state, cast_allreduce_hook)
         train(lambda step: accumulated_loss(run, model, step, rank, world_size),
-              _optimizer(run, model.parameters()), range(run.steps))
+              make_optimizer(run, model.parameters()), range(run.steps))
         params = flat_parameters(model.module)
         gathered = [torch.empty_like(params) for _ in range(world_size)]
         dist.all_gather(gathered, params)

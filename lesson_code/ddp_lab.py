@@ -55,7 +55,7 @@ class DDPRun(RunConfig):
         require_positive_int("accumulation", self.accumulation)
 
 
-def _optimizer(run: DDPRun, params) -> torch.optim.Optimizer:
+def make_optimizer(run: DDPRun, params) -> torch.optim.Optimizer:
     """The torch.optim optimizer `run.optimizer` names, at its learning rate in OPTIMIZERS."""
     optimizer_class, lr = OPTIMIZERS[run.optimizer]
     return optimizer_class(params, lr=lr)
@@ -67,7 +67,7 @@ def train_single_process(run: DDPRun) -> dict:
     Runs in a group of one: compute it with `reference.in_one_rank`, so that it also runs with the
     ranks' thread count. Returns the final parameters (float64) and the loss of each step."""
     model = build_model(run.model, run.seed, run.gpt, current_device())
-    losses = train(lambda step: model(*run.batch(step))[1], _optimizer(run, model.parameters()),
+    losses = train(lambda step: model(*run.batch(step))[1], make_optimizer(run, model.parameters()),
                    range(run.steps))
     return {"params": flat_parameters(model), "losses": losses}
 
@@ -112,7 +112,7 @@ def train_ranks(rank: int, world_size: int, run: DDPRun) -> dict:
     """
     model = wrap(run, build_model(run.model, run.seed + rank, run.gpt, current_device()))
     losses = train(lambda step: accumulated_loss(run, model, step, rank, world_size),
-                   _optimizer(run, model.parameters()), range(run.steps))
+                   make_optimizer(run, model.parameters()), range(run.steps))
     return {"params": flat_parameters(model.module), "losses": losses}
 
 
@@ -169,7 +169,7 @@ def time_variants(rank: int, world_size: int, runs: list[DDPRun], rounds: int, s
     require_positive_int("steps", steps)
     models = [wrap(run, build_model(run.model, run.seed, run.gpt, current_device()),
                    record_events=True) for run in runs]
-    optimizers = [_optimizer(run, model.parameters()) for run, model in zip(runs, models)]
+    optimizers = [make_optimizer(run, model.parameters()) for run, model in zip(runs, models)]
     taken = [0] * len(runs)  # steps taken by each run: the index of its next batch
 
     def step(index: int) -> dict[str, float]:
@@ -199,7 +199,7 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
     all-reduce ran."""
     run = replace(run, wrapper="bucketed", comm="ring")
     model = wrap(run, build_model(run.model, run.seed, run.gpt, current_device()), record_events=True)
-    optimizer = _optimizer(run, model.parameters())
+    optimizer = make_optimizer(run, model.parameters())
     clock = PhaseClock()
     for step in range(2):
         batch = run.local_batch(step, rank, world_size)
