@@ -45,7 +45,7 @@ TABLE_WORDS = {"fa": {
     "saves": "ذخیره می‌کند",
     "elements": "عنصرها", "from byte": "آغاز در فایل (بایت)",
     "continued from step 2": "ادامه از چکپوینت گام ۲",
-    "resumed, step count lost": "ادامه، بی شمار گام‌های Adam",
+    "resumed, step count lost": "ادامه، بدون شمارِ گام‌های Adam",
     "stage": "بخش ذخیره", "seconds": "ثانیه", "GB/s": "GB/s",
     "copy in memory": "رونوشت در حافظه", "torch.save into memory": "torch.save در حافظه",
     "crc32 (zlib), for comparison": "crc32 (`zlib`)، برای مقایسه",
