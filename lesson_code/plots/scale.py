@@ -50,11 +50,11 @@ TABLE_LABELS = {
     "made in the backward GB": "پدیدآمده در گذر برگشت (گیگابایت)",
     "made in the optimizer GB": "پدیدآمده در گام بهینه‌ساز (گیگابایت)",
     # scale_lab.pipelined.summary
-    "layers per stage, fewest": "کمترین لایه در یک مرحله",
-    "layers per stage, most": "بیشترین لایه در یک مرحله",
-    "parameter MB per stage, least": "کمترین پارامتر یک مرحله (مگابایت)",
-    "parameter MB per stage, most": "بیشترین پارامتر یک مرحله (مگابایت)",
-    "bytes sent, most": "بیشترین بایت فرستاده", "protocol's bytes, most": "بیشترین بایت‌های پروتکل",
+    "layers per stage, fewest": "کمترین شمار لایه در یک مرحله",
+    "layers per stage, most": "بیشترین شمار لایه در یک مرحله",
+    "parameter MB per stage, least": "کمترین حجم پارامترهای یک مرحله (مگابایت)",
+    "parameter MB per stage, most": "بیشترین حجم پارامترهای یک مرحله (مگابایت)",
+    "bytes sent, most": "بیشترین بایت‌های فرستاده", "protocol's bytes, most": "بیشترین بایت‌های پروتکل",
     "activations kept, most": "بیشترین شمار فعال‌سازی‌های نگه‌داشته",
 }
 COLORS = {"DDP": "#7f7f7f", "ZeRO-1": "#1f77b4", "ZeRO-2": "#2ca02c", "ZeRO-3": "#d62728"}
