@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import statistics
 import traceback
-from datetime import timedelta
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +29,7 @@ from lesson_code import language
 from lesson_code.collectives.comm import Communicator
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.runtime.devices import current_device
-from lesson_code.experiment import RunConfig, global_mean
+from lesson_code.experiment import RunConfig
 from lesson_code.harness.timing import PhaseClock
 from lesson_code.models import GPTConfig, as_layers, build_model, loss_function
 from lesson_code.pipeline import (SCHEDULES, PipelineStage, bubble_fraction, imbalance_floor,
@@ -129,86 +128,6 @@ def reference_step(run: PipeRun) -> dict:
     loss = loss_function(run.model)(layers(x), y)
     loss.backward()
     return {"loss": loss.item(), "grads": layer_gradients(layers, 0)}
-
-
-def tied_pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
-    """One step of our pipeline of MiniGPT with its head tied to its token embedding (exercise 6).
-
-    Collective: call on every rank. The first stage holds the embedding's copy of the matrix and
-    the last stage the head's copy, given the embedding's values, as one tied matrix would be.
-    Each copy's gradient after the flush is only its own use's share; one all-reduce over a group
-    of just the first and the last stage adds the two, as the tied matrix's gradient is the sum.
-    Returns this stage's gradients after that all-reduce ("grads") and before it ("own_grads"),
-    named as in the unsplit layer list.
-    """
-    if run.model != "gpt":
-        raise ValueError(f"model={run.model!r}: only MiniGPT has an embedding and a head to tie; use 'gpt'")
-    comm = run.communicator()
-    if comm.world_size < 2:
-        raise ValueError(f"world_size={comm.world_size}: a tie between stages needs at least 2 stages")
-    stage, (start, _) = build_stage(run, comm)
-    embedding = as_layers(build_model(run.model, run.seed, run.gpt, current_device()))[0].tokens.weight
-    ends = dist.new_group([0, comm.world_size - 1])  # collective: every rank creates it
-    tied = None
-    if stage.is_first:
-        tied = stage.layers[0].tokens.weight
-    elif stage.is_last:
-        tied = stage.layers[-1].lm_head.weight
-        with torch.no_grad():
-            tied.copy_(embedding)
-    x, y = run.batch(0)
-    stage.train_step(x, y, run.micro_batches, run.schedule)
-    own_grads = layer_gradients(stage.layers, start)
-    if tied is not None:
-        dist.all_reduce(tied.grad, group=ends)  # after the flush, before any clipping or step
-    return {"grads": layer_gradients(stage.layers, start), "own_grads": own_grads}
-
-
-def neighbours_exchange(rank: int, world_size: int, wait_for_send: bool,
-                        timeout_s: float = 2.0) -> bool:
-    """Exercise 7: two neighbouring stages in 1F1B's steady state, at the moment rank 0 sends
-    an activation to rank 1 while rank 1 sends a gradient back; each then receives the other's.
-
-    Collective: call on 2 ranks. A gloo send completes only once the peer has posted the
-    matching receive. With `wait_for_send`, each rank waits for its send before posting its
-    receive, as a `_send` that waited would: neither send can complete, and the bounded wait
-    raises TimeoutError naming the rank. Without, each posts its send, then waits for its
-    receive and only then for its send, as `PipelineStage` does; returns whether the tensor
-    received is the neighbour's."""
-    if world_size != 2:
-        raise ValueError(f"world_size={world_size}: the exchange is between 2 neighbours; run it "
-                         "on 2 ranks")
-    neighbour, timeout = 1 - rank, timedelta(seconds=timeout_s)
-    mine = torch.full((4,), float(rank), device=current_device())  # an activation or a gradient
-    theirs = torch.empty(4, device=current_device())
-    send = dist.isend(mine, dst=neighbour)
-    if wait_for_send:
-        try:
-            send.wait(timeout)
-        except RuntimeError as error:
-            raise TimeoutError(f"rank {rank} of 2 waited {timeout_s:g} s for its send to rank "
-                               f"{neighbour}, which waits for its own send and so never posts "
-                               "the receive") from error
-    dist.irecv(theirs, src=neighbour).wait(timeout)
-    send.wait(timeout)
-    return bool((theirs == neighbour).all())
-
-
-def tied_reference_step(run: PipeRun) -> dict:
-    """`reference_step` of MiniGPT with its head's matrix the embedding's own parameter: the
-    gradients of the tied model, the tied matrix's listed under both the embedding's name and
-    the head's, as the two stages of `tied_pipeline_step` hold it.
-
-    Compute it with `reference.in_one_rank`, so that it runs with the ranks' thread count.
-    """
-    layers = nn.Sequential(*as_layers(build_model(run.model, run.seed, run.gpt, current_device())))
-    layers[-1].lm_head.weight = layers[0].tokens.weight
-    x, y = run.batch(0)
-    loss = loss_function(run.model)(layers(x), y)
-    loss.backward()
-    grads = layer_gradients(layers, 0)  # a shared parameter is named once, as the embedding's
-    grads[f"{len(layers) - 1}.lm_head.weight"] = grads["0.tokens.weight"]
-    return {"loss": loss.item(), "grads": grads}
 
 
 def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
@@ -414,10 +333,10 @@ def fsdp_pipeline_step(rank: int, world_size: int, run: PipeRun, data_parallel: 
     """One step of torch's pipeline over FSDP2 stages, on a `data_parallel` x pipeline grid.
 
     Collective: call on every rank. The grid is `torch.arange(world).view(dp, pp)`, as in
-    `data_and_pipeline_step`, built as a DeviceMesh ("dp", "pp"). Every layer of this rank's
-    stage that has parameters is one FSDP unit (`fully_shard` over the rank's column, with
-    `reshard_after_forward`), and so is the stage; torch's ScheduleGPipe or Schedule1F1B drives
-    the stage, which turns FSDP's gradient reduction off for every micro-batch's backward and
+    `pipeline_exercises.data_and_pipeline_step`, built as a DeviceMesh ("dp", "pp"). Every
+    layer of this rank's stage that has parameters is one FSDP unit (`fully_shard` over the
+    rank's column, with `reshard_after_forward`), and so is the stage; torch's ScheduleGPipe or
+    Schedule1F1B drives the stage, which turns FSDP's gradient reduction off for every micro-batch's backward and
     reduce-scatters once after the last (PipelineStage.backward_maybe_with_nosync and
     perform_reduce_grad). Returns the collectives counted during the step, the gradient
     elements this rank keeps against its stage's parameter count, and the stage's gradients
@@ -585,35 +504,6 @@ def reference_train(run: PipeRun, max_norm: float, lr: float = 0.1) -> dict:
         optimizer.step()
         losses.append(loss.item())
     return {"losses": losses, "norms": norms, "weights": layer_weights(layers, 0)}
-
-
-def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
-                           data_parallel: int) -> dict:
-    """Exercise solution: a 2-D grid of `data_parallel` pipeline replicas of world/dp stages.
-
-    Collective: call on every rank. Ranks form `torch.arange(world).view(dp, pp)`, as picotron
-    orders them: the pipeline dimension varies faster, so a replica's stages are neighbours
-    (torchtitan puts the pipeline dimension first instead). Each row is a process group that
-    runs the pipeline on its share of the batch; then each stage averages its gradients with the
-    same stage of the other replicas, inside its column's group (`run.comm`: lesson 76's ring by
-    default). Returns this stage's gradients and the loss on the whole batch (the mean of the
-    replicas' losses, on the last stages).
-    """
-    pipeline_size = world_size // data_parallel
-    grid = torch.arange(world_size).view(data_parallel, pipeline_size)
-    replica = rank // pipeline_size
-    # Every rank creates every group, in the same order (a torch.distributed requirement).
-    rows = [dist.new_group(grid[r].tolist()) for r in range(data_parallel)]
-    columns = [dist.new_group(grid[:, s].tolist()) for s in range(pipeline_size)]
-    pipeline, (start, _) = build_stage(run, run.communicator(group=rows[replica]))
-    x, y = run.local_batch(0, replica, data_parallel)
-    stats = pipeline.train_step(x, y, run.micro_batches, run.schedule)
-    column = run.communicator(group=columns[pipeline.stage])
-    for param in pipeline.layers.parameters():
-        column.all_reduce(param.grad, op="avg")
-    loss = global_mean(stats.loss, group=column.group) if pipeline.is_last else None
-    return {"grads": layer_gradients(pipeline.layers, start), "replica": replica,
-            "stage": pipeline.stage, "loss": loss}
 
 
 # What lesson 79 prints (the command's report) in each edition, filled by `language.fill`.

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from lesson_code import collectives_lab, collectives, launch
+from lesson_code import collectives_exercises, collectives_lab, collectives, launch
 from lesson_code.bench import collectives as bench
 from lesson_code.collectives.ledger import CommLedger
 
@@ -157,12 +157,12 @@ def test_the_lessons_skipped_collective_ends_in_rank_0s_timeout_told_in_both_edi
 
 def chain_broadcast_cases(rank, world_size):
     """Exercise 6's chain broadcast from several sources, piece counts and lengths, and refusals."""
-    results = {case: collectives_lab.compare_chain_broadcast(rank, world_size, *case)
+    results = {case: collectives_exercises.compare_chain_broadcast(rank, world_size, *case)
                for case in ((0, 1001, 4), (2, 1001, 3), (4, 3, 5), (1, 0, 2))}
     errors = []
     for bad in ({"src": world_size}, {"pieces": 0}):
         with pytest.raises(ValueError) as refused:
-            collectives_lab.chain_broadcast(torch.zeros(4), **bad)
+            collectives_exercises.chain_broadcast(torch.zeros(4), **bad)
         errors.append(str(refused.value))
     return results, errors
 
@@ -183,10 +183,10 @@ def test_the_chain_broadcast_equals_the_builtin_and_sends_each_piece_along_n_min
 
 def all_to_all_cases(rank, world_size):
     """Exercise 8's pairwise all-to-all in two dtypes and a refusal of an uneven first dimension."""
-    results = {case: collectives_lab.compare_all_to_all(rank, world_size, *case)
+    results = {case: collectives_exercises.compare_all_to_all(rank, world_size, *case)
                for case in ((world_size * 5, "float32"), (world_size, "int64"))}
     with pytest.raises(ValueError) as refused:
-        collectives_lab.pairwise_all_to_all(torch.zeros(world_size + 1))
+        collectives_exercises.pairwise_all_to_all(torch.zeros(world_size + 1))
     return results, str(refused.value)
 
 

@@ -9,7 +9,7 @@ The bytes each stage puts in its ledger are exact: they follow from the activati
 import pytest
 import torch
 
-from lesson_code import launch, pipeline_lab
+from lesson_code import launch, pipeline_exercises, pipeline_lab
 from lesson_code.models import MLP, as_layers, build_model
 from lesson_code.pipeline import (HEADER_LENGTH, PipelineStage, bubble_fraction, ideal_timeline,
                                   imbalance_floor, partition_layers, schedule_order, split_micro_batches,
@@ -94,15 +94,15 @@ def test_a_tied_head_and_embedding_are_summed_between_the_first_and_the_last_sta
     # only its own share (measured: the shares differ from the sum by about 0.1, the summed
     # copies from one process by below 1e-6, 1e-5 covers other thread counts' orders of sums).
     run = PipeRun(micro_batches=4)
-    reference = in_one_rank(pipeline_lab.tied_reference_step, run)
-    per_rank = launch.spawn(pipeline_lab.tied_pipeline_step, run, world_size=stages)
+    reference = in_one_rank(pipeline_exercises.tied_reference_step, run)
+    per_rank = launch.spawn(pipeline_exercises.tied_pipeline_step, run, world_size=stages)
     names = sorted(name for r in per_rank for name in r["grads"])
     assert names == sorted(reference["grads"])
     assert pipeline_lab.max_grad_diff(per_rank, reference) < 1e-5
     own = [{"grads": r["own_grads"]} for r in per_rank]
     assert pipeline_lab.max_grad_diff(own, reference) > 1e-2  # without the all-reduce
     with pytest.raises(ValueError, match="only MiniGPT"):
-        pipeline_lab.tied_pipeline_step(0, 2, PipeRun(model="mlp"))
+        pipeline_exercises.tied_pipeline_step(0, 2, PipeRun(model="mlp"))
 
 
 def grouped_pipeline_steps(rank, world_size, runs):
@@ -169,7 +169,7 @@ def test_the_ledger_counts_every_activation_header_and_gradient():
 
 def test_two_dimensional_data_and_pipeline_parallelism():
     run = PipeRun(schedule="1f1b", micro_batches=2)
-    results = launch.spawn(pipeline_lab.data_and_pipeline_step, run, 2, world_size=4)
+    results = launch.spawn(pipeline_exercises.data_and_pipeline_step, run, 2, world_size=4)
     reference = in_one_rank(reference_step, run)
     assert [(r["replica"], r["stage"]) for r in results] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert [r["loss"] is None for r in results] == [True, False, True, False]
@@ -415,10 +415,10 @@ def test_the_modelled_bubble_of_one_stage_per_rank_is_the_formula_and_a_deadlock
 
 
 def test_neighbours_that_wait_for_their_sends_deadlock_and_a_bounded_wait_ends_it():
-    assert launch.spawn(pipeline_lab.neighbours_exchange, False, world_size=2, timeout_s=120) \
+    assert launch.spawn(pipeline_exercises.neighbours_exchange, False, world_size=2, timeout_s=120) \
         == [True, True]
     with pytest.raises(launch.RankFailedError) as failed:
-        launch.spawn(pipeline_lab.neighbours_exchange, True, 1.0, world_size=2, timeout_s=120)
+        launch.spawn(pipeline_exercises.neighbours_exchange, True, 1.0, world_size=2, timeout_s=120)
     assert "TimeoutError: rank" in failed.value.rank_traceback
     assert "waited 1 s for its send" in failed.value.rank_traceback
 
