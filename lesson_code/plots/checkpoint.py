@@ -37,7 +37,7 @@ TABLE_WORDS = {"fa": {
     "renamed to step 20": "با نام گام ۲۰",
     "saved on 4 ranks": "ذخیره روی ۴ رتبه", "loaded on 2 ranks": "بارگذاری روی ۲ رتبه",
     "elements per rank": "عنصرهای هر رتبه",
-    "max_diff_after_10_more_steps": "بیشینهٔ اختلاف پس از ۱۰ گام دیگر", "format": "قالب",
+    "format": "قالب",
     "count": "شمار", "sum": "جمع", "raised": "خطای رخ‌داده",
     "max_abs_change": "بیشینهٔ تغییر مطلق", "ours": "قالب ما", "dcp": "DCP",
     "change": "تغییر", "loads": "بارگذاری می‌شود", "skipped": "کنارگذاشته‌ها",

@@ -137,7 +137,6 @@ TABLE_LABELS = {
     "smallest max_param_diff": "کوچک‌ترین مقدار بیشینهٔ اختلاف پارامتر",
     "largest max_param_diff": "بزرگ‌ترین مقدار بیشینهٔ اختلاف پارامتر",
     "estimate 2 steps lr g/(g+eps)": "برآورد ۲ × گام‌ها × `lr` × g/(g+eps)",
-    "hard bound 2 steps lr (1-β1)/√(1-β2)": "کران قطعی ۲ × گام‌ها × `lr` × (1-β1)/√(1-β2)",
     "median comm − median wait": "میانهٔ ارتباط − میانهٔ انتظار",
     "buckets, our rule": "تعداد باکت‌ها، قاعدهٔ ما",
     "buckets, PyTorch's rule": "تعداد باکت‌ها، قاعدهٔ PyTorch",
