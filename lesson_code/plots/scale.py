@@ -29,13 +29,13 @@ TABLE_LABELS = {
     "measured GB": "اندازه‌گیری‌شده (گیگابایت)", "agrees": "هم‌خوان",
     "beyond the paper GB": "بیرون از شمارش مقاله (گیگابایت)",
     "peak in the step GB": "بیشینهٔ حافظه در گام (گیگابایت)",
-    "peak while building GB": "بیشینهٔ حافظه هنگام ساختن (گیگابایت)",
+    "peak during setup GB": "بیشینهٔ حافظه هنگام راه‌اندازی (گیگابایت)",
     # scale_lab.sweep_summary
     "MB held": "نگه‌داشته (مگابایت)", "formula MB": "فرمول (مگابایت)",
     "MB sent": "فرستاده (مگابایت)", "formula MB sent": "فرستاده طبق فرمول (مگابایت)",
     "matches": "هم‌خوان", "held GB": "نگه‌داشته (گیگابایت)",
     "MB peak in the step": "بیشینهٔ حافظه در گام (مگابایت)",
-    "MB peak while building": "بیشینهٔ حافظه هنگام ساختن (مگابایت)",
+    "MB peak during setup": "بیشینهٔ حافظه هنگام راه‌اندازی (مگابایت)",
     # scale_lab.check_summary
     "held equal": "نگه‌داشته برابر", "sent equal": "فرستاده برابر",
     "messages equal": "پیام‌ها برابر", "peak equal": "بیشینهٔ حافظه برابر",
@@ -45,7 +45,7 @@ TABLE_LABELS = {
     "gradient distance": "فاصلهٔ نسبی گرادیان‌ها",
     "largest parameter difference": "بیشترین اختلاف پارامترها", "distance": "فاصلهٔ نسبی",
     # scale_lab.peak_summary
-    "made while building GB": "پدیدآمده هنگام ساختن مدل (گیگابایت)",
+    "made before the step GB": "پدیدآمده پیش از گام (گیگابایت)",
     "made in the forward GB": "پدیدآمده در گذر رفت (گیگابایت)",
     "made in the backward GB": "پدیدآمده در گذر برگشت (گیگابایت)",
     "made in the optimizer GB": "پدیدآمده در گام بهینه‌ساز (گیگابایت)",

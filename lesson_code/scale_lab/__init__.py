@@ -39,7 +39,7 @@ from lesson_code.scale_lab.step import (KINDS, STRATEGIES, SWEEP_GPT, ScaleRun, 
 
 SWEEP_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 PHASES = ("building", "forward", "backward", "optimizer")  # as measure_step names them
-PEAK_PARTS = {"building": "made while building GB", "forward": "made in the forward GB",
+PEAK_PARTS = {"building": "made before the step GB", "forward": "made in the forward GB",
               "backward": "made in the backward GB", "optimizer": "made in the optimizer GB"}
 RANK_CHOICES = ("last", "ends", "all")
 # A GPT shape with 7,499,636,736 parameters (the paper's 7.5B to 0.005%): 36 blocks of width
@@ -51,7 +51,7 @@ PAPER_WORLD_SIZE = 64
 # which the simulation also runs faster. No byte held after the step depends on the bucket
 # size; the step's peak does (a bucket being filled is one of its parts).
 PAPER_RUN = ScaleRun(gpt=PAPER_GPT, bucket_cap_mb=5e8 * 2 / 2 ** 20)
-# Rajbhandari et al. 2020, Table 1 (and Figure 1): GB per rank (1 GB = 1e9 bytes) for
+# Rajbhandari et al. 2020, Figure 1: GB per rank (1 GB = 1e9 bytes) for
 # Psi = 7.5B, N = 64, mixed-precision Adam (K = 12), and the decimals the paper prints.
 PAPER_GB = {"DDP": 120.0, "ZeRO-1": 31.4, "ZeRO-2": 16.6, "ZeRO-3": 1.9}
 PAPER_DECIMALS = {"DDP": 0, "ZeRO-1": 1, "ZeRO-2": 1, "ZeRO-3": 1}
@@ -178,7 +178,7 @@ def sweep(run: ScaleRun = ScaleRun(), world_sizes=SWEEP_SIZES, strategies=tuple(
 
 def paper_table(world_size: int = PAPER_WORLD_SIZE, run: ScaleRun = PAPER_RUN,
                 rank: int | None = None) -> pd.DataFrame:
-    """The ZeRO paper's Table 1 row (7.5B parameters, 64 ranks) from running code: each
+    """The ZeRO paper's Figure 1 row (7.5B parameters, 64 ranks) from running code: each
     strategy's step on rank `rank` (the last by default) of `world_size` simulated ranks.
 
     One row per strategy, indexed by it: `paper_GB` (the paper's figure), `formula_GB`
@@ -229,13 +229,14 @@ def paper_summary(table: pd.DataFrame) -> pd.DataFrame:
         "measured GB": table.measured_GB.round(2), "agrees": table.agrees,
         "beyond the paper GB": table.beyond.map(lambda items: sum(items.values()) / 1e9).round(3),
         "peak in the step GB": table.peak_GB.round(1),
-        "peak while building GB": table.setup_peak_GB.round(1)})
+        "peak during setup GB": table.setup_peak_GB.round(1)})
 
 
 def peak_summary(table: pd.DataFrame) -> pd.DataFrame:
     """The step's peak of each strategy of `paper_table` taken apart (GB): the bytes live at the
-    peak by the phase that made their storage (made while building and still there, made in
-    the forward: the activations not yet freed, in the backward, in the optimizer's step)."""
+    peak by the phase that made their storage (made before the step, while building, and still
+    there; made in the forward: the activations not yet freed; in the backward; in the
+    optimizer's step)."""
     shown = pd.DataFrame({label: table[f"at_peak_{phase}_GB"].round(2)
                           for phase, label in PEAK_PARTS.items()})
     shown["peak in the step GB"] = table.peak_GB.round(2)
@@ -254,7 +255,7 @@ def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
         "MB sent": (table.sent / 1e6).round(2), "formula MB sent": (table.formula_sent / 1e6).round(2),
         "messages sent": table.messages_sent, "matches": table.matches,
         "MB peak in the step": (table.peak / 1e6).round(2),
-        "MB peak while building": (table.setup_peak / 1e6).round(2)})
+        "MB peak during setup": (table.setup_peak / 1e6).round(2)})
     return shown.set_index(["N", "strategy"])
 
 

@@ -34,7 +34,7 @@ SAY = {
         "reads": "Values read from meta tensors, which have none, and answered 0: {reads} in "
                  "each step of {strategies} (DDP's check that no rank missed a gradient: 0 "
                  "says none did)",
-        "paper": "The ZeRO paper's Table 1 (Rajbhandari et al., 2020), 7.5B parameters "
+        "paper": "The ZeRO paper's Figure 1 (Rajbhandari et al., 2020), 7.5B parameters "
                  "({parameters:,}, a MiniGPT of 36 blocks of width 4096) on {world_size} ranks, "
                  "mixed-precision Adam, rank {rank}; GB = 1e9 bytes:",
         "paper_row": "  {strategy:7s} paper {paper:g} GB, formula {formula:.2f}, measured "
@@ -104,7 +104,7 @@ SAY = {
         "reads": "مقدارهایی که از تنسورهای «`meta`» خوانده شد، که مقداری ندارند، و با ۰ پاسخ "
                  "گرفت: {reads} در هر گام {strategies} (وارسی DDP که هیچ رتبه‌ای گرادیانی را "
                  "جا نینداخته باشد: ۰ یعنی هیچ‌کدام نینداخت)",
-        "paper": "جدول ۱ مقالهٔ ZeRO (راجباندری و همکاران، ۲۰۲۰)، ۷٫۵ میلیارد پارامتر "
+        "paper": "شکل ۱ مقالهٔ ZeRO (راجباندری و همکاران، ۲۰۲۰)، ۷٫۵ میلیارد پارامتر "
                  "({parameters:,}، یک MiniGPT با ۳۶ بلوک به پهنای ۴۰۹۶) روی {world_size} "
                  "رتبه، Adam با دقت ترکیبی، رتبهٔ {rank}؛ هر گیگابایت {gigabyte:g} بایت:",
         "paper_row": "  {strategy}: مقاله {paper:g} گیگابایت، فرمول {formula:.2f}، اندازه‌گیری "

@@ -162,19 +162,15 @@ def measure_step(rank: int, world_size: int, run: ScaleRun, shapes_only: bool = 
 
     Collective: call on every rank (or as one rank of `runtime.simulated.fake_rank`). With
     `shapes_only` the model lives on the meta device: no memory, no values, the same bytes.
-    Returns {"rank", "world_size", "strategy", "held": {"kind: holder": bytes}, "by_kind":
-    {kind: bytes}, "peak" (bytes), "peak_in" (the phase it fell in: forward, backward or
-    optimizer), "peak_at" (the course's functions running then, outermost first),
-    "peak_by_phase" ({phase that made the storage: bytes live at the peak}, "building" for
-    what was there before the step), "setup_peak" (bytes) and "setup_peak_at", "padding"
-    (elements), "shard_numel" (elements of the rank's optimizer state: its shard, or every
-    parameter under DDP), "sent", "received", "messages_sent" (this step's ledger), "ledger"
-    (its totals by operation), "scalar_reads", "params" and "averaged_gradient" (float64; the
-    parameters whole on every rank, the gradient as `averaged_gradient_of`; None with
-    `shapes_only`)}. With `profile` (real tensors only, one rank per process: torch runs one
-    profiler at a time) the rank also runs under torch's profiler (`harness.allocations`), an
-    instrument independent of the tracker, and "profiler_peak" is the most bytes its allocator
-    had handed out at once during the step (None without `profile`).
+    Returns a dict; the keys the scale lab reads most are "held" ({"kind: holder": bytes}),
+    "peak" (bytes), "peak_in" (forward, backward or optimizer), "peak_by_phase" ({phase that
+    made the storage: bytes live at the peak}, "building" for what was there before the step),
+    "sent" and "messages_sent" (this step's ledger). Also: "rank", "world_size", "strategy",
+    "by_kind", "peak_at" (the course's functions running at the peak), "setup_peak" and
+    "setup_peak_at", "padding", "shard_numel", "received", "ledger", "scalar_reads", "params"
+    and "averaged_gradient" (float64, None with `shapes_only`). With `profile` (real tensors,
+    one rank per process) the rank also runs under torch's profiler, an independent instrument,
+    and "profiler_peak" is the most bytes its allocator handed out at once in the step.
     """
     ledger = CommLedger()
     zero_run = run.zero_run(world_size)
