@@ -39,6 +39,7 @@ TABLE_LABELS = {
     "ZeRO-1 on 4 ranks": "ZeRO-1 روی ۴ رتبه", "torch.optim.Adam, one process": "torch.optim.Adam، یک فرایند",
     "DDP optimizer": "بهینه‌ساز DDP", "ZeRO-1 optimizer": "بهینه‌ساز ZeRO-1", "12 x shard": "۱۲ × شارد",
     "largest difference from torch.optim.Adam": "بیشینهٔ قدر مطلق اختلاف پارامترها با torch.optim.Adam",
+    "the bound the cell asserts": "کرانی که سلول وارسی می‌کند",
     "comm": "ارتباطات", "MB sent": "مگابایت فرستاده",
     "optimizer compute": "محاسبهٔ بهینه‌ساز", "MB sent per step": "مگابایت فرستاده در هر گام",
     "vs our ddp": "نسبت به DDP ما", "vs torch zero": "نسبت به ZeroRedundancyOptimizer",
