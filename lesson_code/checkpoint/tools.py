@@ -18,7 +18,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
@@ -91,7 +91,7 @@ def hidden_copies(root: Path | str) -> list[tuple[int, Path]]:
                   if path.is_dir() and (match := HIDDEN_COPY.match(path.name)))
 
 
-def latest_checkpoint(root: Path | str, *, hashes: bool = True,
+def latest_checkpoint(root: Path | str, *, hashes: bool = True, exclude: Iterable[Path | str] = (),
                       lock_timeout_s: float = LOCK_TIMEOUT_S) -> tuple[Path | None, list[str]]:
     """The newest checkpoint under `root` that verifies completely, and why newer ones were skipped.
 
@@ -104,7 +104,8 @@ def latest_checkpoint(root: Path | str, *, hashes: bool = True,
     (each a `Skipped`, whose explain("fa") says it in Persian). With `hashes=False` each is
     verified on its manifest and its files' sizes only (`verify_checkpoint(..., hashes=False)`):
     no file is read, and a changed byte is found only by the load, which hashes what it reads;
-    the restart must then choose again.
+    the restart must then choose again, passing the folders whose load failed in `exclude`
+    (matched by name; not listed in what was skipped), so that the next older one is chosen.
 
     It reads without the lock, so a save never waits for it, nor it for a save: a published
     folder is complete and never changed in place, only replaced whole (a save of the same step)
@@ -123,17 +124,22 @@ def latest_checkpoint(root: Path | str, *, hashes: bool = True,
     root = Path(root)
     if not root.is_dir():
         return None, []
-    folder, skipped = _newest_verified(root, lock_timeout_s, hashes)
+    if isinstance(exclude, (str, Path)):
+        raise TypeError(f"exclude must be a list of folders, got the single {exclude!r}: "
+                        f"pass [{str(exclude)!r}]")
+    excluded = {Path(folder).name for folder in exclude}
+    folder, skipped = _newest_verified(root, lock_timeout_s, hashes, excluded)
     if folder is None or not folder.name.startswith("."):
         return folder, skipped
     try:
         with locked(root, f"latest_checkpoint, publishing {folder.name}", timeout_s=lock_timeout_s):
-            return _newest_verified(root, lock_timeout_s, hashes, publish=True)
+            return _newest_verified(root, lock_timeout_s, hashes, excluded, publish=True)
     except OSError:
         return folder, skipped
 
 
 def _newest_verified(root: Path, lock_timeout_s: float, hashes: bool = True,
+                     excluded: frozenset[str] | set[str] = frozenset(),
                      publish: bool = False) -> tuple[Path | None, list[str]]:
     """latest_checkpoint's look: without the lock, or, to `publish` a hidden copy, holding it alone."""
     published = list_checkpoints(root)
@@ -141,6 +147,7 @@ def _newest_verified(root: Path, lock_timeout_s: float, hashes: bool = True,
     candidates = [(step, 2, folder) for step, folder in published] + [
         (step, 1 if folder.suffix == ".tmp" else 0, folder)
         for step, folder in hidden_copies(root) if step not in steps]
+    candidates = [candidate for candidate in candidates if candidate[2].name not in excluded]
     skipped, looked_again = [], set()
     for step, _, folder in sorted(candidates, reverse=True):
         error = _failure(folder, hashes)

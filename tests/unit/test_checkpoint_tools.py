@@ -153,7 +153,8 @@ def test_reshard_and_consolidate_hold_about_one_copy_of_the_optimizer_state(tmp_
 
 def test_without_hashes_a_checkpoint_is_checked_on_its_manifest_and_sizes_only(tmp_path):
     """hashes=False reads no shard: a missing or truncated file is still refused, a changed byte
-    is not (the load's own hashing finds it), and prune and latest_checkpoint count it as good."""
+    is not (the load's own hashing finds it), and prune and latest_checkpoint count it as good; a
+    restart that excludes it, once its load failed, gets the next older checkpoint."""
     root = tmp_path / "run"
     one_process_checkpoint(root, 1)
     two, _ = one_process_checkpoint(root, 2)
@@ -163,6 +164,11 @@ def test_without_hashes_a_checkpoint_is_checked_on_its_manifest_and_sizes_only(t
         verify_checkpoint(two)
     assert latest_checkpoint(root, hashes=False) == (two, [])
     assert latest_checkpoint(root)[0] == step_folder(root, 1)
+    # the restart whose load of step 2 failed excludes it and gets the next older checkpoint
+    assert latest_checkpoint(root, hashes=False, exclude=[two]) == (step_folder(root, 1), [])
+    assert latest_checkpoint(root, hashes=False, exclude=[two, step_folder(root, 1)]) == (None, [])
+    with pytest.raises(TypeError, match="exclude must be a list of folders"):
+        latest_checkpoint(root, exclude=two)
     assert prune_checkpoints(root, keep_last=1, hashes=False) == [step_folder(root, 1)]
     shard = two / shard_name(0, 2)
     shard.write_bytes(shard.read_bytes()[:-1])
