@@ -37,6 +37,7 @@ TABLE_WORDS = {"fa": {
     "all_layers_once": "هر لایه یک بار", "replica": "رونوشت",
     "lowest": "کمترین", "highest": "بیشترین",
     "imbalance_floor": "کف ناترازی", "step_s": "ثانیه در هر گام", "bubble": "حباب",
+    "computed_by": "حساب‌شده با",
     "max grad diff": "بیشینهٔ اختلاف گرادیان", "bubble, balanced": "حباب، متوازن",
     "bubble, 5 + 3 layers": "حباب، ۵ + ۳ لایه", "micro-batches": "میکرودسته‌ها",
     "stage 0 under GPipe": "مرحلهٔ ۰ زیر GPipe", "stage 0 under 1F1B": "مرحلهٔ ۰ زیر 1F1B",
