@@ -175,7 +175,7 @@ def stage3_working_bytes(unit_params: float, precision: Precision = MIXED_ADAM,
 def choose_stage(params: float, world_size: int, device_bytes: float,
                  activation_bytes: float = 0.0, precision: Precision = MIXED_ADAM, *,
                  headroom: float = 0.0, unit_params: float = 0.0,
-                 reduce_bytes: float | None = None) -> str:
+                 reduce_bytes: float | None = None, step_temp_bytes: float = 0.0) -> str:
     """The lowest stage whose per-rank memory fits in `device_bytes`; a rule of thumb, not a law.
 
     A stage fits when its model states (`total_bytes`), plus `activation_bytes`, plus, under
@@ -184,11 +184,19 @@ def choose_stage(params: float, world_size: int, device_bytes: float,
     allocator's fragmentation, temporaries), such as 0.1. `unit_params` is the parameter count of
     the largest unit ZeRO-3 gathers whole (a decoder layer), and `reduce_bytes` the bytes per
     element its gradient is reduced in: `stage3_working_bytes` counts what it holds whole.
+    `step_temp_bytes` is what the optimizer step allocates for a while per parameter it updates
+    (all of them under DDP, 1/N under ZeRO): 4 for `torch.optim.Adam`'s default multi-tensor
+    (foreach) path, whose `torch._foreach_sqrt` copies the fp32 second moment, 0 (the default) for
+    a fused Adam (`fused=True`), which updates in one kernel. The step runs after backward has
+    freed the activations and the gathered units, so a stage needs the larger of the two.
     Stages 1 and 2 cost no extra traffic in a step of one backward pass, so the first that fits
     is taken; stage 3 adds half as much traffic again. Returns "none fits" when even ZeRO-3 does
     not fit. Raises ValueError for a headroom outside [0, 1), a negative size or a `reduce_bytes`
     that is not positive.
     """
+    if step_temp_bytes < 0:
+        raise ValueError(f"step_temp_bytes={step_temp_bytes!r} is negative: give 0 for a fused "
+                         "Adam, 4 for torch.optim.Adam's default foreach path")
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom={headroom!r} is the fraction of device memory kept free: "
                          "give a number in [0, 1), such as 0.1")
@@ -198,7 +206,9 @@ def choose_stage(params: float, world_size: int, device_bytes: float,
     gathered_unit = stage3_working_bytes(unit_params, precision, reduce_bytes)
     for stage in STAGES:
         working = gathered_unit if stage == "ZeRO-3" else 0.0
-        if total_bytes(stage, params, world_size, precision) + activation_bytes + working <= usable:
+        step_temp = step_temp_bytes * (params if stage == "DDP" else params / world_size)
+        transient = max(activation_bytes + working, step_temp)
+        if total_bytes(stage, params, world_size, precision) + transient <= usable:
             return stage
     return "none fits"
 

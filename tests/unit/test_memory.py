@@ -150,7 +150,25 @@ def test_an_fp32_reduction_of_bf16_gradients_adds_its_copy_to_zero3s_working_set
     assert memory.choose_stage(70e9, 10, h200, **margins, reduce_bytes=4) == "ZeRO-3"
 
 
+def test_the_default_foreach_adam_s_step_copy_of_the_second_moment_can_flip_the_choice():
+    # torch.optim.Adam's foreach step allocates sqrt(exp_avg_sq): 4 bytes per parameter it updates
+    h200, b200 = 143_771 * 2 ** 20, 183_359 * 2 ** 20  # bytes, as the driver reports them
+    llama7, llama70 = 32 * 4096 * 4096 * 2, 80 * 4096 * 8192 * 2  # checkpointed activations
+    # 7B under DDP: 112 GB of states + 28 GB of the copy > 135.7 GB usable
+    assert memory.choose_stage(7e9, 8, h200, llama7, headroom=0.1) == "DDP"
+    assert memory.choose_stage(7e9, 8, h200, llama7, headroom=0.1, step_temp_bytes=4) == "ZeRO-1"
+    # 70B under ZeRO-3 on 8 ranks: 140 GB + 35 GB of the copy > 173.0 GB usable
+    margins = {"headroom": 0.1, "unit_params": 856e6, "reduce_bytes": 4}
+    assert memory.choose_stage(70e9, 8, b200, llama70, **margins) == "ZeRO-3"
+    assert memory.choose_stage(70e9, 8, b200, llama70, **margins, step_temp_bytes=4) == "none fits"
+    # the copy comes after backward has freed the activations: the larger of the two counts
+    states = memory.total_bytes("ZeRO-1", 7e9, 8)
+    assert memory.choose_stage(7e9, 8, states + 3.5e9, 3.5e9, step_temp_bytes=4) == "ZeRO-1"
+    assert memory.choose_stage(7e9, 8, states + 3.5e9 - 1, 0, step_temp_bytes=4) == "ZeRO-2"
+
+
 @pytest.mark.parametrize("kwargs, message", [
+    ({"step_temp_bytes": -4}, "step_temp_bytes=-4 is negative"),
     ({"reduce_bytes": 0}, "reduce_bytes=0 must be positive"),
     ({"headroom": 1.0}, "headroom=1.0 is the fraction"),
     ({"headroom": -0.1}, "headroom=-0.1 is the fraction"),
