@@ -195,6 +195,8 @@ STAGES_LABELS = {
     "MB_sent_per_step": "مگابایت فرستاده در هر گام", "vs_ddp": "نسبت به DDP",
     "GB sent per rank": "گیگابایت فرستادهٔ هر رتبه",
     "seconds at 50 GB/s": "ثانیه با ۵۰ گیگابایت بر ثانیه",
+    "s through network cards, 50 GB/s each": "ثانیه از راه کارت‌های شبکه، هر کدام ۵۰ گیگابایت بر ثانیه",
+    "s over NVLink, 450 GB/s": "ثانیه روی NVLink، ۴۵۰ گیگابایت بر ثانیه",
     "gap (MB)": "فاصله (مگابایت)",
     "peak_in": "بیشینه در", "held": "نگه‌داشته میان گام‌ها", "gathered": "گردآوری‌شده",
     "peak, this run": "بیشینه، همین اجرا",
