@@ -123,11 +123,14 @@ def table_number_text(text: str, html: bool = False) -> str:
     digits and the same notation, only localised. "1.234568e-07" is «۱٫۲۳۴۵۶۸ × ۱۰⁻⁷»,
     "0.000190" is «۰٫۰۰۰۱۹۰», "-2.500000" is «−۲٫۵۰۰۰۰۰», "NaN" is «—»: pandas already writes a
     column in one notation and precision, so the Persian column shows what the English one shows,
-    digit for digit, in Persian digits, «٫», «−» and a raised power of ten. Raises ValueError
-    for text that is not one number."""
+    digit for digit, in Persian digits, «٫», «−» and a raised power of ten; an exact zero
+    written with a power of ten ("0.000000e+00") is «۰». Raises ValueError for text that is not
+    one number."""
     found = _number_parts(text)
     if found["special"]:
         return _special(found, html)
+    if found["exp"] is not None and not (found["int"] + (found["frac"] or "")).strip("0,"):
+        return "۰"  # an exact zero in a column of powers of ten: «۰ × ۱۰⁰» says nothing more
     body = found["int"].replace(",", THOUSANDS_MARK) + (
         DECIMAL_MARK + found["frac"] if found["frac"] is not None else "")
     power = int(found["exp"]) if found["exp"] is not None else None

@@ -72,6 +72,7 @@ def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
     ("3.814697e-06", '<bdi dir="ltr">۳٫۸۱۴۶۹۷ × ۱۰<sup>−۶</sup></bdi>'),  # pandas' digits, all
     ("0.000190", "۰٫۰۰۰۱۹۰"),  # written plainly where pandas wrote it plainly
     ("2.500000e-01", '<bdi dir="ltr">۲٫۵۰۰۰۰۰ × ۱۰<sup>−۱</sup></bdi>'),  # as its column
+    ("0.000000e+00", "۰"),  # an exact zero needs no power of ten
     ("-0.41", '<bdi dir="ltr">−۰٫۴۱</bdi>'),  # the minus sign, not a hyphen, on the left
     ("NaN", "—"), ("None", "هیچ"),
     ("(6, 1.667)", "(۶، ۱٫۶۶۷)"), ("[12, 11, 2]", "[۱۲، ۱۱، ۲]"),  # the Persian comma
@@ -104,13 +105,15 @@ def _persian_cells_in_latin(frame) -> list[str]:
 
 
 def _exponent_as_number(cell: str) -> str:
+    if re.fullmatch(r"-?0\.0*e[-+]?\d+", cell):  # an exact zero among powers of ten: «۰»
+        return "0"
     return re.sub(r"e([-+]?)0*(\d)", lambda m: "e" + m.group(1).replace("+", "") + m.group(2), cell)
 
 
 @pytest.mark.parametrize("columns", [
     {"ints": [1, 4788224, -3, 0]},
     {"mixed": [1.5, 0.000190, 123456.789, 2.0], "plain": [0.25, 0.5, 12.125, 3.0]},
-    {"tiny": [3.814697e-06, 1.2e-09, 0.5, 1.0], "small": [0.0123, 0.000012, 0.4, 0.002]},
+    {"tiny": [3.814697e-06, 1.2e-09, 0.0, 1.0], "small": [0.0123, 0.000012, 0.4, 0.002]},
     {"huge": [1.5e12, 3.0, 7.25, 1e6], "negative": [-0.41, -1e-08, 2.5, -1234.5]},
     {"missing": [1.0, float("nan"), -0.41, 0.0009], "count": [1, 2, 3, 4]},
     {"flag": [True, False, True, False], "ratio": [1 / 3, 2 / 3, 1.0, 1e-7]},
@@ -124,5 +127,6 @@ def test_a_persian_table_shows_the_english_tables_numbers_digit_for_digit(column
     for column in frame.columns:  # one notation per column: a power of ten in all or none
         english_column = VALUE.findall(frame[[column]]._repr_html_())
         persian_column = VALUE.findall(translate(frame[[column]], {"fa": {}}, "fa")._repr_html_())
-        assert len({"×" in cell for cell in persian_column}) == 1, persian_column
-        assert ("×" in persian_column[0]) == bool(re.search(r"\de", english_column[0]))
+        shown = [(p, e) for p, e in zip(persian_column, english_column) if p != "۰"]
+        assert len({"×" in cell for cell, _ in shown}) == 1, persian_column
+        assert ("×" in shown[0][0]) == bool(re.search(r"\de", shown[0][1]))
