@@ -1,10 +1,10 @@
 """A bound on whole training runs that a wrong gradient breaks, for the distributed tests.
 
 Elementwise bounds cannot cover every parameter. MiniGPT's attention key biases have a true
-gradient of exactly zero, so Adam walks them on rounding noise by up to lr per step in either
-direction, and two correct runs may end up to 2 x lr x steps apart there: a bound that large holds
-for any Adam run from the same start, right or wrong. A bf16 model rounds every stored weight to
-8 significant bits, so its elementwise differences are large too.
+gradient of exactly zero, so Adam walks them on rounding noise, typically by about lr per step in
+either direction, and two correct runs may end about 2 x lr x steps apart there: a bound that
+large holds for any Adam run from the same start, right or wrong. A bf16 model rounds every
+stored weight to 8 significant bits, so its elementwise differences are large too.
 
 The relative distance ||params - reference|| / ||reference - start|| asks instead how far a run
 ends from the reference, as a fraction of how far training moved the reference. A run with a
