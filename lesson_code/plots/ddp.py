@@ -137,7 +137,7 @@ TABLE_LABELS = {
     "smallest max_param_diff": "کوچک‌ترین مقدار بیشینهٔ اختلاف پارامتر",
     "largest max_param_diff": "بزرگ‌ترین مقدار بیشینهٔ اختلاف پارامتر",
     "estimate 2 steps lr g/(g+eps)": "برآورد ۲ × گام‌ها × `lr` × g/(g+eps)",
-    "median comm − median wait": "میانهٔ ارتباط − میانهٔ انتظار",
+    "hidden comm": "ارتباط پنهان‌شده",
     "buckets, our rule": "تعداد باکت‌ها، قاعدهٔ ما",
     "buckets, PyTorch's rule": "تعداد باکت‌ها، قاعدهٔ PyTorch",
     "benchmark MiniGPT": "MiniGPT محک", "cluster GPT-2 (modelled)": "GPT-2 در خوشه (مدل‌شده)",
