@@ -178,7 +178,7 @@ def names_check(lesson: int | str, names: tuple[str, ...],
     listed = listing(list(names))
     return Check("names",
                  {"en": f"the file imports and defines {listed.text('en')}",
-                  "fa": f"فایل بدون خطا بارگذاری می‌شود و {listed.text('fa')} را تعریف می‌کند"},
+                  "fa": f"فایل بدون خطا import می‌شود و {listed.text('fa')} را تعریف می‌کند"},
                  {"en": f"start from the template (`python -m lesson_code.practice start {lesson}`) "
                         "and keep its names",
                   "fa": "از قالب شروع کنید (`python -m lesson_code.practice start "

@@ -6,7 +6,8 @@ file: anything in backticks or quotes, a Python value with strings in it, a call
 arguments (`dist.recv(recv, left)`), a dotted or underscored name (`torch.float32`,
 `ring_all_reduce`), `name=value`, a flag (`--timeout`), a name with digits (`float32`, `ZeRO-1`,
 `N-1`), a class-like name (`MiniGPT`, `DDP`), a single-letter symbol of a formula (`N`, `r`), and
-the few lowercase names of libraries and constants in ALLOWED. A word such as "ring", "one" or "reduce-scatter", or a bare "1001",
+the few lowercase names of libraries, keywords and constants in ALLOWED (a file is
+`import`ed: Persian has no other word for it that is not already the loading of a checkpoint). A word such as "ring", "one" or "reduce-scatter", or a bare "1001",
 is not code: in a Persian sentence it is an untranslated fragment.
 
 `glossary_terms(path)` reads book/fa/glossary.md into {English term: Persian term}.
@@ -18,7 +19,7 @@ import re
 from pathlib import Path
 
 PERSIAN_LETTER = re.compile(r"[\u0600-\u06FF]")
-ALLOWED = {"torch", "gloo", "dist", "nn", "Adam", "True", "False", "None"}
+ALLOWED = {"torch", "gloo", "dist", "nn", "Adam", "True", "False", "None", "import"}
 CODE_CHARACTERS = set("_.()[]='\"/<>*+|{}")
 QUOTED = re.compile(r"`[^`]*`|'[^'\s][^']*'|\"[^\"]*\"")
 # A Python value with strings in it: [('F', 0), ('B', 0)], {'rank': 0}, ('F', i)
