@@ -4,9 +4,12 @@ A ring takes N - 1 steps for a reduce-scatter and N - 1 for an all-gather, one a
 because each step forwards what the last one received. The direct algorithms send the same bytes
 in one round: every rank sends chunk j of its tensor straight to rank j, which adds the N - 1
 copies it receives (reduce-scatter); then every rank sends its reduced chunk to every other rank
-(all-gather). Each rank still sends (N-1)/N of the tensor per phase, the ring's bytes, but all
-N - 1 messages of a phase travel at once, so the phase costs about one message's latency instead
-of N - 1 (the "linear" or "scattered" algorithms of MPICH; NCCL's all-to-all works alike).
+(all-gather). Each rank still sends (N-1)/N of the tensor per phase, the ring's bytes, and all
+N - 1 messages of a phase are in flight at once. Whether the phase then costs one message's
+latency or N - 1 depends on the network: if the latencies overlap, an all-reduce costs about
+2 alpha + 2 (N-1)/N n beta; if each message pays its alpha at the sender in turn (the one-port
+model, which `cost_model` uses), it costs the ring's 2 (N-1) alpha + 2 (N-1)/N n beta. (These are
+the "linear" or "scattered" algorithms of MPICH; NCCL's all-to-all works alike.)
 What they give up: N - 1 messages in flight per rank, which a real network with many ranks
 serialises at each rank's link, so rings and trees win at scale and for long messages there.
 

@@ -9,7 +9,9 @@ each copies the result out. Nothing goes through a socket, so the ledger records
 (its barriers are one-element messages through rank 0, not counted). MPICH has shared-memory
 collectives of this kind for the processes of one node. NCCL's are not built this way: its SHM
 and P2P are transports, which carry the messages of its ring and tree algorithms between the
-GPUs of one node; the nearest it comes to one shared buffer is NVLS, where the NVSwitch reduces.
+GPUs of one node. The GPU counterpart of a shared buffer is symmetric memory, in which each GPU
+reads its peers' registered buffers directly (torch.ops.symm_mem.one_shot_all_reduce and
+two_shot_all_reduce_), or NVLS, where the NVSwitch reduces.
 
 It needs what a message does not: every rank on the same machine, a CPU tensor on gloo, and room
 in /dev/shm (a container may have as little as 64 MiB). Rank 0 creates the segment and the others

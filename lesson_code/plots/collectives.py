@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import LogLocator
 
 from lesson_code import language
 from lesson_code.collectives import cost_model
@@ -204,7 +205,7 @@ def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en"
 
     `rows` are {algorithm, world_size, nbytes, seconds}, as `choose.stored_costs` reads them.
     """
-    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 6))
     for name in costs.fits:
         points = sorted((r["nbytes"], r["seconds"]) for r in rows if r["algorithm"] == name)
         sizes = [n for n, _ in points]
@@ -213,6 +214,7 @@ def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en"
                 color=line.get_color())
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, numticks=20))  # a tick at every decade
     ax.set_title(labels["model"], fontsize=11)
     return _finish(fig, ax, labels["size"], labels["time"])
 
@@ -234,6 +236,9 @@ TABLE_LABELS = {
     "halving_doubling all_reduce": "کاهش همگانی با نیم‌سازی و دوبرابرسازی",
     "ring / gloo": "حلقه / gloo", "auto / gloo": "auto / gloo",
     "fastest measured": "سریع‌ترینِ اندازه‌گیری‌شده", "auto's choice": "انتخاب auto",
+    "with this size left out": "با کنار گذاشتن همین اندازه",
+    "auto, run 2 / run 1": "auto، اجرای دوم / اجرای اول",
+    "α (ms)": "تأخیر α (ms)", "1/β (GB/s)": "پهنای باند 1/β (GB/s)",
     "sends": "می‌فرستد", "receives": "دریافت می‌کند",
     "ring (model)": "حلقه (مدل)", "naive (model)": "ساده‌لوحانه (مدل)",
     "GB sent by the busiest rank": "گیگابایتِ فرستادهٔ پرکارترین رتبه",
