@@ -61,7 +61,7 @@ TABLE_LABELS = {
     "ZeRO-1 (ours)": "ZeRO-1 (کد ما)",
     "ZeRO-1 without a master copy": "ZeRO-1 بدون رونوشت اصلی",
     "bytes per parameter, float32 model": "بایت برای هر پارامتر، مدل float32",
-    "gradient norm, 4 ranks": "نرم گرادیان، ۴ رتبه", "clip_grad_norm_, one process": "clip_grad_norm_، یک فرایند",
+    "gradient norm, 4 ranks": "نُرم گرادیان، ۴ رتبه", "clip_grad_norm_, one process": "clip_grad_norm_، یک فرایند",
     "optimizer bytes": "بایت‌های بهینه‌ساز", "measured on rank 0": "اندازه‌گیری‌شده روی رتبهٔ ۰",
     "formula 12 P/N, with padding": "فرمول ۱۲ × P/N، با پدینگ",
     "formula 12 P/N, without padding": "فرمول ۱۲ × P/N، بدون پدینگ",
