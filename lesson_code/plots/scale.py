@@ -43,7 +43,8 @@ TABLE_LABELS = {
     "profiler's peak, largest relative difference": "بیشترین اختلاف نسبیِ بیشینهٔ پروفایلر",
     "largest gradient difference": "بیشترین اختلاف گرادیان‌ها",
     "gradient distance": "فاصلهٔ نسبی گرادیان‌ها",
-    "largest parameter difference": "بیشترین اختلاف پارامترها", "distance": "فاصلهٔ نسبی",
+    "largest parameter difference": "بیشترین اختلاف پارامترها",
+    "parameter distance": "فاصلهٔ نسبی پارامترها",
     # scale_lab.peak_summary
     "made before the step GB": "پدیدآمده پیش از گام (گیگابایت)",
     "made in the forward GB": "پدیدآمده در گذر رفت (گیگابایت)",

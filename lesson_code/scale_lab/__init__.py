@@ -264,7 +264,7 @@ def check_summary(check: pd.DataFrame) -> pd.DataFrame:
     bytes, messages and peak equal the real rank's, the largest peak difference (bytes), the
     largest |profiler's peak - tracker's peak| / tracker's peak on the real ranks, and
     on threads the largest difference and the `grad_distance` of the averaged gradient, and the
-    largest parameter difference and `distance` after the step."""
+    largest parameter difference and `distance` (shown as `parameter distance`) after the step."""
     check = check.assign(profiler_difference=(check.profiler_peak - check.real_peak).abs()
                          / check.real_peak)
     by = check.groupby(level="strategy", sort=False)
@@ -275,7 +275,8 @@ def check_summary(check: pd.DataFrame) -> pd.DataFrame:
         "profiler's peak, largest relative difference": by.profiler_difference.max(),
         "largest gradient difference": by.max_grad_diff.max(),
         "gradient distance": by.grad_distance.max(),
-        "largest parameter difference": by.max_param_diff.max(), "distance": by.distance.max()})
+        "largest parameter difference": by.max_param_diff.max(),
+        "parameter distance": by.distance.max()})
 
 
 def value_run(run: ScaleRun) -> ScaleRun:

@@ -60,7 +60,7 @@ def test_the_persian_check_table_writes_each_difference_column_in_one_notation_a
     # check_summary's columns hold 7.2e-05 beside 0.005505: pandas writes both with 6 decimals,
     # and so must the Persian table, not «۷٫۲ × ۱۰⁻⁵» beside «۰٫۰۰۵۵۰۵».
     differences = ("profiler's peak, largest relative difference", "largest gradient difference",
-                   "gradient distance", "largest parameter difference", "distance")
+                   "gradient distance", "largest parameter difference", "parameter distance")
     frame = pd.DataFrame({column: [7.2e-05, 0.005505, 0.0] for column in differences}
                          | {"peak difference, bytes": [0, 512, 512]},
                          index=pd.Index(["DDP", "ZeRO-1", "ZeRO-2"], name="strategy"))
