@@ -65,7 +65,8 @@ def _renamed(frame, mapping: dict[str, str]):
     return frame
 
 
-BOOLEANS = {"True": "بله", "False": "خیر", "None": "هیچ"}
+# None is an empty cell (no error raised, no value): a dash, as for NaN.
+BOOLEANS = {"True": "بله", "False": "خیر", "None": "—"}
 NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?|nan|NaN|inf|-inf")
 TEXT_NODE = re.compile(r">([^<>]+)<")
 SEQUENCE = re.compile(r"[(\[](?:[^()\[\]A-Za-z]*)[)\]]")  # (6, 1.5), [12, 11, 2, 4]

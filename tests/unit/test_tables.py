@@ -74,7 +74,7 @@ def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
     ("2.500000e-01", '<bdi dir="ltr">۲٫۵۰۰۰۰۰ × ۱۰<sup>−۱</sup></bdi>'),  # as its column
     ("0.000000e+00", "۰"),  # an exact zero needs no power of ten
     ("-0.41", '<bdi dir="ltr">−۰٫۴۱</bdi>'),  # the minus sign, not a hyphen, on the left
-    ("NaN", "—"), ("None", "هیچ"),
+    ("NaN", "—"), ("None", "—"),
     ("(6, 1.667)", "(۶، ۱٫۶۶۷)"), ("[12, 11, 2]", "[۱۲، ۱۱، ۲]"),  # the Persian comma
     ("embedding, block 0", "لایهٔ جاسازی، بلوک ۰"),  # a list of known words
     ("+ .step-00000002.tmp", '<bdi dir="ltr">+ .step-00000002.tmp</bdi>'),  # the dot stays first

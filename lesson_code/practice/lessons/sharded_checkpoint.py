@@ -247,7 +247,7 @@ def timing(path: str, timeout_s: float) -> Timing:
         yours, course = run_ranks(time_save_and_load, path, str(root), world_size=2,
                                   timeout_s=timeout_s, case="timing")[0]
     return Timing(phrase("save_sharded then load_sharded, a shard of {size} MiB",
-                         "save_sharded و سپس load_sharded، شاردی {size} MiB", size=4),
+                         "save_sharded و سپس load_sharded، شاردی {size} مبی‌بایتی", size=4),
                   2, tuple(yours), tuple(course))
 
 
@@ -278,7 +278,7 @@ CHECKS = (
           _damage_check, needs=NAMES),
     Check("world_size",
           {"en": "loading on another number of ranks raises on every rank",
-           "fa": "بارگذاری با تعداد رتبهٔ دیگر در همهٔ رتبه‌ها خطا برمی‌انگیزد"},
+           "fa": "بارگذاری با تعداد دیگری از رتبه‌ها در همهٔ رتبه‌ها خطا برمی‌انگیزد"},
           {"en": "compare the manifest's world_size with the one you are given, first",
            "fa": "پیش از هر چیز world_size مانیفست را با world_size داده‌شده مقایسه کنید"},
           _world_size_check, needs=NAMES),
