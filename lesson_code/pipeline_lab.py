@@ -516,7 +516,19 @@ SAY = {
                   "{loss_diff:.1e}، فعال‌سازی‌های نگه‌داشته در هر مرحله حداکثر {stored}، بایت‌های "
                   "فرستادهٔ هر مرحله {sent}"},
 }
+# How much less 1F1B idles than the GPipe model on ideal unequal stages, per m (the bubble section).
+GAPS = {"en": ("1F1B idles less than the GPipe model on ideal stages of 1, 2, 2 and 1 blocks, by: ",
+               "m = {m}: {gap:.3f}", "; "),
+        "fa": ("کاهش حباب 1F1B نسبت به مدل GPipe روی مرحله‌های آرمانی با ۱، ۲، ۲ و ۱ بلوک: ",
+               "m = {m}: {gap:.3f}", "؛ ")}
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
+
+
+def gaps_line(gaps: dict[int, float], lang: str = "en") -> str:
+    """The gaps {m: bubble} by which 1F1B idles less than `pipeline.unequal_stage_bubble`, as one
+    labelled line in `lang`."""
+    lead, item, separator = GAPS[language.check_language(lang)]
+    return lead + separator.join(language.fill(item, lang, m=m, gap=gap) for m, gap in gaps.items())
 
 
 def _refused_partition(facts: dict) -> str:
@@ -529,9 +541,9 @@ def _refused_partition(facts: dict) -> str:
 # Why lesson 79's functions refuse their arguments, in Persian, from the values each checked.
 REFUSALS = {
     "partition_layers": _refused_partition,
-    "split_micro_batches": lambda facts: ("{micro_batches} میکرودسته دستهٔ {size}تایی را به "
-                                          "بخش‌های برابر تقسیم نمی‌کند: یکی از مقسوم‌علیه‌های {size} "
-                                          "را به کار ببرید"),
+    "split_micro_batches": lambda facts: ("دستهٔ {size}تایی به {micro_batches} میکرودستهٔ برابر "
+                                          "تقسیم نمی‌شود: یکی از مقسوم‌علیه‌های {size} را به کار "
+                                          "ببرید"),
 }
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 PERSIAN_LETTER = re.compile(r"[\u0600-\u06FF]")
 ALLOWED = {"torch", "gloo", "dist", "nn", "Adam", "True", "False", "None", "import"}
 CODE_CHARACTERS = set("_.()[]='\"/<>*+|{}")
-QUOTED = re.compile(r"`[^`]*`|'[^'\s][^']*'|\"[^\"]*\"")
+# A name in backticks, as written or as a report prints it: isolated left to right (U+2066..U+2069).
+QUOTED = re.compile(r"`[^`]*`|\u2066[^\u2069]*\u2069|'[^'\s][^']*'|\"[^\"]*\"")
 # A Python value with strings in it: [('F', 0), ('B', 0)], {'rank': 0}, ('F', i)
 LITERAL = re.compile(r"\[[^\[\]]*['\"][^\[\]]*\]|\{[^{}]*['\"][^{}]*\}|\([^()]*['\"][^()]*\)")
 # A call with its arguments (two levels of parentheses), e.g. torch.tensor_split(x.view(-1), N)[r]

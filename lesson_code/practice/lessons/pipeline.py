@@ -236,8 +236,8 @@ CHECKS = (
           _on_one_rank(grade_schedule, "gpipe"), needs=("schedule_order",)),
     Check("schedule_1f1b",
           {"en": "schedule_order('1f1b', ...) is the course's order, at most P - stage in flight",
-           "fa": "schedule_order('1f1b', ...) همان ترتیب درس است و حداکثر `P - stage` فعال‌سازی نگه "
-                 "می‌دارد"},
+           "fa": "schedule_order('1f1b', ...) همان ترتیب درس است و مرحلهٔ s حداکثر P - s "
+                 "میکرودسته را هم‌زمان در جریان نگه می‌دارد"},
           {"en": "min(P - stage - 1, m) warm-up forwards, then F and B in turn, then the remaining "
                  "backwards; when m < P the warm-up is cut to m",
            "fa": "min(P - stage - 1, m) گذر رفتِ گرم‌کردن، سپس F و B به‌نوبت، سپس گذرهای برگشتِ "
@@ -253,7 +253,8 @@ CHECKS = (
           _on_one_rank(grade_errors), needs=("schedule_order",)),
     Check("gradients",
           {"en": "pipelined_step on 1-4 stages: loss and gradients equal the unsplit model's",
-           "fa": "pipelined_step روی ۱ تا ۴ مرحله: زیان و گرادیان‌ها برابر مدل تقسیم‌نشده است"},
+           "fa": "pipelined_step روی ۱ تا ۴ مرحله: زیان و گرادیان‌ها با زیان و گرادیان‌های مدل "
+                 "تقسیم‌نشده برابرند"},
           {"en": "divide each micro-batch's loss by micro_batches before its backward, return their "
                  "sum on the last stage, let gradients accumulate (no zero_grad), and find your "
                  "stage and neighbours in `group`",
