@@ -155,20 +155,22 @@ def stage3_working_bytes(unit_params: float, precision: Precision = MIXED_ADAM,
                          reduce_bytes: float | None = None) -> float:
     """Bytes ZeRO-3 holds whole, beyond its shards, for a largest unit of `unit_params`.
 
-    Two units gathered (the one computing and the next, prefetched) in `precision.params`, and
-    in backward that unit's unsharded gradient in `precision.grads`. `reduce_bytes` is the bytes
-    per element the gradient is reduced in (None: as it is held); a reduction in another type
-    holds a copy in that type too while the two coexist, as FSDP2's
-    `MixedPrecisionPolicy(reduce_dtype=torch.float32)` copies a bf16 gradient into an fp32
-    reduce-scatter input (2 + 4 bytes). Raises ValueError for a negative count or a
-    `reduce_bytes` that is not positive.
+    In backward, FSDP2 holds two units gathered (the one computing and the next, prefetched)
+    in `precision.params`, the computing unit's unsharded gradient in `precision.grads`, and
+    the previous unit's reduce-scatter input in `reduce_bytes` per element (None: the
+    gradient's own `precision.grads`). That input is a copy whatever the reduction's type:
+    `foreach_reduce` allocates it in `reduce_dtype` and copies the unsharded gradients into it,
+    and `post_backward` keeps it until the next unit's reduction (one buffer by default). So
+    bf16 weights and gradients cost 2 + 2 + 2 + 2 bytes per element with a bf16 reduction,
+    2 + 2 + 2 + 4 with `MixedPrecisionPolicy(reduce_dtype=torch.float32)`. Raises ValueError
+    for a negative count or a `reduce_bytes` that is not positive.
     """
     if unit_params < 0:
         raise ValueError(f"unit_params={unit_params!r} is negative: give 0 or more")
     if reduce_bytes is not None and not reduce_bytes > 0:
         raise ValueError(f"reduce_bytes={reduce_bytes!r} must be positive: the bytes per element "
                          "of the gradient's reduction, such as 4 for float32")
-    copy = 0 if reduce_bytes in (None, precision.grads) else reduce_bytes
+    copy = precision.grads if reduce_bytes is None else reduce_bytes
     return (2 * precision.params + precision.grads + copy) * unit_params
 
 

@@ -124,8 +124,9 @@ def test_choosing_a_stage_keeps_headroom_and_zero3s_gathered_unit():
     h200 = 143_771 * 2 ** 20  # bytes, as the driver reports an H200
     assert memory.choose_stage(70e9, 8, h200) == "ZeRO-3"
     assert memory.choose_stage(70e9, 8, h200, headroom=0.1) == "none fits"
-    # the gathered unit alone: two units of 2 bytes and one unit's gradient of 2 bytes
-    room = 140e9 + 6 * 1e9
+    # the working set alone: two units of 2 bytes, one unit's gradient of 2 bytes and the
+    # previous unit's reduce-scatter input, a copy of its gradient in bf16
+    room = 140e9 + 8 * 1e9
     assert memory.choose_stage(70e9, 8, room, unit_params=1e9) == "ZeRO-3"
     assert memory.choose_stage(70e9, 8, room - 1, unit_params=1e9) == "none fits"
     assert memory.choose_stage(70e9, 8, room - 1, activation_bytes=0) == "ZeRO-3"
@@ -134,19 +135,23 @@ def test_choosing_a_stage_keeps_headroom_and_zero3s_gathered_unit():
     assert memory.choose_stage(7e9, 8, zero2, unit_params=1e9) == "ZeRO-2"
 
 
-def test_an_fp32_reduction_of_bf16_gradients_adds_its_copy_to_zero3s_working_set():
-    # FSDP2 with reduce_dtype=torch.float32 copies the unit's bf16 gradient into an fp32
-    # reduce-scatter input: 2 + 2 (two units gathered) + 2 (the gradient) + 4 (its copy)
-    assert memory.stage3_working_bytes(1e9) == 6e9
-    assert memory.stage3_working_bytes(1e9, reduce_bytes=2) == 6e9
+def test_zero3s_working_set_holds_a_reduce_scatter_input_in_either_reduction_dtype():
+    # FSDP2's foreach_reduce copies a unit's gradient into a reduce-scatter input in
+    # reduce_dtype, and keeps it until the next unit's reduction, even when that dtype is the
+    # gradient's own: 2 + 2 (two units gathered) + 2 (the gradient) + 2 or 4 (its copy)
+    assert memory.stage3_working_bytes(1e9) == 8e9
+    assert memory.stage3_working_bytes(1e9, reduce_bytes=2) == 8e9
     assert memory.stage3_working_bytes(1e9, reduce_bytes=4) == 10e9
-    assert memory.stage3_working_bytes(1e9, memory.FP32_ADAM, reduce_bytes=4) == 12e9
-    # Llama 2 70B's layers on H200s with 10% kept free and checkpointed activations: the copy
-    # moves the fewest ranks from 9 to 10
+    assert memory.stage3_working_bytes(1e9, memory.FP32_ADAM) == 16e9
+    assert memory.stage3_working_bytes(1e9, memory.FP32_ADAM, reduce_bytes=4) == 16e9
+    # Llama 2 70B's layers on H200s with 10% kept free and checkpointed activations: on 9 ranks
+    # the copy leaves no room under either reduction (136.7 GB in bf16, 138.4 GB in fp32 of
+    # 135.7 GB); 10 ranks fit
     h200, activations = 143_771 * 2 ** 20, 80 * 4096 * 8192 * 2
     margins = {"headroom": 0.1, "unit_params": 856e6, "activation_bytes": activations}
-    assert memory.choose_stage(70e9, 9, h200, **margins) == "ZeRO-3"
+    assert memory.choose_stage(70e9, 9, h200, **margins) == "none fits"
     assert memory.choose_stage(70e9, 9, h200, **margins, reduce_bytes=4) == "none fits"
+    assert memory.choose_stage(70e9, 10, h200, **margins) == "ZeRO-3"
     assert memory.choose_stage(70e9, 10, h200, **margins, reduce_bytes=4) == "ZeRO-3"
 
 
