@@ -112,7 +112,7 @@ DESCRIPTIONS = {
         "better of two such medians, timed in turn), measured {date} by python -m "
         "lesson_code.bench collectives",
         "زمان‌های {collective} روی {ranks} رتبهٔ gloo، میانهٔ {trials} آزمایش (برای `auto` و "
-        "gloo بهترِ دو میانه از این دست که به‌نوبت زمان‌گیری شدند)، اندازه‌گیری‌شده در {date} "
+        "gloo بهترینِ دو میانه از این دست که به‌نوبت زمان‌گیری شدند)، اندازه‌گیری‌شده در {date} "
         "با `python -m lesson_code.bench collectives`"),
     "pipeline": (
         "pipeline bubble of 1F1B steps, median of {repeats} steps after {warmup} warm-up, "
