@@ -18,7 +18,7 @@ import torch.distributed as dist
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives.p2p import DEFAULT_WAIT_S
 from lesson_code.collectives.ring import contiguous_in_place, peers_for
-from lesson_code.collectives_lab import _builtin_broadcast, make_input
+from lesson_code.collectives_lab import builtin_broadcast, make_input
 
 
 def chain_broadcast(tensor: torch.Tensor, src: int = 0, pieces: int = 4, *, group=None,
@@ -64,7 +64,7 @@ def compare_chain_broadcast(rank: int, world_size: int, src: int, numel: int,
     x = make_input(rank, numel, "float32")
     ledger = CommLedger()
     ours = chain_broadcast(x.clone(), src, pieces, ledger=ledger)
-    return {"equal": torch.equal(ours, _builtin_broadcast(x, src)),
+    return {"equal": torch.equal(ours, builtin_broadcast(x, src)),
             **ledger.totals()["chain_broadcast"]}
 
 

@@ -149,7 +149,7 @@ def compare_with_builtin(rank: int, world_size: int, length: int, dtype_name: st
                                         _builtin_all_gather(shard, world_size), None)
     src = world_size - 1
     results["broadcast"] = _difference(collectives.broadcast(x.clone(), src=src),
-                                       _builtin_broadcast(x.clone(), src), None)
+                                       builtin_broadcast(x.clone(), src), None)
     return results
 
 
@@ -198,7 +198,7 @@ def _builtin_all_gather(shard: torch.Tensor, world_size: int) -> torch.Tensor:
     return builtin_all_gather(shard, [int(n) for n in lengths])
 
 
-def _builtin_broadcast(tensor: torch.Tensor, src: int) -> torch.Tensor:
+def builtin_broadcast(tensor: torch.Tensor, src: int) -> torch.Tensor:
     """torch.distributed's broadcast from `src`, returning the tensor like the ring's."""
     dist.broadcast(tensor, src)
     return tensor

@@ -168,9 +168,11 @@ def import_graph() -> dict[str, set[str]]:
 
 def test_the_top_level_reads_like_the_course():
     """The lessons, their labs and exercises, the models and data at the top; the machinery in
-    subpackages that say what they are (runtime, harness, book_build, ...), each with a docstring."""
+    subpackages that say what they are (runtime, harness, book_build, ...), each with a docstring.
+    Each lesson brings at most a module, its lab and its exercises (22 today): more at the top
+    means machinery that belongs in a subpackage."""
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert len(top) <= 20, f"{len(top)} modules at the top of lesson_code: {top}"
+    assert len(top) <= 24, f"{len(top)} modules at the top of lesson_code: {top}"
     assert all(f"{name[:-len('_exercises')]}_lab" in top for name in top if name.endswith("_exercises"))
     assert {"launch", "models", "data", "zero", "zero_lab", "ddp", "pipeline"} <= set(top)
     for package in ("runtime", "harness", "book_build", "collectives", "checkpoint", "capstone"):
