@@ -35,7 +35,7 @@ WORDS = {
         "spike": "loss {loss} is more than {factor} times the previous step's {previous}",
     },
     "fa": {
-        "loss_header": "گام   زیان     نرم گرادیان  نرم پارامترها  میلی‌ثانیه",
+        "loss_header": "گام   زیان     نُرم گرادیان  نُرم پارامترها  میلی‌ثانیه",
         "memory_title": "حافظهٔ هر رتبه به بایت: {numel} پارامتر (P)، {n} رتبه (N)، پدینگ {padding}؛ "
                         "وضعیت بهینه‌ساز = ۱۲ × {shard} = 12P/N{plus}",
         "memory_header": "رتبه  پارامترها  گرادیان‌ها  بهینه‌ساز  12P/N",

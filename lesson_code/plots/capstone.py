@@ -33,11 +33,11 @@ LABELS = {
 # Table labels of the Persian edition (the English labels are the keys).
 TABLE_WORDS = {"fa": {
     **language.TERMS,
-    "grad_norm": "نرم گرادیان", "param_norm": "نرم پارامترها", "step_time_s": "زمان گام (ثانیه)",
+    "grad_norm": "نُرم گرادیان", "param_norm": "نُرم پارامترها", "step_time_s": "زمان گام (ثانیه)",
     "optimizer": "وضعیت بهینه‌ساز",
     "event": "رویداد", "reason": "دلیل", "to_step": "بازگشت به گام", "at_step": "گام ردشده",
     "(a) loss falls at every step": "(الف) زیان در هر گام کم می‌شود",
-    "(b) same parameter norm on every rank, every step": "(ب) نرم پارامترها در همهٔ رتبه‌ها و همهٔ گام‌ها یکسان است",
+    "(b) same parameter norm on every rank, every step": "(ب) نُرم پارامترها در همهٔ رتبه‌ها و همهٔ گام‌ها یکسان است",
     "(c) optimizer bytes = 12P/N on every rank": "(ج) بایت‌های بهینه‌ساز در هر رتبه = 12P/N",
     "(d) checkpoints of steps 10 and 20 restore byte for byte":
         "(د) چکپوینت‌های گام‌های ۱۰ و ۲۰ بایت‌به‌بایت بازمی‌گردند",
