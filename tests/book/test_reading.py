@@ -139,18 +139,20 @@ MARK_TEXT = """([scope, text]) => {
 }"""
 
 
-@pytest.mark.parametrize("page, scope, first, second", [
-    ("notebooks/fa/81-capstone", "article h1", "DDP", "ZeRO-1"),
-    ("notebooks/fa/81-capstone", ".bd-sidebar-primary nav li", "DDP", "ZeRO-1"),
-    ("en/intro", ".bd-sidebar-primary nav li", "DDP", "ZeRO-1"),
-    ("notebooks/en/76-collectives", ".bd-sidebar-primary nav li", "DDP", "ZeRO-1"),
-    ("notebooks/fa/76-collectives", "article p, article li", "gloo", "NCCL"),
+@pytest.mark.parametrize("page, scope, first, joint, second", [
+    ("notebooks/fa/78a-zero-stages", "article h1", "ZeRO-2", " و ", "ZeRO-3"),
+    ("notebooks/fa/78a-zero-stages", ".bd-sidebar-primary nav li", "ZeRO-2", " و ", "ZeRO-3"),
+    ("en/intro", ".bd-sidebar-primary nav li", "ZeRO-2", " و ", "ZeRO-3"),
+    ("notebooks/en/76-collectives", ".bd-sidebar-primary nav li", "GPipe", " و ", "1F1B"),
+    ("notebooks/fa/76-collectives", "article p, article li", "gloo", "، ", "NCCL"),
 ])
-def test_a_list_joined_by_the_persian_comma_keeps_its_order(browser, site, page, scope, first,
-                                                            second):
+def test_two_latin_runs_joined_in_persian_keep_their_order(browser, site, page, scope, first,
+                                                           joint, second):
+    """Two Latin names joined by a Persian word or the Persian comma, in a heading, the
+    navigation and the prose, are drawn in reading order."""
     v = open_at(browser, f"{site}/{page}.html", DESKTOP)
     try:
-        assert v.page.evaluate(MARK_TEXT, [scope, f"{first}، {second}"]), f"no {first}، {second}"
+        assert v.page.evaluate(MARK_TEXT, [scope, f"{first}{joint}{second}"]), f"no {first}{joint}{second}"
         xy = v.page.evaluate(WORD_XY, ["[data-test-text]", {"first": {"text": first},
                                                             "second": {"text": second}}])
         assert reading_order(xy, "rtl") == ["first", "second"], xy
