@@ -65,8 +65,9 @@ def _renamed(frame, mapping: dict[str, str]):
     return frame
 
 
-# None is an empty cell (no error raised, no value): a dash, as for NaN.
-BOOLEANS = {"True": "بله", "False": "خیر", "None": "—"}
+# A boolean cell in the words the Persian sentences use (language.BOOLEANS); None is an empty cell
+# (no error raised, no value): a dash, as for NaN.
+BOOLEANS = {str(value): word for value, word in language.BOOLEANS["fa"].items()} | {"None": "—"}
 NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?|nan|NaN|inf|-inf")
 TEXT_NODE = re.compile(r">([^<>]+)<")
 SEQUENCE = re.compile(r"[(\[](?:[^()\[\]A-Za-z]*)[)\]]")  # (6, 1.5), [12, 11, 2, 4]
@@ -78,7 +79,7 @@ def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
     """One table cell as the Persian edition shows it, as HTML: a number with the digits and
     notation pandas gave the English table (`language.table_number_text`: Persian digits, «٫»,
     «−», «۳٫۸۱۴۶۹۷ × ۱۰⁻⁶» for "3.814697e-06", isolated where it holds a sign or a power),
-    True/False/None as بله/خیر/هیچ, an English value the lesson's `words` know (alone, numbered
+    True/False as بله/خیر and None as «—», an English value the lesson's `words` know (alone, numbered
     as "block 3", or in a list "embedding, block 0") in Persian, a tuple or list of numbers with
     the Persian comma, and else its free numbers in Persian digits and its Latin names (ZeRO-1,
     .step-00000002.tmp) isolated left to right; a `name` in backticks (in a label of `words`
