@@ -83,9 +83,11 @@
   });
 
   /* The note under an explorer: `template` with {date} in the page's digits, then the machine
-     its constants were measured on, kept left to right. */
+     its constants were measured on, in the page's words: the English line kept left to right, the
+     Persian one with its names already isolated (lesson_code.bench.stored.persian_machine). */
   const measuredNote = (template, measured, lang) => element("p", { className: "explorer__note" },
-    template.replace("{date}", digits(measured.date, lang)), element("bdi", { dir: "ltr" }, measured.machine));
+    template.replace("{date}", digits(measured.date, lang)),
+    lang === "fa" ? element("span", {}, measured.machine.fa) : element("bdi", { dir: "ltr" }, measured.machine.en));
 
   /* The width, in CSS pixels, to draw a chart in `figure` at (its text then keeps its size on a
      phone instead of shrinking with a wide drawing): the column's width, 300 to 720. */

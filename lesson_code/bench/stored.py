@@ -195,7 +195,7 @@ def _read(template: str, line: str) -> dict[str, str] | None:
 def _persian_field(key: str, value: str) -> str:
     """A field of a note in Persian: a machine line, a term, a date, a number, a name."""
     if key == "machine":
-        return _persian_machine(value)
+        return persian_machine(value)
     if key in FIELD_WORDS:
         return FIELD_WORDS[key].get(value, value)
     if key in RAW_FIELDS:
@@ -207,8 +207,9 @@ def _persian_field(key: str, value: str) -> str:
     return language.isolated(value)
 
 
-def _persian_machine(line: str) -> str:
-    """`machine()`'s line in Persian: «x86_64، ۲ هسته، Linux، ...»."""
+def persian_machine(line: str) -> str:
+    """`machine()`'s line in Persian: «x86_64، ۲ هسته، Linux، ...», its Latin names isolated left
+    to right (a stored note's line, and the explorers' note of where their constants come from)."""
     english, persian = MACHINE
     for load_english, load_persian in [LOAD, ("", "")]:
         fields = _read(english + load_english, line)

@@ -40,10 +40,16 @@ def collectives() -> dict:
 
 
 def _measured(note: list[str] | str) -> dict:
-    """{date, machine} from a stored table's comment lines."""
+    """{date, machine} from a stored table's comment lines (`_measured_on`)."""
     text = " ".join(note) if isinstance(note, list) else note
     date, machine = re.search(r"measured (\d{4}-\d{2}-\d{2})", text), re.search(r"machine: (.*)$", text)
-    return {"date": date and date.group(1), "machine": machine and machine.group(1)}
+    return _measured_on(date and date.group(1), machine and machine.group(1))
+
+
+def _measured_on(date: str | None, machine: str | None) -> dict:
+    """When and where a stored table was measured, as an explorer's note shows it: the machine
+    line in each edition's words (the Persian one as the lessons' stored-table notes print it)."""
+    return {"date": date, "machine": machine and {"en": machine, "fa": stored.persian_machine(machine)}}
 
 
 @lru_cache(maxsize=None)
@@ -84,7 +90,7 @@ def ddp() -> dict:
                                  for _, row in ours.iterrows()},
             "measured_step_ms": {f"{row['bucket_mb']:g}": float(row["step_ms"])
                                  for _, row in ours.iterrows()},
-            "measured": {"date": note["measured"], "machine": note["machine"]},
+            "measured": _measured_on(note["measured"], note["machine"]),
             "cluster": ddp_lab.ModelledCluster().inputs()}
 
 
@@ -102,7 +108,7 @@ def zero_stages() -> dict:
             "measured_peaks": {str(n): {"peak": int(row["peak"]), "peak_in": row["peak_in"],
                                         "formula": int(row["formula"])}
                                for n, row in rows.iterrows()},
-            "measured": {"date": note["measured"], "machine": note["machine"]}}
+            "measured": _measured_on(note["measured"], note["machine"])}
 
 
 @lru_cache(maxsize=None)
@@ -116,7 +122,7 @@ def scale_points() -> dict:
 
     table, note = scale_stored.load()
     return {**scale_lab.measured_points(table),
-            "measured": {"date": note["measured"], "machine": note["machine"]}}
+            "measured": _measured_on(note["measured"], note["machine"])}
 
 
 LESSONS = {"76-collectives": collectives, "77-ddp": ddp, "78-zero": scale_points,

@@ -6,6 +6,8 @@ a value stays on one line beside its term.
   in order on the page and when copied; lesson 80's crash explorer is checked by the positions
   of its characters (the hidden folder's leading dot stays first).
 - English edition, 1280 px: lesson 77's values ("14 ms") are not broken across two lines.
+- Both editions, on a phone: the note under an explorer that says where its constants were
+  measured wraps inside the explorer, and the Persian one names the machine in Persian words.
 
 Positions are asked of the browser (WORD_XY, reading_order from test_browser.py).
 """
@@ -105,5 +107,33 @@ def test_an_explorers_values_stay_on_one_line_at_1280_px(browser, site, lesson, 
             assert value["right"] <= value["edge"] + 1, value  # inside the explorer
         v.page.locator(host).scroll_into_view_if_needed()
         shoot(v, f"explorer-{lesson[:2]}-values-{edition}-desktop")
+    finally:
+        v.page.context.close()
+
+
+# Each note under an explorer: its right edge and the widest line it holds, against the explorer's.
+NOTE_EDGES = """(host) => [...document.querySelectorAll(host + " .explorer__note")].map((note) => ({
+    text: note.textContent, right: Math.max(...[...note.getClientRects()].map((r) => r.right),
+        ...[...note.querySelectorAll("*")].flatMap((e) => [...e.getClientRects()].map((r) => r.right))),
+    edge: document.querySelector(host).getBoundingClientRect().right}))"""
+
+
+@pytest.mark.parametrize("edition", ["en", "fa"])
+@pytest.mark.parametrize("lesson", ["76-collectives", "77-ddp", "81-capstone"])
+def test_the_machine_note_wraps_on_a_phone_and_speaks_the_pages_language(browser, site, lesson,
+                                                                         edition):
+    v = open_at(browser, f"{site}/notebooks/{edition}/{lesson}.html", PHONE)
+    try:
+        host = f"div.explorer[data-explorer='{lesson[:2]}']"
+        v.page.wait_for_selector(f"{host} .explorer__note")
+        notes = v.page.evaluate(NOTE_EDGES, host)
+        measured = [note for note in notes if "2 cores" in note["text"] or "۲ هسته" in note["text"]]
+        assert measured, notes  # the note that names the machine
+        for note in measured:
+            assert note["right"] <= note["edge"] + 1, note  # wrapped, not cut at the edge
+            if edition == "fa":
+                assert "cores" not in note["text"] and "load average" not in note["text"], note
+        v.page.locator(f"{host} .explorer__note").last.scroll_into_view_if_needed()
+        shoot(v, f"explorer-{lesson[:2]}-note-{edition}-phone")
     finally:
         v.page.context.close()

@@ -92,12 +92,14 @@ def test_the_step_explorer_reads_the_measured_units_and_peaks():
 # Under the calculator: the points lesson 78b's scale lab measured, from the stored sweep.
 def test_the_measured_points_are_the_stored_sweeps_beside_the_formula():
     from lesson_code import scale_lab
+    from lesson_code.bench.stored import persian_machine
     from lesson_code.book_build import explorer_data
     from lesson_code.scale_lab import stored as scale_stored
 
     data = explorer_data.for_lesson("78-zero")
     table, note = scale_stored.load()
-    assert data["measured"] == {"date": note["measured"], "machine": note["machine"]}
+    assert data["measured"] == {"date": note["measured"], "machine": {
+        "en": note["machine"], "fa": persian_machine(note["machine"])}}
     points = scale_lab.measured_points(table)
     assert data["points"] == points["points"] and data["model"] == points["model"]
     assert data["dtype"] == "bfloat16"  # the calculator's mixed precision: 2-byte weights and grads
