@@ -122,6 +122,27 @@ def test_the_tracker_follows_a_storage_made_before_it_once_an_operation_returns_
     assert tracker.peak_by_phase == {"forward": 256} and tokens.nbytes == 256
 
 
+def test_fsdp2_shards_a_meta_model_in_the_fake_group_but_will_not_run_it_there():
+    """Why the page cannot put PyTorch's FSDP2 beside the course's ZeRO-3: `fully_shard`
+    accepts a model built on the meta device under the fake group and shards it, but its first
+    forward refuses parameters still on the meta device."""
+    from torch.distributed.fsdp import fully_shard
+
+    from lesson_code.models import MiniGPT
+    from lesson_code.runtime import simulated
+    with simulated.fake_rank(4, 3):
+        with torch.device("meta"):
+            model = MiniGPT(TINY.gpt)
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        local = sum(p.to_local().numel() for p in model.parameters())
+        assert local == TINY_PARAMETERS // 4  # sharded: this rank's quarter of every parameter
+        tokens = torch.zeros(1, TINY.gpt.context, dtype=torch.long, device="meta")
+        with pytest.raises(RuntimeError, match="materialized from meta device"):
+            model(tokens, tokens)
+
+
 def test_the_zero_papers_table_from_running_code():
     table = scale_lab.paper_table()
     parameters = table.attrs["parameters"]
