@@ -218,6 +218,14 @@ STAGES_LABELS = {
     "usable (90%)": "قابل‌استفاده (۹۰٪)", "stage, bf16 reduction": "مرحله، کاهش bf16",
     "stage, fp32 reduction": "مرحله، کاهش fp32",
     "FSDP2, gradient sync off until the last": "FSDP2، همگام‌سازی گرادیان خاموش تا آخرین میکرودسته",
+    "ms, modelled": "میلی‌ثانیه، مدل‌سازی‌شده",
+    "all-gather of one layer (bf16)": "گردآوری همگانی یک لایه (bf16)",
+    "reduce-scatter of one layer (fp32)": "کاهش و پخش یک لایه (fp32)",
+    "backward of one layer": "گذر برگشت یک لایه",
+    "latency of one collective": "تأخیر یک عملیات جمعی",
+    "latency of a step's 240 collectives": "تأخیر ۲۴۰ عملیات جمعی یک گام",
+    "nodes of 8, bf16 reduction": "گره‌های ۸تایی، کاهش bf16",
+    "nodes of 8, fp32 reduction": "گره‌های ۸تایی، کاهش fp32",
 }
 
 
