@@ -23,17 +23,13 @@ from lesson_code.checkpoint.shards import save_sharded
 class BackgroundSaver:
     """Exercise 6's solution: a ZeRO save that holds the training loop up only for a copy.
 
-    `save` copies this rank's state to the CPU (`flat_snapshot(..., to_cpu=True)`: the loop may
-    then change its own tensors at once) and writes the copy with `save_sharded` in a thread,
-    while training goes on. The thread's collectives run over a gloo group of its own, created
-    here: on the loop's group they could interleave with the loop's own collectives, which must
-    come in the same order on every rank. Only one save is in flight: `save` first waits for the
-    previous one, and `wait` for the last (re-raising, on every rank, the error its save raised).
-    This is what `dcp.async_save` does with its default stager (a CPU copy, then a thread).
-    Every wait inside a save is bounded (its group's `timeout_s`, the folder lock's timeout), so
-    `wait` is too. Collective: construct on every process of the job (torch's `new_group` must
-    be entered by all of them, members of the new group or not), then `save` and `wait` on every
-    rank of the optimizer's group.
+    `save` copies this rank's state to the CPU and writes the copy with `save_sharded` in a
+    thread while training goes on; the thread's collectives run over a gloo group of its own, so
+    that they cannot interleave with the loop's. Only one save is in flight: `save` first waits
+    for the previous one, and `wait` for the last, re-raising on every rank the error its save
+    raised. Every wait inside a save is bounded, so `wait` is too. Collective: construct on every
+    process of the job (`new_group` must be entered by all), then `save` and `wait` on every rank
+    of the optimizer's group.
     """
 
     def __init__(self, root: Path | str, model, optimizer, timeout_s: float = 120.0):

@@ -82,12 +82,13 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
                            save_after: list[int], background: bool = False) -> dict:
     """Train `run.steps` steps, saving a checkpoint after each step in `save_after`.
 
-    Collective: call on every rank. Returns losses, the final parameters and the digest, and
-    how long each save held the training loop up ("blocked_s", seconds by step). Each rank's
-    random stream starts from run.seed + rank: its state is saved in the rank's shard, so that
-    the same run writes the same bytes (torch.save gives equal states equal files). With
-    `background`, saves go through a `BackgroundSaver` (exercise 6): the loop waits only for a
-    copy of the state, and for the last save to finish before it returns.
+    Collective: call on every rank. Returns losses, the final parameters and the digest, how
+    long each save held the training loop up ("blocked_s", seconds by step) and this rank's
+    random-number state at the end ("rng_state"). Each rank's random stream starts from
+    run.seed + rank: its state is saved in the rank's shard, so that the same run writes the
+    same bytes (torch.save into a buffer gives equal states equal bytes). With `background`,
+    saves go through a `BackgroundSaver` (exercise 6): the loop waits only for a copy of the
+    state, and for the last save to finish before it returns.
     """
     torch.manual_seed(run.seed + rank)
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size)
@@ -106,7 +107,7 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
     if saver is not None:
         saver.wait()
     return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),
-            "blocked_s": blocked}
+            "blocked_s": blocked, "rng_state": torch.get_rng_state()}
 
 
 

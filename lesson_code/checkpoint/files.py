@@ -175,10 +175,8 @@ class Disk:
         The bytes go to a temporary file in the same folder, are flushed and fsynced, the file
         is renamed over `path`, and the folder is fsynced. A process killed at any point leaves
         `path` absent or complete; once this returns, the file and its name also survive a power
-        cut, on Linux and on macOS (see `fsync`). The process that renames fsyncs the folder
-        itself: on a local filesystem that is the fsync tied to its rename, and on a filesystem
-        shared by several nodes it is right too (NFS commits a rename on the server before it
-        answers, unless exported `async`; Lustre's metadata server commits by its own rules).
+        cut (see `fsync` for macOS). On NFS the server commits a rename before it answers, unless
+        the folder is exported `async`.
         """
         temporary = partial_path(path)
         with open(temporary, "wb") as handle:

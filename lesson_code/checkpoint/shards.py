@@ -56,17 +56,13 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
 
     Collective: call on every rank of a group of `world_size` ranks (gloo or NCCL), each with its
     own shard and the same `root`, a folder every rank sees. `layout` (JSON) describes the shard,
-    e.g. `flat_layout(P, s, n)` for a slice of a flat vector;
-    `extra` (JSON, rank 0's is kept) holds what else a resume needs, such as the data position.
-    JSON keeps str keys only: an `extra` of {1: "a"} loads as {"1": "a"}, a tuple as a list.
-    `disk` does the writes, renames and fsyncs (`files.Disk`; a fault-injecting one in tests).
-    Rank 0 holds root/.lock alone from the start of the save to its publish, waiting for it at
-    most `lock_timeout_s` seconds and never more than half the group's collective timeout
-    (`collective_timeout_s`), so that the other ranks, waiting in an all-gather, raise its error.
-    Returns the published folder root/step-XXXXXXXX. Raises ValueError for a rank outside the
-    world or a world size that differs from the group's; on every rank the same
-    FolderNotSharedError when some rank does not see rank 0's folder, TypeError when `extra` is
-    not JSON, or CheckpointError naming the file a rank could not write.
+    e.g. `flat_layout(P, s, n)`; `extra` (JSON, so its keys load as str; rank 0's is kept) holds
+    what else a resume needs. `disk` does the writes, renames and fsyncs (a fault-injecting one in
+    tests). Rank 0 holds root/.lock from prepare to publish, waiting for it at most
+    `lock_timeout_s` seconds and never more than half the group's collective timeout.
+    Returns root/step-XXXXXXXX. Raises ValueError for a rank or world size that does not fit the
+    group; on every rank the same FolderNotSharedError, TypeError (an `extra` that is not JSON)
+    or CheckpointError naming the file a rank could not write.
     """
     _check_rank(rank, world_size, group)
     lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)

@@ -320,16 +320,13 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int, *
             lock_timeout_s: float = LOCK_TIMEOUT_S) -> Path:
     """Rewrite the checkpoint in `source` for `world_size` ranks under `destination_root`.
 
-    Every flat-sharded tensor (listed in the shards' layout under "flat") is reassembled in rank
+    Every flat-sharded tensor (the shards' layout lists them under "flat") is reassembled in rank
     order, stripped of its padding, padded again for the new world size and cut into equal
-    shards, each with its own layout. The other per-rank tensors are the ranks' random-number
-    states: with the same world size each rank keeps its own; with another, every new rank gets
-    `rng_seed`, a seed of its own derived from the old states and its rank (copying old rank
-    r mod N's state would give two new ranks one stream). One process holds the flat vectors
-    whole, each old slice freed as it is copied (`join_flat`): a peak of about one copy of the
-    state plus one new shard. Verifies every file it reads; holds destination_root/.lock alone
-    while it writes there (waiting at most `lock_timeout_s` seconds). Raises ValueError for a
-    world size below 1.
+    shards. The ranks' random-number states: with the same world size each rank keeps its own;
+    with another, every new rank gets `rng_seed`, derived from the old states and its rank.
+    One process holds the flat vectors whole (`join_flat` frees each old slice as it copies it).
+    Verifies every file it reads; holds destination_root/.lock while it writes there (waiting at
+    most `lock_timeout_s` seconds). Raises ValueError for a world size below 1.
     """
     require_positive_int("world_size", world_size, "the number of ranks that will load it, such as 2")
     source = Path(source)

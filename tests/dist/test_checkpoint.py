@@ -52,6 +52,8 @@ def test_resuming_at_step_10_reproduces_the_run_that_never_stopped_and_drifts_wi
     for a, b in zip(straight, resumed):
         assert torch.equal(a["params"], b["params"])
         assert a["losses"][10:] == b["losses"]
+        # ranks built from other seeds: only the checkpoint can give back the random stream
+        assert torch.equal(a["rng_state"], b["rng_state"])
     forgot = launch.spawn(checkpoint_lab.resume_training, RUN, str(step_folder(root, 10)), True,
                           world_size=4)  # Adam's step count is part of the state: without it, drift
     assert forgot[0]["losses"][0] == straight[0]["losses"][10]  # step 11 comes before an update
