@@ -273,3 +273,21 @@ def test_an_fsdp2_model_and_adam_saved_with_dcp_on_4_ranks_load_on_2_bit_for_bit
     assert loaded[0]["step"] == saved[0]["step"] == 3
     assert sum(row["local_numel"] for row in saved) == sum(row["local_numel"] for row in loaded)
     assert saved[0]["exp_avg"].abs().max() > 0  # trained: the moments are not a fresh Adam's
+
+
+def test_dcp_reshards_our_flat_vectors_at_load_and_async_save_keeps_the_state_of_the_call(saved, tmp_path):
+    """Our step-10 shards saved with dcp.async_save as Shard(0) DTensors on 4 ranks, each rank
+    overwriting its tensors with NaN right after the call, then loaded as DTensors on 2 ranks:
+    the very elements our offline reshard writes, and .metadata's chunks are the 4 slices."""
+    root, _ = saved
+    folder, destination = step_folder(root, 10), str(tmp_path / "dcp")
+    launch.spawn(checkpoint_lab.dcp_save_as_dtensors, str(folder), destination, world_size=4)
+    numel = checkpoint.read_manifest(folder)["files"][0]["layout"]["numel"]
+    on_two = launch.spawn(checkpoint_lab.dcp_load_as_dtensors, destination, numel, world_size=2)
+    ours = reshard(folder, tmp_path / "ours", 2)
+    for rank, loaded in enumerate(on_two):  # no NaN reached the disk, and no element moved
+        expected = load_sharded(ours, rank=rank, world_size=2, replicated=False)[0]
+        assert all(torch.equal(loaded[key], expected[key]) for key in loaded)
+    chunks = checkpoint_lab.dcp_chunks(destination, "master")
+    assert [(c["start"], c["elements"]) for c in chunks] == [
+        (0, 1731), (1731, 1731), (3462, 1731), (5193, 1729)]  # real elements, padding stripped
