@@ -292,11 +292,11 @@ class ModelledCluster:
     MiniGPT of GPT-2 small's shape, data parallel over `world_size` GPUs in as many nodes.
 
     Constants, each an assumption named in the lesson: one GPU per node, so that every step of
-    the ring crosses the network (the worst case for the links); one 200 Gb/s InfiniBand link
-    per GPU (`bandwidth`, 25 GB/s); a latency of `alpha_s` = 15 us per ring step, from NCCL's
-    own tuning model (src/graph/tuning.cc: a ring all-reduce across nodes costs a base 8.4 us
-    plus 9.6 us per network step, 8.4 + 6 * 9.6 = 66 us on 4 nodes, times 1.9 for large
-    messages, 125 us: 11 to 21 us per step);
+    the ring crosses the network; one 200 Gb/s InfiniBand link per GPU (`bandwidth`, 25 GB/s);
+    a latency of `alpha_s` = 15 us per ring step, from NCCL's own tuning model
+    (src/graph/tuning.cc: a ring all-reduce across nodes costs a base 8.4 us plus 9.6 us per
+    network step, 8.4 + 6 * 9.6 = 66 us on 4 nodes, times 1.9 for large messages, 125 us:
+    11 to 21 us per step);
     `sequences` of `gpt.context` tokens per GPU; the backward's floating-point operations
     (`backward_work`) at `flops_per_s`, 125 TFLOP/s (40% of an A100's 312 TFLOP/s bf16 peak);
     gradients are float32, as DDP reduces them under bf16 autocast.
@@ -438,7 +438,10 @@ SAY = {
            "cluster": "modelled cluster: a MiniGPT of GPT-2 small's shape, {parameters:,} "
                       "parameters, {mib:.0f} MiB of float32 gradients, a backward of "
                       "{backward_ms:.1f} ms on each of {ranks} GPUs; the all-reduce of every "
-                      "gradient at once takes {ratio:.2f} times the backward"},
+                      "gradient at once takes {ratio:.2f} times the backward",
+           "step parts": "modelled step on each GPU: forward {forward_ms:.1f} ms, backward "
+                         "{backward_ms:.1f} ms, Adam's step {optimizer_ms:.1f} ms, plus the "
+                         "exposed communication"},
     "fa": {"title": "درس ۷۷: آموزش با موازی‌سازی داده روی {ranks} رتبه در برابر یک فرایند، {steps} گام",
            "row": "  {model} {optimizer} {wrapper}: رتبه‌ها یکسان: {identical}، بیشینهٔ |اختلاف پارامتر| "
                   "{param_diff:.1e} (با DDP در PyTorch {torch_diff:.1e})، بیشینهٔ |اختلاف زیان| "
@@ -451,7 +454,10 @@ SAY = {
            "cluster": "خوشهٔ مدل‌شده: یک MiniGPT به شکل GPT-2 کوچک، {parameters:,} پارامتر، "
                       "{mib:.0f} MiB گرادیان float32، گذر برگشتی {backward_ms:.1f} میلی‌ثانیه‌ای "
                       "روی هر یک از {ranks} GPU؛ کاهش همگانی همهٔ گرادیان‌ها با هم {ratio:.2f} "
-                      "برابر گذر برگشت طول می‌کشد"},
+                      "برابر گذر برگشت طول می‌کشد",
+           "step parts": "گام مدل‌شده روی هر GPU: گذر رفت {forward_ms:.1f} میلی‌ثانیه، گذر برگشت "
+                         "{backward_ms:.1f} میلی‌ثانیه، گام Adam {optimizer_ms:.1f} میلی‌ثانیه، "
+                         "به‌اضافهٔ ارتباط پنهان‌نشده"},
 }
 WORDS = {"mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "naive": "ساده‌لوحانه",
          "bucketed": "باکت‌دار", "torch": "DDP در PyTorch", "ring": "حلقه", "builtin": "توکار"}

@@ -144,6 +144,8 @@ TABLE_LABELS = {
     "buckets": "تعداد باکت‌ها", "exposed comm, model (ms)": "ارتباط پنهان‌نشده، مدل (ms)",
     "backward + exposed, model (ms)": "گذر برگشت + ارتباط پنهان‌نشده، مدل (ms)",
     "wait, measured (ms)": "انتظار، اندازه‌گیری‌شده (ms)",
+    "GPUs": "تعداد GPUها", "step, model (ms)": "گام، مدل (ms)",
+    "efficiency, model": "کارایی مقیاس‌پذیری، مدل", "speed-up, model": "تسریع، مدل",
     "backward + wait, measured (ms)": "گذر برگشت + انتظار، اندازه‌گیری‌شده (ms)",
     "key biases": "بایاس‌های کلید", "other parameters": "پارامترهای دیگر",
     "vs one process": "در برابر یک فرایند", "ours vs torch": "پوشانندهٔ ما در برابر DDP در PyTorch",
