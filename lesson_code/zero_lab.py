@@ -7,7 +7,8 @@ reference, and torch's own ZeroRedundancyOptimizer (stage 1) and FSDP2 (`fully_s
 are the others. The loop and the timing are the shared harness's (`lesson_code.experiment`).
 `stage_memory_table` measures the peak memory of a step under DDP and each stage beside the
 formulas of `lesson_code.memory`; `stage3_timeline` shows one ZeRO-3 step, layer by layer;
-`accumulation_traffic` counts a step's bytes under gradient accumulation.
+`accumulation_traffic` counts a step's bytes under gradient accumulation; `overflow_skip`
+makes every rank skip a step whose gradient overflowed on one shard.
 
     python -m lesson_code.zero_lab                      # an MLP, 20 steps on 4 ranks, ZeRO-1
     python -m lesson_code.zero_lab --optimizer zero3    # the same with ZeRO-3, and its peak
@@ -307,6 +308,61 @@ def accumulation_traffic(rank: int, world_size: int, run: ZeroRun,
         optimizer.step()
         sent[count] = ledger.bytes_sent
     return sent
+
+
+class _SkippedStep(Exception):
+    """Leaves OverflowSkippingZero.step() after the reduce-scatter, before Adam and the all-gather."""
+
+
+class OverflowSkippingZero(ZeroOptimizer):
+    """ZeRO-1 that skips a step on every rank when any rank's shard of the reduced gradient holds
+    an infinity or NaN: a loss scaler's check where no rank sees the whole gradient (lesson 78,
+    exercise 6). One all-reduce of a one-element flag makes every rank take the same decision;
+    a rank that skipped alone would leave the others waiting in an all-gather it never enters.
+    `skipped` counts the steps skipped."""
+
+    skipped = 0
+
+    def _reduce_gradient(self, flat_grad: torch.Tensor) -> torch.Tensor:
+        grad = super()._reduce_gradient(flat_grad)
+        overflow = (~torch.isfinite(grad)).any().to(torch.float32).reshape(1)
+        self.comm.all_reduce(overflow, op="sum")  # the same flag on every rank
+        if overflow.item() > 0:
+            raise _SkippedStep
+        return grad
+
+    def step(self) -> bool:
+        """ZeroOptimizer.step, unless some rank's shard overflowed; returns whether it stepped."""
+        try:
+            super().step()
+        except _SkippedStep:
+            self.skipped += 1
+            return False
+        return True
+
+
+def overflow_skip(rank: int, world_size: int, run: ZeroRun, bad_rank: int = 1) -> dict:
+    """Two steps of OverflowSkippingZero; in the first, rank `bad_rank` puts an infinity into its
+    gradient's first element, which the reduce-scatter lands in rank 0's shard. Returns whether
+    each step was taken and the parameters' digest before the steps and after each.
+    Collective: call on every rank. Raises ValueError for a `bad_rank` outside the group."""
+    if not 0 <= bad_rank < world_size:
+        raise ValueError(f"bad_rank={bad_rank!r} is not a rank of {world_size}: give 0 to "
+                         f"{world_size - 1}")
+    model = run_model(run, seed_offset=rank)
+    comm = run.communicator()
+    broadcast_parameters(model, comm=comm)
+    optimizer = OverflowSkippingZero(model, world_size, rank, lr=run.lr, comm=comm)
+    taken, digests = [], [parameter_digest(model)]
+    for step in range(2):
+        optimizer.zero_grad()
+        run_loss(run, model, step, rank, world_size).backward()
+        if step == 0 and rank == bad_rank:
+            with torch.no_grad():
+                optimizer.params[0].grad.view(-1)[0] = float("inf")
+        taken.append(optimizer.step())
+        digests.append(parameter_digest(model))
+    return {"taken": taken, "digests": digests, "skipped": optimizer.skipped}
 
 
 def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:
