@@ -226,6 +226,8 @@ STAGES_LABELS = {
     "latency of a step's 240 collectives": "تأخیر ۲۴۰ عملیات جمعی یک گام",
     "nodes of 8, bf16 reduction": "گره‌های ۸تایی، کاهش bf16",
     "nodes of 8, fp32 reduction": "گره‌های ۸تایی، کاهش fp32",
+    "FSDP2, bf16 gather, fp32 reduction": "FSDP2، گردآوری bf16، کاهش fp32",
+    "ZeRO-3 (ours), float32": "ZeRO-3 (کد ما)، float32",
 }
 
 
