@@ -162,15 +162,10 @@ def measure_step(rank: int, world_size: int, run: ScaleRun, shapes_only: bool = 
 
     Collective: call on every rank (or as one rank of `runtime.simulated.fake_rank`). With
     `shapes_only` the model lives on the meta device: no memory, no values, the same bytes.
-    Returns a dict; the keys the scale lab reads most are "held" ({"kind: holder": bytes}),
-    "peak" (bytes), "peak_in" (forward, backward or optimizer), "peak_by_phase" ({phase that
-    made the storage: bytes live at the peak}, "building" for what was there before the step),
-    "sent" and "messages_sent" (this step's ledger). Also: "rank", "world_size", "strategy",
-    "by_kind", "peak_at" (the course's functions running at the peak), "setup_peak" and
-    "setup_peak_at", "padding", "shard_numel", "received", "ledger", "scalar_reads", "params"
-    and "averaged_gradient" (float64, None with `shapes_only`). With `profile` (real tensors,
-    one rank per process) the rank also runs under torch's profiler, an independent instrument,
-    and "profiler_peak" is the most bytes its allocator handed out at once in the step.
+    Returns a dict, chiefly "held" ({"kind: holder": bytes}), "peak" and "setup_peak" (bytes),
+    where the peak fell ("peak_in", "peak_at", "peak_by_phase"), and this step's "sent",
+    "messages_sent" and "ledger". With `profile` (real tensors, one rank per process) the rank
+    also runs under torch's profiler, and "profiler_peak" is its allocator's step peak.
     """
     ledger = CommLedger()
     zero_run = run.zero_run(world_size)

@@ -47,14 +47,11 @@ HERE = str(Path(__file__).resolve().parent)  # scale_lab/: the instrument, not w
 
 
 class StorageTracker(TorchDispatchMode):
-    """Follows the storage of every tensor the operations under it return (a view's too, even of
-    a storage made before it): bytes live now, and the peak.
-
-    The peak is taken whenever an operation creates a storage (memory only grows then; a
-    storage resized up outside an operation, as ZeRO-3 refills a freed unit, is counted at the
-    next one, which for ZeRO-3 is the gather's own output). At each new peak it records the
-    phase its caller set in `phase` (`peak_in`), the course's functions running (`peak_at`) and
-    the bytes live by the phase that created them (`peak_by_phase`).
+    """Follows the storage of every tensor the operations under it return, a view's too: the
+    bytes live now, and the peak, taken whenever an operation creates a storage (a storage
+    resized outside an operation, as ZeRO-3 refills a unit, counts from the next one). At each
+    new peak it records the caller's `phase` (`peak_in`), the course's functions running
+    (`peak_at`) and the bytes live by the phase that created them (`peak_by_phase`).
     """
 
     def __init__(self, phase: str = "building"):
