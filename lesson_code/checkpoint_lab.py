@@ -28,10 +28,11 @@ import torch
 import torch.distributed as dist
 
 from lesson_code.checkpoint.faults import CrashingDisk, flip_one_byte
-from lesson_code.checkpoint.files import DISK, Disk
+from lesson_code.checkpoint.files import DISK, CheckpointError, Disk
 from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights,
                                                load_flat_state, save_flat_state)
 from lesson_code.checkpoint.shards import load_sharded
+from lesson_code.checkpoint.tools import resume
 from lesson_code.checkpoint_exercises import BackgroundSaver
 from lesson_code.runtime.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
@@ -129,6 +130,48 @@ def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str,
     losses = train_steps(run, model, optimizer, range(extra["next_step"], run.steps))
     return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),
             "resumed_at": extra["next_step"], "rng_state": rng_state}
+
+
+def restart_training(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
+    """A training script's start-up, then its training: build the run as a fresh start does, let
+    `tools.resume` load the newest checkpoint under `root` that loads (or none), and train from
+    there up to `run.steps`.
+
+    Collective: call on every rank. Returns the losses, the folder it resumed from (None for a
+    fresh start) and the step it resumed at; raises, on every rank, what `resume` raises.
+    """
+    model, optimizer, folder, start, _ = _start_up(run, root, rank, world_size)
+    losses = train_steps(run, model, optimizer, range(start, run.steps))
+    return {"losses": losses, "resumed_from": folder and folder.name, "resumed_at": start}
+
+
+def start_up_outcomes(rank: int, world_size: int, run: ZeroRun, roots: list[str],
+                      lang: str = "en") -> list[dict]:
+    """What the start-up of `restart_training` decides for each of `roots`, one after the other:
+    the folder loaded ("loads", None for a fresh start), the step training goes on from, the
+    folders whose load failed, or the refusal that every rank raised, explained in `lang`.
+
+    Collective: call on every rank.
+    """
+    outcomes = []
+    for root in roots:
+        try:
+            _, _, folder, start, failed = _start_up(run, root, rank, world_size)
+            outcomes.append({"loads": folder and folder.name, "next step": start,
+                             "load failed": [path.name for path in failed]})
+        except CheckpointError as error:
+            outcomes.append({"refused": error.explain(lang)})
+    return outcomes
+
+
+def _start_up(run: ZeroRun, root: str, rank: int, world_size: int) -> tuple:
+    """Build `run` as a fresh start does, then `resume` from `root`: (model, optimizer, the
+    folder loaded or None, the 0-based index of the next step, the folders whose load failed)."""
+    torch.manual_seed(run.seed + rank)
+    model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size)
+    folder, extra, failed = resume(root, lambda found: load_zero(found, model, optimizer),
+                                   group=optimizer.comm.group)
+    return model, optimizer, folder, 0 if folder is None else extra["next_step"], failed
 
 
 def round_trip(rank: int, world_size: int, run: ZeroRun, root: str) -> dict[str, bool]:

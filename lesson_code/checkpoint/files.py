@@ -134,10 +134,12 @@ FAULTS = {
     "locked": "قفل {path} پس از {timeout_s:.0f} ثانیه هنوز در دست دیگری است: اگر آن فرایند از "
               "اجرای دیگری است، به هر اجرا پوشهٔ خودش را بدهید؛ اگر خوانندگان این پوشه‌اند، "
               "بگذارید کارشان تمام شود و دوباره ذخیره کنید",
+    "none_loads": "در {path} هیچ چکپوینتی بارگذاری نمی‌شود ({folders})؛ آغاز از گام ۰ روی "
+                  "آن‌ها آموزش می‌داد: یکی را برگردانید، یا برای آغازی تازه جابه‌جایشان کنید",
     "io": "کار روی {path} ناکام ماند ({reason}): دیسک (فضا، دسترسی‌ها) را وارسی کنید و اینکه همهٔ "
           "رتبه‌ها پوشهٔ آن را می‌بینند",
 }
-ISOLATED_FACTS = ("folder", "checksum", "digest", "recorded", "reason", "expected")  # Latin, left to right
+ISOLATED_FACTS = ("folder", "folders", "checksum", "digest", "recorded", "reason", "expected")  # Latin, left to right
 
 
 class Disk:

@@ -82,18 +82,18 @@ def publish(staging: Path, final: Path, disk: Disk = DISK) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def recover_step(final: Path, disk: Disk = DISK) -> Path | None:
+def recover_step(final: Path, disk: Disk = DISK, *, hashes: bool = True) -> Path | None:
     """Publish the complete hidden copy of a step that has no folder; return it, else None.
 
     A save stopped between the two renames of `publish` leaves its new copy in .step-N.tmp and
     the old one in .step-N.replaced; the newer of those that verifies (every file's size and
-    sha256) gets the name step-N.
+    sha256; with `hashes=False` the manifest and the sizes only, no file read) gets the name step-N.
     """
     if final.exists():
         return None
     for copy in (staging_folder(final), aside_folder(final)):
         try:
-            verify_checkpoint(copy)
+            verify_checkpoint(copy, hashes=hashes)
         except CheckpointError:
             continue
         disk.replace(copy, final)

@@ -1,8 +1,10 @@
-"""Living with sharded checkpoints (lesson 80): find the latest, recover, keep the last K, decide
-when to save, and reshard a checkpoint taken on N ranks for M ranks. One process, no process
-group, except `CheckpointPolicy.should_save`, which makes the ranks agree.
+"""Living with sharded checkpoints (lesson 80): find the latest, restart from it, recover, keep the
+last K, decide when to save, and reshard a checkpoint taken on N ranks for M ranks. One process,
+no process group, except `resume` (a training script's start-up) and
+`CheckpointPolicy.should_save`, which make the ranks agree.
 
     folder, skipped = latest_checkpoint("runs/ckpt")      # verifies every byte, says what it skipped
+    folder, extra, failed = resume("runs/ckpt", load)     # every rank: where to start, or refuse
     recover_checkpoints("runs/ckpt")                       # publishes what a crash left hidden
     reshard("runs/ckpt/step-00000010", "runs/ckpt2", 2)    # 4 shards -> 2 shards
     young_interval(save_s=30, mtbf_s=3 * 3600)             # how often to save: sqrt(2 C M)
@@ -18,7 +20,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -28,7 +30,9 @@ from lesson_code.checkpoint.files import (CheckpointError, ManifestDamagedError,
                                           read_manifest, read_verified, verify_checkpoint,
                                           write_file)
 from lesson_code.checkpoint.lock import LOCK_TIMEOUT_S, held_alone, locked
-from lesson_code.checkpoint.shards import flat_layout, join_flat, shard_name
+from lesson_code.checkpoint.shards import (_attempt, _gather, _raise_agreed, _verdict,
+                                           collective_timeout_s, flat_layout, join_flat,
+                                           shard_name)
 from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
                                             step_folder)
 from lesson_code.harness.validate import require_positive_int
@@ -170,7 +174,7 @@ def _newest_verified(root: Path, lock_timeout_s: float, hashes: bool = True,
                                    running=interrupted and not publish and held_alone(root)))
             continue
         if publish and hidden:
-            folder = recover_step(step_folder(root, step)) or folder
+            folder = recover_step(step_folder(root, step), hashes=hashes) or folder
         return folder, skipped
     return None, skipped
 
@@ -194,6 +198,63 @@ def _look_again(root: Path, folder: Path, lock_timeout_s: float,
         except OSError:
             pass  # a folder this process may not write: no lock, and no save of ours changes it
         return _failure(folder, hashes)
+
+
+def resume(root: Path | str, load: Callable[[Path], Any], *, group=None,
+           lock_timeout_s: float = LOCK_TIMEOUT_S) -> tuple[Path | None, Any, list[Path]]:
+    """A training script's start-up: load the newest checkpoint under `root` that loads, start
+    afresh where there is none, or refuse, alike on every rank. Returns (the folder loaded, what
+    `load` returned, the newer folders whose load failed), or (None, None, []) for a fresh start.
+
+    Collective: call on every rank of `group` before the first step. `load(folder)` is the run's
+    own collective load, which raises the same CheckpointError on every rank for a damaged file
+    (`checkpoint_lab.load_zero` does: each rank hashes the files it reads). Rank 0 alone chooses,
+    so that no two ranks choose differently while a save or a prune changes `root`, and on
+    manifests and sizes only (`latest_checkpoint(..., hashes=False)`): hashing the whole newest
+    checkpoint in one process could outlast the others' wait for its choice. A load that fails
+    adds its folder to those excluded and rank 0 chooses again, the next older one; so the loop
+    ends after at most one try per checkpoint. A root with no checkpoint (none there, or only a
+    save interrupted before its manifest) starts afresh. A root where checkpoints exist and none
+    loads, or where another process is still saving, is refused: every rank raises the same
+    CheckpointError, since a fresh start would train over that root without a word. Rank 0's own
+    failure to look (an unreadable folder, a lock held past `lock_timeout_s`, capped at half the
+    group's collective timeout) reaches every rank the same way.
+    """
+    lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)
+    failed: list[Path] = []
+    while True:
+        choice, failure = None, None
+        if dist.get_rank(group) == 0:
+            choice, failure = _attempt(lambda: _choose(Path(root), failed, lock_timeout_s),
+                                       "choose a checkpoint in", Path(root))
+        choice, verdict = _gather((choice, _verdict(failure)), group)[0]  # rank 0's, on every rank
+        _raise_agreed([verdict], failure)
+        if choice is None:
+            return None, None, failed
+        try:
+            return Path(choice), load(Path(choice)), failed
+        except CheckpointError:  # raised alike on every rank: rank 0 chooses the next older one
+            failed.append(Path(choice))
+
+
+def _choose(root: Path, failed: list[Path], lock_timeout_s: float) -> str | None:
+    """Rank 0's choice for `resume`: the newest checkpoint not in `failed`, by manifests and sizes;
+    None when `root` holds no checkpoint at all; a CheckpointError when none is left to load."""
+    found, skipped = latest_checkpoint(root, hashes=False, exclude=failed,
+                                       lock_timeout_s=lock_timeout_s)
+    if found is not None:
+        return str(found)
+    # an interrupted save is no checkpoint; a damaged one, or a save still running, is in the way
+    blocking = [reason for reason in skipped if not reason.interrupted or reason.running]
+    if not failed and not blocking:
+        return None
+    names = [folder.name for folder in failed] + [reason.folder for reason in blocking]
+    raise CheckpointError(
+        f"{root}: no checkpoint loads (load failed: "
+        f"{', '.join(folder.name for folder in failed) or 'none'}; skipped: "
+        f"{'; '.join(blocking) or 'none'}); starting at step 0 would train over them: restore "
+        "one, or move them aside to start afresh", path=root, fault="none_loads",
+        folders=", ".join(names))
 
 
 def recover_checkpoints(root: Path | str, *,

@@ -1,7 +1,7 @@
 """Checkpoints at the edges: a ZeRO optimizer on a sub-group, ranks passed wrongly, a prune that
-meets a damaged newest checkpoint or fails, a look for the latest during a save, while a save
-waits, and while the folder it reads is replaced, and the folder's lock: shared by readers, and
-named by whoever gives up waiting for it."""
+meets a damaged newest checkpoint or fails, a restart's start-up on every kind of root, a look
+for the latest during a save, while a save waits, and while the folder it reads is replaced, and
+the folder's lock: shared by readers, and named by whoever gives up waiting for it."""
 
 import datetime
 import errno
@@ -139,6 +139,38 @@ def stage_step(root, step, released, staged=None):
         if staged is not None:
             staged.set()
     return outcome
+
+
+def test_a_restart_resumes_starts_afresh_or_refuses_alike_on_every_rank(two_checkpoints, tmp_path):
+    """tools.resume on 2 ranks, one root after another in one process group: a root with no
+    checkpoint, or only a first save interrupted before its manifest, starts at step 0 (it
+    holds nothing a fresh start would lose); a complete hidden copy is published and loaded; a
+    damaged newest checkpoint fails its load on every rank and the next older one loads; when
+    none loads, every rank raises the same error."""
+    two, three = step_folder(two_checkpoints, 2), step_folder(two_checkpoints, 3)
+    roots = {name: tmp_path / name for name in (
+        "nothing", "first save interrupted", "hidden copy", "newest damaged", "all damaged")}
+    interrupted = staging_folder(step_folder(roots["first save interrupted"], 2))
+    interrupted.mkdir(parents=True)
+    shutil.copy(two / shard_name(0, 2), interrupted)  # a shard, and no manifest yet
+    for name in ("hidden copy", "newest damaged", "all damaged"):
+        shutil.copytree(two_checkpoints, roots[name])
+    step_folder(roots["hidden copy"], 3).rename(staging_folder(step_folder(roots["hidden copy"], 3)))
+    flip_one_byte(step_folder(roots["newest damaged"], 3) / shard_name(1, 2))
+    for step in (2, 3):
+        flip_one_byte(step_folder(roots["all damaged"], step) / shard_name(0, 2))
+    outcomes = launch.spawn(checkpoint_lab.start_up_outcomes, ZeroRun(steps=3),
+                            [str(root) for root in roots.values()], world_size=2, timeout_s=120)
+    assert outcomes[0] == outcomes[1]
+    found = dict(zip(roots, outcomes[0]))
+    assert found["nothing"] == {"loads": None, "next step": 0, "load failed": []}
+    assert found["first save interrupted"] == {"loads": None, "next step": 0, "load failed": []}
+    assert found["hidden copy"] == {"loads": three.name, "next step": 3, "load failed": []}
+    assert step_folder(roots["hidden copy"], 3).is_dir()
+    assert found["newest damaged"] == {"loads": two.name, "next step": 2,
+                                       "load failed": [three.name]}
+    refusal = found["all damaged"]["refused"]
+    assert "no checkpoint loads" in refusal and two.name in refusal and three.name in refusal
 
 
 def test_latest_checkpoint_does_not_wait_for_a_save_in_progress(two_checkpoints, tmp_path):

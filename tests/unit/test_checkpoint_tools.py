@@ -19,7 +19,7 @@ from lesson_code.checkpoint.files import verify_checkpoint, write_file
 from lesson_code.checkpoint.flat_state import FLAT_KEYS
 from lesson_code.checkpoint.lock import locked
 from lesson_code.checkpoint.shards import flat_layout, shard_name
-from lesson_code.checkpoint.staging import seal, stage
+from lesson_code.checkpoint.staging import seal, stage, staging_folder
 from lesson_code.checkpoint.tools import (Skipped, latest_checkpoint, prune_checkpoints,
                                           time_lost, young_interval)
 from lesson_code.checkpoint_lab import folder_changes
@@ -177,3 +177,20 @@ def test_without_hashes_a_checkpoint_is_checked_on_its_manifest_and_sizes_only(t
     shard.unlink()
     with pytest.raises(ShardMissingError):
         verify_checkpoint(two, hashes=False)
+
+
+def test_without_hashes_a_complete_hidden_copy_is_published_without_hashing_it(tmp_path):
+    """A save stopped between manifest.sha256 and its rename leaves a complete .step-N.tmp. With
+    hashes=False latest_checkpoint publishes it on its manifest and sizes, as it checks a
+    published folder, and reads no file whole: a changed byte in it is left to the load. (Were it
+    hashed here, one process would read the whole checkpoint while the other ranks wait.)"""
+    root = tmp_path / "run"
+    one_process_checkpoint(root, 1)
+    two, _ = one_process_checkpoint(root, 2)
+    hidden = staging_folder(two)
+    two.rename(hidden)
+    flip_one_byte(hidden / shard_name(1, 2))
+    assert latest_checkpoint(root, hashes=False) == (two, [])
+    assert two.is_dir() and not hidden.exists()
+    two.rename(hidden)  # hashed, the changed byte is found and the copy stays hidden
+    assert latest_checkpoint(root)[0] == step_folder(root, 1) and hidden.is_dir()
