@@ -87,11 +87,9 @@ class Checkpointer:
     def rollback(self) -> tuple[int, float | None]:
         """Load the newest checkpoint that verifies; return (its next step, the loss before it).
 
-        Rank 0 of the optimizer's group picks the newest checkpoint whose every file verifies
-        (reading every byte; what a crash left hidden is published first), logs why it skipped
-        newer ones (also kept in `self.skipped`) and tells the other ranks of that group. Raises
-        RuntimeError when there is none yet: a run that diverges before its first checkpoint
-        cannot be rolled back, only restarted.
+        Rank 0 picks it (skipping, and logging, newer ones that fail to verify) and tells the other
+        ranks. Raises RuntimeError when there is none yet: a run that diverges before its first
+        checkpoint cannot be rolled back, only restarted.
         """
         choice: list = [None]
         if self.rank == 0:

@@ -24,12 +24,10 @@ from dataclasses import dataclass, field
 
 @dataclass
 class DivergenceGuard:
-    """Remembers the last accepted loss; `check(loss)` returns a reason to roll back, or None.
+    """Remembers the last accepted loss; `check(loss)` returns a reason to reject it, or None.
 
-    `action(step)` then says what to do about a rejected step: "rollback" the first
-    `max_retries` times that step is rejected, "skip" its batch after that. After a rollback,
-    `resume_at` says which data position to read next: the checkpoint's (a replay), or with
-    `skip_after_rollback` the one after the rejected step (its batch and those before it skipped).
+    `action(step)` says what to do about a rejected step ("rollback", then "skip"), and
+    `resume_at` which data position to read after a rollback.
     """
 
     spike_factor: float = 2.0
@@ -52,10 +50,9 @@ class DivergenceGuard:
         return None
 
     def action(self, step: int) -> str:
-        """"rollback" or "skip" for a rejected `step` (numbered from 1), counting its rollbacks.
+        """"rollback" the first `max_retries` times `step` (from 1) is rejected, then "skip".
 
-        Bounded: a step that keeps failing is rolled back at most `max_retries` times, so a run
-        whose bad batch spikes on every replay ends instead of looping.
+        Bounded, so a run whose bad batch spikes on every replay ends instead of looping.
         """
         done = self.retries.get(step, 0)
         if done < self.max_retries:
@@ -64,13 +61,10 @@ class DivergenceGuard:
         return "skip"
 
     def resume_at(self, restored: int, rejected: int) -> int:
-        """The data position to train from after rolling back to `restored` because of `rejected`.
-
-        Both are step numbers: the step the checkpoint was written after, and the rejected step
-        (from 1). By default `restored`: the batches after the checkpoint are read again, which
-        cures a fault of the run but repeats a bad batch. With `skip_after_rollback`, `rejected`:
-        the weights are the checkpoint's, but the batches of steps `restored + 1` to `rejected`
-        are never read again. Raises ValueError unless 0 <= restored < rejected.
+        """The data position to train from after rolling back to step `restored` because of step
+        `rejected`: `restored` (a replay, which repeats a bad batch), or with `skip_after_rollback`
+        `rejected` (the batches of steps `restored + 1` to `rejected` are never read again).
+        Raises ValueError unless 0 <= restored < rejected.
         """
         if not 0 <= restored < rejected:
             raise ValueError(f"restored={restored}, rejected={rejected}: a rollback returns to a "

@@ -70,24 +70,14 @@ def forward_backward(config: CapstoneConfig, model, corpus, step: int, rank: int
 def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str | None = None) -> dict:
     """Train `config.steps` steps on this rank; return its records. Collective: every rank.
 
-    With `start_from` (a checkpoint folder) the run resumes there instead of starting at step 0:
-    the weights, the optimizer's shard and the RNG state come back (`load_zero`), and from the
-    checkpoint's run state the data position, the divergence guard (the last accepted loss and
-    the rollbacks counted per step), whether the learning-rate spike has fired, and the history
-    (every step and event before the checkpoint, returned as "history"; "records" and "events"
-    hold what this call trained). A step the divergence guard rejects is rolled back to the last
-    checkpoint at most `config.guard_retries` times, then its batch is skipped; with
-    `config.skip_after_rollback` the first rollback skips the batches from the checkpoint to
-    that step instead of replaying them. Every checkpoint saved is reloaded at once into fresh
-    objects and compared with what was saved ("resume_verified", by step). Rank 0 appends each
-    step and event to out_dir/metrics.jsonl as it happens; a rollback event lists the steps whose
-    updates it undid ("undone"). "traffic" is this rank's
-    communication ledger by collective (`CommLedger.totals()`: the broadcast, then every step's
-    reduce-scatter, all-gather and gradient-norm all-reduce; empty with `comm="builtin"`, which
-    counts nothing). The collectives called on torch.distributed directly are not in it: each
-    step's loss all-reduce, the layout check's all-gather, the checkpointer's and the resume
-    check's. `config.kill_at_step` kills this process (SIGKILL) if this is
-    `config.victim()`.
+    With `start_from` (a checkpoint folder) it resumes there: `load_zero` restores the tensors and
+    the RNG state, `restore_run_state` the data position, the guard, the spike flag and the history
+    ("history"; "records" and "events" hold what this call trained). A step the guard rejects is
+    rolled back to the newest checkpoint up to `config.guard_retries` times, then its batch is
+    skipped. Every checkpoint is reloaded at once into fresh objects and compared with what was
+    saved ("resume_verified"). Rank 0 appends every step and event to out_dir/metrics.jsonl.
+    "traffic" is the ring communicator's ledger; the loss all-reduce and the checkpointer's
+    collectives call torch.distributed directly and are not in it.
     """
     model, comm, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
     checkpointer = Checkpointer(Path(config.out_dir) / "checkpoints", model, optimizer,
