@@ -30,6 +30,5 @@ def test_a_nonfinite_gradient_is_skipped_on_every_rank_before_the_step_count_mov
 
 
 def test_a_bad_step_outside_the_run_is_refused_with_its_value():
-    from lesson_code.capstone.skip_step import skip_nonfinite_gradient as run
     with pytest.raises(ValueError, match="bad_step=7"):
-        run(0, 1, CapstoneConfig(steps=5, checkpoint_step=5), bad_step=7)
+        skip_nonfinite_gradient(0, 1, CapstoneConfig(steps=5, checkpoint_step=5), bad_step=7)
