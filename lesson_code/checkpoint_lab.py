@@ -148,8 +148,9 @@ def restart_training(rank: int, world_size: int, run: ZeroRun, root: str) -> dic
 def start_up_outcomes(rank: int, world_size: int, run: ZeroRun, roots: list[str],
                       lang: str = "en") -> list[dict]:
     """What the start-up of `restart_training` decides for each of `roots`, one after the other:
-    the folder loaded ("loads", None for a fresh start), the step training goes on from, the
-    folders whose load failed, or the refusal that every rank raised, explained in `lang`.
+    the folder loaded ("loads", None for a fresh start), the 0-based index of the step training
+    goes on from, the folders whose load failed, and the refusal that every rank raised where
+    none loads, explained in `lang` (None, or None in the other fields).
 
     Collective: call on every rank.
     """
@@ -158,9 +159,10 @@ def start_up_outcomes(rank: int, world_size: int, run: ZeroRun, roots: list[str]
         try:
             _, _, folder, start, failed = _start_up(run, root, rank, world_size)
             outcomes.append({"loads": folder and folder.name, "next step": start,
-                             "load failed": [path.name for path in failed]})
+                             "load failed": [path.name for path in failed], "refused": None})
         except CheckpointError as error:
-            outcomes.append({"refused": error.explain(lang)})
+            outcomes.append({"loads": None, "next step": None, "load failed": None,
+                             "refused": error.explain(lang)})
     return outcomes
 
 

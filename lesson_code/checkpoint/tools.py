@@ -30,8 +30,7 @@ from lesson_code.checkpoint.files import (CheckpointError, ManifestDamagedError,
                                           read_manifest, read_verified, verify_checkpoint,
                                           write_file)
 from lesson_code.checkpoint.lock import LOCK_TIMEOUT_S, held_alone, locked
-from lesson_code.checkpoint.shards import (_attempt, _gather, _raise_agreed, _verdict,
-                                           collective_timeout_s, flat_layout, join_flat,
+from lesson_code.checkpoint.shards import (agree, collective_timeout_s, flat_layout, join_flat,
                                            shard_name)
 from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
                                             step_folder)
@@ -223,18 +222,21 @@ def resume(root: Path | str, load: Callable[[Path], Any], *, group=None,
     lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)
     failed: list[Path] = []
     while True:
-        choice, failure = None, None
+        choice, failure = [None], None
         if dist.get_rank(group) == 0:
-            choice, failure = _attempt(lambda: _choose(Path(root), failed, lock_timeout_s),
-                                       "choose a checkpoint in", Path(root))
-        choice, verdict = _gather((choice, _verdict(failure)), group)[0]  # rank 0's, on every rank
-        _raise_agreed([verdict], failure)
-        if choice is None:
+            try:
+                choice = [_choose(Path(root), failed, lock_timeout_s)]
+            except Exception as error:  # noqa: BLE001 - every rank must raise it, none wait
+                failure = error
+        agree(failure, group)  # rank 0's error, if it had one, raised on every rank
+        dist.broadcast_object_list(choice, src=dist.get_global_rank(group or dist.group.WORLD, 0),
+                                   group=group)
+        if choice[0] is None:
             return None, None, failed
         try:
-            return Path(choice), load(Path(choice)), failed
+            return Path(choice[0]), load(Path(choice[0])), failed
         except CheckpointError:  # raised alike on every rank: rank 0 chooses the next older one
-            failed.append(Path(choice))
+            failed.append(Path(choice[0]))
 
 
 def _choose(root: Path, failed: list[Path], lock_timeout_s: float) -> str | None:
@@ -252,8 +254,8 @@ def _choose(root: Path, failed: list[Path], lock_timeout_s: float) -> str | None
     raise CheckpointError(
         f"{root}: no checkpoint loads (load failed: "
         f"{', '.join(folder.name for folder in failed) or 'none'}; skipped: "
-        f"{'; '.join(blocking) or 'none'}); starting at step 0 would train over them: restore "
-        "one, or move them aside to start afresh", path=root, fault="none_loads",
+        f"{'; '.join(blocking) or 'none'}); a fresh start would train over them: restore one, "
+        "or move them aside to start afresh", path=root, fault="none_loads",
         folders=", ".join(names))
 
 

@@ -163,11 +163,11 @@ def test_a_restart_resumes_starts_afresh_or_refuses_alike_on_every_rank(two_chec
                             [str(root) for root in roots.values()], world_size=2, timeout_s=120)
     assert outcomes[0] == outcomes[1]
     found = dict(zip(roots, outcomes[0]))
-    assert found["nothing"] == {"loads": None, "next step": 0, "load failed": []}
-    assert found["first save interrupted"] == {"loads": None, "next step": 0, "load failed": []}
-    assert found["hidden copy"] == {"loads": three.name, "next step": 3, "load failed": []}
+    fresh = {"loads": None, "next step": 0, "load failed": [], "refused": None}
+    assert found["nothing"] == found["first save interrupted"] == fresh
+    assert found["hidden copy"] == {**fresh, "loads": three.name, "next step": 3}
     assert step_folder(roots["hidden copy"], 3).is_dir()
-    assert found["newest damaged"] == {"loads": two.name, "next step": 2,
+    assert found["newest damaged"] == {**fresh, "loads": two.name, "next step": 2,
                                        "load failed": [three.name]}
     refusal = found["all damaged"]["refused"]
     assert "no checkpoint loads" in refusal and two.name in refusal and three.name in refusal
