@@ -107,15 +107,13 @@ def tied_reference_step(run: PipeRun) -> dict:
 
 def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
                            data_parallel: int) -> dict:
-    """Exercise 3: a 2-D grid of `data_parallel` pipeline replicas of world/dp stages.
+    """Exercise 3: `data_parallel` replicas of a pipeline of world/dp stages, on a 2-D grid.
 
-    Collective: call on every rank. Ranks form `torch.arange(world).view(dp, pp)`, as picotron
-    orders them: the pipeline dimension varies faster, so a replica's stages are neighbours
-    (torchtitan puts the pipeline dimension first instead). Each row is a process group that
-    runs the pipeline on its share of the batch; then each stage averages its gradients with the
-    same stage of the other replicas, inside its column's group (`run.comm`: lesson 76's ring by
-    default). Returns this stage's gradients and the loss on the whole batch (the mean of the
-    replicas' losses, on the last stages).
+    Collective: call on every rank. Rank r sits at row r // pp (its replica) and column r % pp
+    (its stage) of `torch.arange(world).view(dp, pp)`, as picotron orders them. Each row runs
+    the pipeline on its share of the batch; then each stage averages its gradients over its
+    column (`run.comm`: lesson 76's ring by default). Returns this stage's gradients and the
+    loss on the whole batch (the mean of the replicas' losses, on the last stages).
     """
     pipeline_size = world_size // data_parallel
     grid = torch.arange(world_size).view(data_parallel, pipeline_size)

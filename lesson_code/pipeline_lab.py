@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+import torch.utils.checkpoint
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -33,7 +34,7 @@ from lesson_code.experiment import RunConfig
 from lesson_code.harness.timing import PhaseClock
 from lesson_code.models import GPTConfig, as_layers, build_model, loss_function
 from lesson_code.pipeline import (SCHEDULES, PipelineStage, bubble_fraction, imbalance_floor,
-                                  partition_layers, split_micro_batches)
+                                  partition_layers, schedule_order, split_micro_batches)
 from lesson_code.harness.validate import require_choice, require_positive_int
 
 
@@ -87,6 +88,55 @@ def stage_module(run: PipeRun, stage: int, num_stages: int) -> tuple[nn.Module, 
     bounds = partition_layers(layers, num_stages, list(run.partition) if run.partition else None)
     start, end = bounds[stage]
     return nn.Sequential(*layers[start:end]), (start, end)
+
+
+def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: str,
+                          recompute: bool = False) -> dict[str, int]:
+    """Measured bytes one stage keeps for its pending backwards, running its schedule alone.
+
+    Runs stage `stage` (not the first, whose input is token ids) of `num_stages` in one process,
+    on random activations of the micro-batch's shape, in `schedule_order`'s order; a backward is
+    fed a gradient of ones, since only memory is counted here. Every tensor a forward saves for
+    its backward passes through `torch.autograd.graph.saved_tensors_hooks` and is counted once
+    per storage, the stage's weights not at all; a micro-batch's bytes are held from its forward
+    to its backward. With `recompute`, each forward runs under `torch.utils.checkpoint`
+    (re-materialization): only the stage's input is saved, and the backward runs the forward
+    again. Returns "peak_bytes" (the most held at once), "micro_batch_bytes" (one micro-batch's)
+    and "forwards" (how many times the stage's forward ran, recomputations included).
+    """
+    if not 0 < stage < num_stages:
+        raise ValueError(f"stage {stage!r}: pass a stage from 1 to {num_stages - 1} (stage 0's input "
+                         f"is token ids, not an activation that can be re-materialized)")
+    module, _ = stage_module(run, stage, num_stages)
+    weights = {param.untyped_storage().data_ptr() for param in module.parameters()}
+    forwards = []
+    module.register_forward_pre_hook(lambda *_: forwards.append(1))
+    shape = (run.batch_size // run.micro_batches, run.gpt.context, run.gpt.n_embd)
+    saved: dict[int, int] = {}  # storage -> bytes, for the forward running now
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in weights:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    outputs, held, live, peak = {}, {}, 0, 0
+    for kind, index in schedule_order(schedule, stage, num_stages, run.micro_batches):
+        if kind == "B":
+            output = outputs.pop(index)
+            output.backward(torch.ones_like(output))  # frees what the forward saved
+            live -= held[index]
+            continue
+        saved.clear()
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(index)).to(current_device())
+        x.requires_grad_(True)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            outputs[index] = (torch.utils.checkpoint.checkpoint(module, x, use_reentrant=True)
+                              if recompute else module(x))
+        held[index] = sum(saved.values())
+        live += held[index]
+        peak = max(peak, live)
+    return {"peak_bytes": peak, "micro_batch_bytes": held[0], "forwards": len(forwards)}
 
 
 def build_stage(run: PipeRun, comm: Communicator) -> tuple[PipelineStage, tuple[int, int]]:
@@ -392,8 +442,11 @@ def timed_steps(rank: int, world_size: int, run: PipeRun, warmup: int = 1) -> di
     after each step (outside its timing) the events of all stages are gathered, so every rank
     returns the same figures: "bubbles" (one per measured step), "bubble" (their median, which
     one slow step cannot move), "floor" (the median `imbalance_floor`, the least bubble these
-    stages' unequal busy times allow), "events" (the last step's, for a Gantt chart) and the
-    median "step_seconds". With `run.steps <= warmup` the last step is measured anyway.
+    stages' unequal busy times allow), "events" (those of the measured step of median length,
+    the lower middle one for an even count, for a Gantt chart: one disturbed step cannot be the
+    one drawn), "events_step" (that step's index in "bubbles"), "steps_seconds" (every measured
+    step's length) and their median "step_seconds". With `run.steps <= warmup` the last step is
+    measured anyway.
     """
     stage, _ = build_stage(run, run.communicator())
     x, y = run.batch(0)
@@ -409,11 +462,13 @@ def timed_steps(rank: int, world_size: int, run: PipeRun, warmup: int = 1) -> di
             measured.append([event for stage_events in gathered for event in stage_events])
     step_seconds = clock.samples["step"][-len(measured):]
     bubbles = [bubble_fraction(events, world_size) for events in measured]
-    origin = min(event[3] for event in measured[-1])  # perf_counter: one clock for local ranks
-    events = [(s, i, kind, begin - origin, end - origin) for s, i, kind, begin, end in measured[-1]]
+    drawn = sorted(range(len(measured)), key=step_seconds.__getitem__)[(len(measured) - 1) // 2]
+    origin = min(event[3] for event in measured[drawn])  # perf_counter: one clock for local ranks
+    events = [(s, i, kind, begin - origin, end - origin) for s, i, kind, begin, end in measured[drawn]]
     floor = statistics.median(imbalance_floor(events, world_size) for events in measured)
-    return {"events": events, "bubble": statistics.median(bubbles), "bubbles": bubbles,
-            "floor": floor, "peak_stored": stats.peak_stored, "step_seconds": statistics.median(step_seconds)}
+    return {"events": events, "events_step": drawn, "bubble": statistics.median(bubbles), "bubbles": bubbles,
+            "floor": floor, "peak_stored": stats.peak_stored, "steps_seconds": step_seconds,
+            "step_seconds": statistics.median(step_seconds)}
 
 
 def timed_sweep(rank: int, world_size: int, runs: list[PipeRun], warmup: int = 1) -> list[dict]:
@@ -451,15 +506,13 @@ def train_after_flush(rank: int, world_size: int, run: PipeRun, max_norm: float,
                       norm_over: str = "pipeline", lr: float = 0.1) -> dict:
     """`run.steps` training steps of our pipeline, each finished as the unsplit model's would be.
 
-    Collective: call on every rank. After each step's flush, every stage adds up the squares of
-    its own gradients and one all-reduce of that one number over the pipeline gives the whole
-    model's gradient norm, so that every stage clips by the factor `clip_grad_norm_` would use
-    on the unsplit model (max_norm / (norm + 1e-6), at most 1). Then each stage's optimizer (SGD
-    with learning rate `lr`) steps on its own layers only, and the loss, which only the last
-    stage computed, is broadcast to every stage for logging. Returns the losses and the norms
-    (the same on every rank) and this stage's weights, named as in the unsplit model.
-    `norm_over="stage"` skips the all-reduce, the mistake of clipping each stage by the norm of
-    its own gradients: the norms then differ between ranks, and so do the updates.
+    Collective: call on every rank. After each step's flush, one all-reduce of each stage's sum
+    of squared gradients gives the whole model's norm, so every stage clips by the factor
+    `clip_grad_norm_` would use (max_norm / (norm + 1e-6), at most 1); each stage's SGD then
+    steps on its own layers, and the last stage's loss is broadcast for logging. Returns the
+    losses and norms (the same on every rank) and this stage's weights, named as in the unsplit
+    model. `norm_over="stage"` skips the all-reduce: the mistake of clipping each stage by its
+    own norm, which makes the stages' updates differ.
     """
     require_choice("norm_over", norm_over, ("pipeline", "stage"))
     comm = run.communicator()

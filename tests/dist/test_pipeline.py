@@ -260,6 +260,10 @@ def test_timed_steps_report_the_median_bubble_of_the_measured_steps():
         assert len(result["bubbles"]) == 3  # 4 steps, the first a warm-up
         assert result["bubble"] == sorted(result["bubbles"])[1]
         assert 0 <= result["floor"] <= result["bubble"] < 1
+        # the events drawn are those of the step of median length, not of the last step
+        drawn = result["events_step"]
+        assert result["steps_seconds"][drawn] == sorted(result["steps_seconds"])[1]
+        assert bubble_fraction(result["events"], 2) == pytest.approx(result["bubbles"][drawn], abs=1e-12)
 
 
 def steps_of_two_batch_sizes(rank, world_size, dtype_name, misalign_targets=False):
@@ -443,3 +447,17 @@ def test_fsdp_stages_reduce_scatter_once_per_step():
             assert sum(r["gradient_elements_kept"] for r in column) == column[0]["stage_parameters"]
     with pytest.raises(launch.RankFailedError, match="does not divide the world size 4"):
         launch.spawn(pipeline_lab.fsdp_pipeline_step, run, 3, False, world_size=4)
+
+
+def test_held_activation_bytes_follow_the_schedule_and_recomputation_keeps_only_the_input():
+    from lesson_code.pipeline_lab import WIDE_GPT, held_activation_bytes
+
+    run = PipeRun(gpt=WIDE_GPT, batch_size=16, micro_batches=4)
+    gpipe = {recompute: held_activation_bytes(run, 1, 4, "gpipe", recompute) for recompute in (False, True)}
+    one, stage_input = gpipe[False]["micro_batch_bytes"], 4 * WIDE_GPT.context * WIDE_GPT.n_embd * 4
+    assert gpipe[True]["micro_batch_bytes"] == stage_input < one / 10  # only the stage's float32 input
+    assert [gpipe[r]["peak_bytes"] for r in (False, True)] == [4 * one, 4 * stage_input]  # all m held
+    assert held_activation_bytes(run, 1, 4, "1f1b")["peak_bytes"] == 3 * one  # P - s held
+    assert [gpipe[r]["forwards"] for r in (False, True)] == [4, 8]  # recomputation runs each forward again
+    with pytest.raises(ValueError, match="stage 0"):
+        held_activation_bytes(run, 0, 4, "gpipe")
