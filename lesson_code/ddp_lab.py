@@ -255,14 +255,15 @@ def gradient_sizes(config: GPTConfig) -> list[int]:
     return [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
 
 
-def backward_work(config: GPTConfig, sequences: int) -> list[float]:
+def backward_work(config: GPTConfig, sequences: int, attention: bool = True) -> list[float]:
     """Floating-point operations of a MiniGPT's backward on `sequences` full-length sequences,
     per gradient, in `gradient_sizes` order: what the backward computes before that gradient.
 
     A Linear weight of shape (out, in) costs 4 * out * in per token (the gradients of its input
     and of its weight, each a matmul of 2 * out * in per token); the attention's own matmuls
     (scores and their product with the values, 4 * T * C per token forward, twice that
-    backward) are counted with the qkv weight, whose gradient follows them. Everything else is
+    backward, the full T x T square) are counted with the qkv weight, whose gradient follows
+    them; `attention=False` leaves them out, to show how much they weigh. Everything else is
     a sum over tokens, one addition per element: an embedding's gradient is a scatter-add of
     the output's gradient into the rows of the tokens seen (`tokens * C`), and a bias's or a
     LayerNorm's a sum over the tokens. Elementwise work (GELU, softmax) is left out.
@@ -276,7 +277,7 @@ def backward_work(config: GPTConfig, sequences: int) -> list[float]:
         owner = modules[name.rsplit(".", 1)[0]]
         if isinstance(owner, nn.Linear) and name.endswith("weight"):
             flops = 4 * param.numel() * tokens
-            if name.endswith("attn.qkv.weight"):
+            if attention and name.endswith("attn.qkv.weight"):
                 flops += 2 * 4 * T * C * tokens
         elif isinstance(owner, nn.Embedding):
             flops = tokens * C
@@ -293,13 +294,14 @@ class ModelledCluster:
 
     Constants, each an assumption named in the lesson: one GPU per node, so that every step of
     the ring crosses the network; one 200 Gb/s InfiniBand link per GPU (`bandwidth`, 25 GB/s);
-    a latency of `alpha_s` = 15 us per ring step, from NCCL's own tuning model
+    a latency of `alpha_s` = 15 us per ring step, an optimistic value: NCCL's 2020 tuning model
     (src/graph/tuning.cc: a ring all-reduce across nodes costs a base 8.4 us plus 9.6 us per
-    network step, 8.4 + 6 * 9.6 = 66 us on 4 nodes, times 1.9 for large messages, 125 us:
-    11 to 21 us per step);
+    network step, 8.4 + 6 * 9.6 = 66 us on 4 nodes, times 1.9 for messages of 16 KiB and more,
+    as every bucket here is) charges 125 us, about 21 us per step;
     `sequences` of `gpt.context` tokens per GPU; the backward's floating-point operations
     (`backward_work`) at `flops_per_s`, 125 TFLOP/s (40% of an A100's 312 TFLOP/s bf16 peak);
-    gradients are float32, as DDP reduces them under bf16 autocast.
+    gradients are float32, as DDP reduces them under bf16 autocast; `attention` as in
+    `backward_work`.
     """
 
     gpt: GPTConfig = field(default_factory=lambda: GPTConfig(
@@ -309,10 +311,11 @@ class ModelledCluster:
     alpha_s: float = 15e-6
     bandwidth: float = 25e9        # bytes per second
     flops_per_s: float = 125e12
+    attention: bool = True         # count the attention's matmuls in the backward
 
     def inputs(self) -> dict:
         """overlap_model's inputs: {"sizes", "work", "backward_s", "alpha", "beta", "world_size"}."""
-        work = backward_work(self.gpt, self.sequences)
+        work = backward_work(self.gpt, self.sequences, self.attention)
         return {"sizes": gradient_sizes(self.gpt), "work": work, "world_size": self.world_size,
                 "backward_s": sum(work) / self.flops_per_s, "alpha": self.alpha_s,
                 "beta": 1 / self.bandwidth}

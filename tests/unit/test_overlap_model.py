@@ -61,6 +61,10 @@ def test_backward_work_counts_matmuls_and_not_an_embeddings_rows():
     assert work["blocks.0.mlp.0.weight"] == 4 * 4 * C * C * tokens
     assert work["blocks.0.attn.qkv.weight"] == 4 * 3 * C * C * tokens + 8 * T * C * tokens
     assert work["blocks.0.attn.qkv.bias"] == 3 * C * tokens  # a sum over tokens
+    without = dict(zip(work, ddp_lab.backward_work(config, sequences, attention=False)))
+    assert without["blocks.0.attn.qkv.weight"] == 4 * 3 * C * C * tokens  # the weights' alone
+    assert {name: work[name] - without[name] for name in work if work[name] != without[name]} == {
+        f"blocks.{layer}.attn.qkv.weight": 8 * T * C * tokens for layer in range(2)}
 
 
 def test_the_modelled_cluster_derives_its_inputs_from_its_constants():
