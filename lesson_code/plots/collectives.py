@@ -255,6 +255,7 @@ TABLE_LABELS = {
     "on the network": "روی شبکه", "bytes only": "فقط بایت‌ها", "with latencies": "با تأخیرها",
     "ms per step, median of 4 to 256 KiB": "میلی‌ثانیه در هر گام، میانهٔ ۴ تا ۲۵۶ KiB",
     "running sum in bfloat16": "جمع جاری با bfloat16", "running sum in float32": "جمع جاری با float32",
+    "stored run": "اجرای ذخیره‌شده", "this run": "این اجرا",
 }
 
 

@@ -1,0 +1,56 @@
+"""Lesson 76 reads numbers and orderings off the stored all-reduce table; they must still hold.
+
+The page quotes the table shipped in `lesson_code/collectives/measured_all_reduce.csv` (the
+fitted constants, the ring's flat small sizes, the model's largest miss, the gap at 64 MiB, the
+milliseconds per step). A new table must come with a new reading: these tests fail until the
+prose is brought in line, instead of letting the page describe a table it no longer shows.
+"""
+
+import pandas as pd
+import pytest
+
+from lesson_code import collectives_lab
+from lesson_code.collectives import choose, cost_model
+
+WORLD_SIZE = 4
+
+
+@pytest.fixture(scope="module")
+def book():
+    """The stored times in ms, one column per algorithm, with the ring's fitted model beside."""
+    costs = choose.stored_costs(choose.STORED)
+    table = pd.DataFrame(choose.stored_times()).pivot(index="nbytes", columns="algorithm",
+                                                      values="seconds") * 1e3
+    table["ring (model)"] = [1e3 * costs.predict("ring", n, WORLD_SIZE) for n in table.index]
+    return table
+
+
+def test_the_fitted_constants_are_those_the_page_quotes():
+    fits = choose.stored_costs(choose.STORED).fits
+    assert (round(fits["ring"].alpha * 1e6), round(fits["ring"].bandwidth / 1e6)) == (1673, 1064)
+    assert (round(fits["naive"].alpha * 1e6), round(fits["naive"].bandwidth / 1e6)) == (138, 2516)
+
+
+def test_the_disagreements_the_page_lists(book):
+    assert book.loc[: 2 ** 22, "ring"].agg(["min", "max"]).round(2).tolist() == [9.29, 14.61]
+    assert book.loc[2 ** 10, "ring"] > book.loc[2 ** 22, "ring"]  # no alpha-beta model falls
+    assert round((book["ring"] / book["ring (model)"] - 1).abs().max(), 2) == 0.48
+    assert round(book.loc[2 ** 26, "naive"] / book.loc[2 ** 26, "ring"], 2) == 1.17
+
+
+def test_the_orderings_the_page_reads(book):
+    assert book.index[book["ring"] < book["naive"]].tolist() == [2 ** 24, 2 ** 26]
+    assert (book["gloo"] < book["ring"]).all()  # gloo's C++ ring, at every size
+    fits = choose.stored_costs(choose.STORED).fits
+    crossover = collectives_lab.crossover_bytes(fits["ring"], fits["naive"], WORLD_SIZE)
+    assert round(crossover / 2 ** 20, 1) == 9.0
+
+
+def test_milliseconds_per_step_between_4_and_256_kib(book):
+    small = book.loc[4096:262144]
+    steps = {"ring": "all_reduce", "halving_doubling": "halving_doubling",
+             "recursive_doubling": "recursive_doubling"}
+    per_step = [round((small[name] / cost_model.message_count(model, WORLD_SIZE)).median(), 2)
+                for name, model in steps.items()]
+    assert per_step == [1.89, 2.38, 2.04]
+    assert small["naive"].agg(["min", "max"]).round(2).tolist() == [0.8, 1.39]  # all 6 messages
