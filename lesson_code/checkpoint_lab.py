@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from lesson_code.checkpoint.faults import CrashingDisk, flip_one_byte
 from lesson_code.checkpoint.files import DISK, CheckpointError, Disk
@@ -174,6 +175,41 @@ def _start_up(run: ZeroRun, root: str, rank: int, world_size: int) -> tuple:
     folder, extra, failed = resume(root, lambda found: load_zero(found, model, optimizer),
                                    group=optimizer.comm.group)
     return model, optimizer, folder, 0 if folder is None else extra["next_step"], failed
+
+
+def resume_with_dropout(rank: int, world_size: int, run: ZeroRun, root: str,
+                        p: float = 0.1) -> dict[str, list[float]]:
+    """What a lost random-number state costs: train `run` (an MLP) with dropout, saving after
+    step 10, then resume from that checkpoint twice on freshly built ranks: as `load_zero` does,
+    and with the generator seeded again after the load, as a fresh start seeds it, which is what
+    a checkpoint without the RNG state leaves. Returns the three runs' losses from step 11 on.
+
+    Dropout of probability `p` follows the MLP's first ReLU and draws from torch's generator,
+    each rank its own stream (seeded run.seed + rank). Collective: call on every rank.
+    """
+    if run.model != "mlp":
+        raise ValueError(f"resume_with_dropout needs run.model='mlp', got {run.model!r}")
+    saved_at = 10
+
+    def built(seed_offset: int):
+        model, optimizer = build_optimizer(run, run_model(run, seed_offset=seed_offset), rank,
+                                           world_size)
+        model.layers[1].register_forward_hook(
+            lambda module, inputs, output: F.dropout(output, p, training=True))
+        return model, optimizer
+
+    torch.manual_seed(run.seed + rank)
+    model, optimizer = built(rank)
+    losses = train_steps(run, model, optimizer, range(run.steps), lambda done: save_zero(
+        root, model, optimizer, step=done, extra={"next_step": done}) if done == saved_at else None)
+    runs = {"never stopped": losses[saved_at:]}
+    for name, keep_state in (("resumed", True), ("resumed, RNG state lost", False)):
+        model, optimizer = built(100 + rank)
+        load_zero(Path(root) / f"step-{saved_at:08d}", model, optimizer)
+        if not keep_state:
+            torch.manual_seed(run.seed + rank)
+        runs[name] = train_steps(run, model, optimizer, range(saved_at, run.steps))
+    return runs
 
 
 def round_trip(rank: int, world_size: int, run: ZeroRun, root: str) -> dict[str, bool]:

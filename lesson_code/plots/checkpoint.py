@@ -48,6 +48,7 @@ TABLE_WORDS = {"fa": {
     "nothing saved": "هنوز چیزی ذخیره نشده", "first save interrupted": "نخستین ذخیره نیمه‌کاره ماند",
     "newest damaged": "تازه‌ترین چکپوینت آسیب‌دیده", "trains from step": "آموزش از گام",
     "load failed": "بارگذاری ناکام",
+    "resumed": "ادامه‌یافته", "resumed, RNG state lost": "ادامه، بدون وضعیت مولد تصادفی",
     "resumed, step count lost": "ادامه، بدون شمارِ گام‌های Adam",
     "stage": "بخش ذخیره", "seconds": "ثانیه", "GB/s": "GB/s",
     "copy in memory": "رونوشت در حافظه", "torch.save into memory": "torch.save در حافظه",
