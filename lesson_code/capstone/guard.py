@@ -3,7 +3,9 @@
 A NaN or infinite loss, or a loss more than `spike_factor` times the previous step's, means the
 run has left the rails (a bad batch, a learning rate too high for one step, a hardware fault).
 Stepping would write the damage into the weights and the optimizer's moments; rolling back to
-the last checkpoint and replaying from there loses a few steps instead of the run.
+the last checkpoint and replaying from there loses a few steps instead of the run. A damaging
+update shows only in the next step's loss, so before a checkpoint keeps an update,
+`check_update` judges it by the loss of the batch it was computed on.
 
 A replay cures a fault that came from the run itself (a spike of the learning rate, a flipped
 bit), but not a bad batch: the replay reads the same batch and spikes again, for ever. So each
@@ -13,6 +15,7 @@ skips every batch from the checkpoint to the rejected step, as PaLM's training d
 
     guard = DivergenceGuard(spike_factor=2.0)
     reason = guard.check(loss)        # None: step; else guard.action(step) says what to do
+    reason = guard.check_update(after, loss)     # before a checkpoint keeps the update
     step = guard.resume_at(restored, rejected)   # after a rollback: where to read data next
 """
 
@@ -47,6 +50,21 @@ class DivergenceGuard:
             return (f"loss {loss:.4g} is more than {self.spike_factor:g} times the previous "
                     f"step's {self.previous:.4g}")
         self.previous = loss
+        return None
+
+    def check_update(self, after: float, before: float) -> str | None:
+        """None if an update may be kept; otherwise why not. `before` is the accepted loss of a
+        step's batch, `after` the loss of the same batch on the weights its update wrote.
+
+        `check` judges an update only at the next step, by the next batch's loss; a checkpoint
+        written in between would keep a broken update, and a rollback would load it. Judged on
+        the batch the guard has already accepted, a bad next batch cannot condemn good weights.
+        """
+        if not math.isfinite(after):
+            return f"loss after the update is {after}: not finite"
+        if after > self.spike_factor * before:
+            return (f"the update raised its own batch's loss from {before:.4g} to {after:.4g}, "
+                    f"more than {self.spike_factor:g} times")
         return None
 
     def action(self, step: int) -> str:

@@ -52,19 +52,36 @@ def build(config: CapstoneConfig, rank: int, world_size: int, seed_offset: int =
     return model, comm, optimizer
 
 
-def forward_backward(config: CapstoneConfig, model, corpus, step: int, rank: int,
-                     world_size: int) -> torch.Tensor:
-    """This rank's loss for `step`, its gradients accumulated over `config.accumulation` parts."""
+def local_batch(config: CapstoneConfig, corpus, step: int, rank: int, world_size: int):
+    """This rank's (inputs, targets) of `step` (from 0), on this process's device."""
     x, y = batch_for_step(corpus, step, rank, world_size, config.batch_per_rank, config.gpt.context)
     if step + 1 == config.bad_batch_step:  # the injected bad batch: every target mislabelled
         y = (y + 1) % config.gpt.vocab_size
-    x, y = x.to(current_device()), y.to(current_device())
+    return x.to(current_device()), y.to(current_device())
+
+
+def forward_backward(config: CapstoneConfig, model, corpus, step: int, rank: int,
+                     world_size: int) -> torch.Tensor:
+    """This rank's loss for `step`, its gradients accumulated over `config.accumulation` parts."""
+    x, y = local_batch(config, corpus, step, rank, world_size)
     total = torch.zeros((), device=current_device())
     for xm, ym in zip(x.chunk(config.accumulation), y.chunk(config.accumulation)):
         loss = model(xm, ym)[1] / config.accumulation
         loss.backward()
         total += loss.detach()
     return total
+
+
+def loss_after_update(config: CapstoneConfig, model, corpus, step: int, rank: int,
+                      world_size: int) -> float:
+    """The global loss of `step`'s batch (from 0) on the current weights, without gradients.
+
+    Collective. Called after step `step`'s update, it shows what that update did to the batch
+    it was computed on. MiniGPT has no dropout, so this forward draws no random numbers.
+    """
+    x, y = local_batch(config, corpus, step, rank, world_size)
+    with torch.no_grad():
+        return global_mean(model(x, y)[1])
 
 
 def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str | None = None) -> dict:
@@ -74,7 +91,8 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     the RNG state, `restore_run_state` the data position, the guard, the spike flag and the history
     ("history"; "records" and "events" hold what this call trained). A step the guard rejects is
     rolled back to the newest checkpoint up to `config.guard_retries` times, then its batch is
-    skipped. Every checkpoint is reloaded at once into fresh objects and compared with what was
+    skipped. A step that is due a checkpoint first has its update judged (`guard.check_update`):
+    a rejected update is rolled back, so no checkpoint keeps it. Every checkpoint is reloaded at once into fresh objects and compared with what was
     saved ("resume_verified"). Rank 0 appends every step and event to out_dir/metrics.jsonl.
     "traffic" is the ring communicator's ledger; the loss all-reduce and the checkpointer's
     collectives call torch.distributed directly and are not in it.
@@ -97,19 +115,34 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
         optimizer.zero_grad()
         local = forward_backward(config, model, corpus, step, rank, world_size)
         loss = global_mean(local)  # the same on every rank, so every rank's guard decides alike
-        reason = guard.check(loss)
-        if reason is not None and guard.action(step + 1) == "rollback":
-            diverged_at = step + 1
-            restored, guard.previous = checkpointer.rollback()
-            step = guard.resume_at(restored, diverged_at)  # the checkpoint's, or past the spike
-            event = {"event": "rollback", "loss": loss, "reason": reason, "to_step": restored,
-                     "at_step": diverged_at,  # steps trained since the checkpoint: their updates are gone
-                     "undone": list(range(restored + 1, diverged_at))}
-            if step > restored:  # skip_after_rollback: these steps' batches are never read again
-                event["skipped"] = list(range(restored + 1, step + 1))
-            events.append(log.write(event))
-            continue
-        if reason is not None:  # the same step failed after every rollback: its batch is bad
+        reason, rejected = guard.check(loss), step + 1
+        if reason is None:
+            gradient_bytes = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
+            lr = optimizer.lr
+            if step + 1 == config.lr_spike_step and not spiked:  # steps are numbered from 1
+                optimizer.lr, spiked = lr * config.lr_spike_factor, True  # the injected fault, once
+            optimizer.step()
+            optimizer.lr = lr
+            step += 1
+            records.append(log.write({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
+                                      "step_time_s": clock() - started, "lr": lr,
+                                      "param_norm": flat_parameters(model).norm().item()}))
+            if step in checkpointer.save_after:  # a checkpoint may keep only an update judged good
+                loss = loss_after_update(config, model, corpus, step - 1, rank, world_size)
+                reason = guard.check_update(loss, records[-1]["loss"])
+            if reason is None:
+                crash_in_save = victim and config.kill_during_save and step == config.kill_at_step
+                checkpointer.maybe_save(step, records[-1]["loss"],
+                                        run_state(config, world_size, guard, spiked, history, records, events),
+                                        disk=CrashingDisk() if crash_in_save else DISK)
+                if victim and step == config.kill_at_step:  # the injected crash (a real SIGKILL)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                continue
+            rejected = step  # its update is in the weights: only a rollback removes it
+            if guard.action(rejected) != "rollback":
+                raise RuntimeError(f"step {rejected}'s update was rejected again after "
+                                   f"{guard.max_retries} rollbacks ({reason}): lower the learning rate")
+        elif guard.action(rejected) == "skip":  # rejected after every rollback: its batch is bad
             step += 1
             events.append(log.write({"event": "skip", "loss": loss, "reason": reason, "step": step,
                                      "message": f"step {step}'s batch skipped: still rejected "
@@ -117,22 +150,14 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             checkpointer.maybe_save(step, guard.previous,
                                     run_state(config, world_size, guard, spiked, history, records, events))
             continue
-        gradient_bytes = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
-        lr = optimizer.lr
-        if step + 1 == config.lr_spike_step and not spiked:  # steps are numbered from 1
-            optimizer.lr, spiked = lr * config.lr_spike_factor, True  # the injected fault, once
-        optimizer.step()
-        optimizer.lr = lr
-        step += 1
-        records.append(log.write({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
-                                  "step_time_s": clock() - started, "lr": lr,
-                                  "param_norm": flat_parameters(model).norm().item()}))
-        crash_in_save = victim and config.kill_during_save and step == config.kill_at_step
-        checkpointer.maybe_save(step, loss,
-                                run_state(config, world_size, guard, spiked, history, records, events),
-                                disk=CrashingDisk() if crash_in_save else DISK)
-        if victim and step == config.kill_at_step:  # the injected crash (a real SIGKILL)
-            os.kill(os.getpid(), signal.SIGKILL)
+        restored, guard.previous = checkpointer.rollback()
+        event = {"event": "rollback", "loss": loss, "reason": reason, "to_step": restored,
+                 "at_step": rejected,  # steps trained since the checkpoint: their updates are gone
+                 "undone": list(range(restored + 1, step + 1))}
+        step = guard.resume_at(restored, rejected)  # the checkpoint's, or past the rejected step
+        if step > restored:  # skip_after_rollback: these steps' batches are never read again
+            event["skipped"] = list(range(restored + 1, step + 1))
+        events.append(log.write(event))
     return {"rank": rank, "records": records, "events": events, "history": history,
             "memory": {"parameters": sum(p.untyped_storage().nbytes() for p in model.parameters()),
                        "gradients": gradient_bytes,

@@ -9,7 +9,7 @@ part-way and continued beside one that never stopped (capstone.crash.crash_and_c
 from __future__ import annotations
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
 from lesson_code import language
 from lesson_code.plots import label_ranks, legend, legend_below, number, start_figure
@@ -80,7 +80,8 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
 
     A rollback event that names the step it rejected (`at_step`) is drawn there with its loss,
     joined to the last accepted step before it; the loss axis is then logarithmic, so a spike a
-    hundred times the loss stays on the figure beside the curve it interrupted.
+    hundred times the loss stays on the figure beside the curve it interrupted, with labelled
+    ticks at 2, 3 and 4 for that curve.
     """
     steps = [r for r in rows if "step" in r and "event" not in r]
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
@@ -95,6 +96,10 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
             ax.plot(event["at_step"], event["loss"], "x", color="#d62728", markersize=9,
                     label=number(labels["diverged"].format(loss=event["loss"]), lang))
             ax.set_yscale("log")
+            # labelled ticks inside the normal range too, so that its curve can be read
+            ax.yaxis.set_major_locator(FixedLocator([2, 3, 4, 6, 10, 20, 50, 100, 200]))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: number(f"{value:g}", lang)))
+            ax.yaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 2.5
     ax.set_xlabel(labels["step"])
     ax.set_ylabel(labels["loss"])

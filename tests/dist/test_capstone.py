@@ -187,6 +187,22 @@ def test_the_divergence_guard_rolls_back_a_learning_rate_spike(clean_run, tmp_pa
     assert torch.equal(results[0]["params"], clean[0]["params"])
 
 
+def test_an_update_that_breaks_the_weights_is_rolled_back_before_a_checkpoint_keeps_it(clean_run,
+                                                                                      tmp_path):
+    # The spike multiplies step 10's update, and a checkpoint follows step 10. Step 11's loss
+    # would show the damage only after that checkpoint had kept it, and a rollback would reload
+    # it. Judged before the save, the update goes back to step 5's checkpoint instead.
+    _, clean = clean_run
+    _, results = run_changed(tmp_path / "with-5", lr_spike_step=10, save_also=(5,))
+    events = results[0]["events"]
+    assert [(e["event"], e["to_step"], e["at_step"]) for e in events] == [("rollback", 5, 10)]
+    assert events[0]["undone"] == [6, 7, 8, 9, 10]
+    assert torch.equal(results[0]["params"], clean[0]["params"])  # replayed exactly
+    # With no checkpoint before the broken update, the run stops instead of saving it.
+    with pytest.raises(Exception, match="diverged before any checkpoint"):
+        run_changed(tmp_path / "without", lr_spike_step=10, steps=10)
+
+
 def test_gradient_accumulation_over_4_micro_batches_equals_one_batch(clean_run, tmp_path):
     _, clean = clean_run
     config, results = run_changed(tmp_path, accumulation=4)
@@ -213,6 +229,20 @@ def test_built_before_the_broadcast_the_ranks_agree_but_train_a_patchwork(clean_
     torch.manual_seed(config.seed)
     start = flat_parameters(MiniGPT(config.gpt))
     assert relative_distance(results[0]["params"], clean[0]["params"], start) > 1
+
+
+def test_the_default_run_matches_one_process_with_torch_adam(clean_run, tmp_path):
+    # The reference check of lesson 81 for the default, unclipped run: one process trains the
+    # whole global batch with torch.optim.Adam from rank 0's initial weights.
+    config, results = clean_run
+    one = dataclasses.replace(config, out_dir=str(tmp_path), world_size=1,
+                              batch_per_rank=config.world_size * config.batch_per_rank)
+    twin = in_one_rank(torch_baseline.run_rank, 0, 1, one)
+    assert len(twin["losses"]) == config.steps
+    assert max(abs(a - b) for a, b in zip(losses(results), twin["losses"])) < 1e-5
+    torch.manual_seed(config.seed)
+    start = flat_parameters(MiniGPT(config.gpt))
+    assert relative_distance(results[0]["params"], twin["params"], start) < FLOAT32_RELATIVE
 
 
 def test_exercise_5_clipping_across_shards_matches_torch_clipping_in_one_process(clean_run, tmp_path):
