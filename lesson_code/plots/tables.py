@@ -73,6 +73,9 @@ TEXT_NODE = re.compile(r">([^<>]+)<")
 SEQUENCE = re.compile(r"[(\[](?:[^()\[\]A-Za-z]*)[)\]]")  # (6, 1.5), [12, 11, 2, 4]
 NOT_PERSIAN_LETTERS = re.compile(r"[^\u0600-\u065f\u066e-\u06ef\u06fa-\u06ff]+")
 EDGE_SPACE = re.compile(r"^(\s*)(.*?)(\s*)$", re.S)
+# A bracket that pairs with one across Persian words stays outside the Latin name's isolate:
+# inside it, "ZeRO-3 (" + «کد ما)» would show two opening brackets.
+EDGE_BRACKETS = re.compile(r"^([\s)\]]*)(.*?)([\s(\[]*)$", re.S)
 
 
 def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
@@ -128,7 +131,8 @@ def _known(text: str, words: dict[str, str]) -> str | None:
 
 def _isolated_latin(text: str) -> str:
     """`text` as HTML: Latin names isolated left to right (the whole cell when it has no Persian
-    letter), the numbers outside them in Persian digits."""
+    letter; a bracket that opens or closes across Persian words left outside), the numbers
+    outside them in Persian digits."""
     if not plots.PERSIAN_LETTER.search(text):
         if not plots.LATIN_LETTER.search(text):
             return html.escape(FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), text), quote=False)
@@ -138,7 +142,9 @@ def _isolated_latin(text: str) -> str:
         pieces.append(html.escape(text[last:run.start()], quote=False))
         before, core, after = EDGE_SPACE.fullmatch(run.group()).groups()
         if plots.LATIN_LETTER.search(core):
-            shown = f'<bdi dir="ltr">{html.escape(core, quote=False)}</bdi>'
+            closing, name, opening = EDGE_BRACKETS.fullmatch(core).groups()
+            shown = (html.escape(closing, quote=False) + f'<bdi dir="ltr">{html.escape(name, quote=False)}</bdi>'
+                     + html.escape(opening, quote=False))
         else:
             shown = html.escape(FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), core), quote=False)
         pieces.append(before + shown + after)

@@ -79,6 +79,9 @@ def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
     ("embedding, block 0", "لایهٔ جاسازی، بلوک ۰"),  # a list of known words
     ("+ .step-00000002.tmp", '<bdi dir="ltr">+ .step-00000002.tmp</bdi>'),  # the dot stays first
     ("ZeRO-1 روی ۴ رتبه", '<bdi dir="ltr">ZeRO-1</bdi> روی ۴ رتبه'),
+    ("ZeRO-3 (کد ما)", '<bdi dir="ltr">ZeRO-3</bdi> (کد ما)'),  # both brackets in the Persian run
+    ("(کد ما) ZeRO-3", '(کد ما) <bdi dir="ltr">ZeRO-3</bdi>'),
+    ("بلوک (ZeRO-3)", 'بلوک <bdi dir="ltr">(ZeRO-3)</bdi>'),  # a pair inside the name stays
 ])
 def test_a_persian_cell_writes_numbers_lists_and_names_by_the_rule(value, shown):
     words = {"embedding": "لایهٔ جاسازی", "block": "بلوک"}
