@@ -442,6 +442,8 @@ SAY = {
                       "parameters, {mib:.0f} MiB of float32 gradients, a backward of "
                       "{backward_ms:.1f} ms on each of {ranks} GPUs; the all-reduce of every "
                       "gradient at once takes {ratio:.2f} times the backward",
+           "ratio parts": "the same ratio with the backward counting the weights' matmuls "
+                          "alone: {weights:.2f}; with the attention's matmuls too: {ratio:.2f}",
            "step parts": "modelled step on each GPU: forward {forward_ms:.1f} ms, backward "
                          "{backward_ms:.1f} ms, Adam's step {optimizer_ms:.1f} ms, plus the "
                          "exposed communication"},
@@ -458,6 +460,8 @@ SAY = {
                       "{mib:.0f} MiB گرادیان float32، گذر برگشتی {backward_ms:.1f} میلی‌ثانیه‌ای "
                       "روی هر یک از {ranks} GPU؛ کاهش همگانی همهٔ گرادیان‌ها با هم {ratio:.2f} "
                       "برابر گذر برگشت طول می‌کشد",
+           "ratio parts": "همین نسبت اگر گذر برگشت فقط ضرب‌های ماتریسیِ وزن‌ها را بشمارد: "
+                          "{weights:.2f}؛ با ضرب‌های ماتریسیِ توجه هم: {ratio:.2f}",
            "step parts": "گام مدل‌شده روی هر GPU: گذر رفت {forward_ms:.1f} میلی‌ثانیه، گذر برگشت "
                          "{backward_ms:.1f} میلی‌ثانیه، گام Adam {optimizer_ms:.1f} میلی‌ثانیه، "
                          "به‌اضافهٔ ارتباط پنهان‌نشده"},
