@@ -365,6 +365,67 @@ def overflow_skip(rank: int, world_size: int, run: ZeroRun, bad_rank: int = 1) -
     return {"taken": taken, "digests": digests, "skipped": optimizer.skipped}
 
 
+class GroupedAdamWZero(ZeroOptimizer):
+    """ZeRO-1 with AdamW's decoupled weight decay on two parameter groups, as LLM recipes set them
+    (lesson 78, exercise 7): matrices decay, biases and norms (parameters of one dimension) do not.
+
+    A flat shard cuts through parameters, so the group becomes a per-element factor: each rank
+    cuts its shard of a flat vector laid out as the parameters, 1 - lr * weight_decay where the
+    element decays and 1 where it does not. Before each step the master shard is multiplied by
+    it, as torch.optim.AdamW multiplies each decayed parameter before its Adam update (which has
+    no L2 term here). Raises ValueError for a negative weight_decay.
+    """
+
+    def __init__(self, model, world_size: int, rank: int, lr: float, weight_decay: float,
+                 **kwargs):
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay={weight_decay!r} is negative: give 0 or more, "
+                             "such as 0.1")
+        super().__init__(model, world_size, rank, lr, **kwargs)
+        decays = torch.cat([torch.full((p.numel(),), p.ndim >= 2, device=p.device)
+                            for p in self.params])
+        mask = self._padded(decays)[self.start: self.start + self.shard_numel]
+        self.decay_factor = torch.ones_like(self.master)
+        self.decay_factor[mask] = 1 - lr * weight_decay  # rounded to fp32 once, as AdamW's scalar
+
+    def step(self) -> None:
+        with torch.no_grad():
+            self.master.mul_(self.decay_factor)  # AdamW: decay the weights before the update
+        super().step()
+
+
+def decay_groups(params, weight_decay: float) -> list[dict]:
+    """torch.optim parameter groups: `weight_decay` on matrices, none on biases and norms."""
+    params = [p for p in params if p.requires_grad]
+    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+
+
+def train_grouped_adamw(rank: int, world_size: int, run: ZeroRun) -> dict:
+    """Train `run` with GroupedAdamWZero (decay `run.weight_decay` on matrices only); return the
+    final parameters (float64) and the losses. Collective: call on every rank."""
+    model = run_model(run, seed_offset=rank)
+    comm = run.communicator()
+    broadcast_parameters(model, comm=comm)
+    optimizer = GroupedAdamWZero(model, world_size, rank, lr=run.lr,
+                                 weight_decay=run.weight_decay, comm=comm)
+    losses = train(lambda step: run_loss(run, model, step, rank, world_size), optimizer,
+                   range(run.steps))
+    return {"params": flat_parameters(model), "losses": losses}
+
+
+def adamw_single_process(run: ZeroRun, groups: bool = True) -> dict:
+    """The reference of GroupedAdamWZero on one process and the full batch: torch.optim.AdamW
+    with `decay_groups` (or, with groups=False, one group that decays every parameter). Compute
+    it with `reference.in_one_rank`, as `train_single_process`."""
+    model = run_model(run)
+    params = (decay_groups(model.parameters(), run.weight_decay) if groups
+              else [p for p in model.parameters() if p.requires_grad])
+    optimizer = torch.optim.AdamW(params, lr=run.lr, weight_decay=run.weight_decay)
+    losses = train(lambda step: run_loss(run, model, step), optimizer, range(run.steps))
+    return {"params": flat_parameters(model), "losses": losses}
+
+
 def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:
     """Bytes this rank holds after one step's backward: parameters, gradients, optimizer state.
 

@@ -168,6 +168,20 @@ def test_an_overflow_on_one_shard_skips_the_step_on_every_rank():
         zero_lab.overflow_skip(0, 3, ZeroRun(), bad_rank=3)
 
 
+def test_adamw_parameter_groups_under_zero1_equal_torch_adamw():
+    """Decay on matrices only, cut into flat shards on 3 ranks (with padding): the parameters match
+    torch.optim.AdamW with the same two groups, and not AdamW that decays every parameter."""
+    run = ZeroRun(weight_decay=0.1)
+    results = launch.spawn(zero_lab.train_grouped_adamw, run, world_size=3)
+    assert all(torch.equal(r["params"], results[0]["params"]) for r in results)
+    grouped = in_one_rank(zero_lab.adamw_single_process, run)
+    decay_all = in_one_rank(zero_lab.adamw_single_process, run, False)
+    assert (results[0]["params"] - grouped["params"]).abs().max().item() < 1e-5
+    assert (results[0]["params"] - decay_all["params"]).abs().max().item() > 1e-3
+    with pytest.raises(ValueError, match="weight_decay=-0.1"):
+        zero_lab.GroupedAdamWZero(run_model(run), 1, 0, lr=0.01, weight_decay=-0.1, comm="ring")
+
+
 @pytest.mark.parametrize("optimizer", ["zero", "naive_zero"])
 def test_state_dict_round_trip_resumes_bit_for_bit(optimizer):
     result = launch.spawn(zero_lab.resume_matches, ZeroRun(optimizer=optimizer), 5,
