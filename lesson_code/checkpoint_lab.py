@@ -1,4 +1,5 @@
-"""Rank functions of lesson 80: save and resume ZeRO training, time a save, crash one, compare
+"""Rank functions of lesson 80: save and resume ZeRO training (also with dropout, and through a
+training script's start-up, `tools.resume`), time a save, crash one, compare
 with DCP (its layout, its resharding at load time, a flipped byte, an FSDP2 model and its Adam
 saved on 4 ranks and loaded on 2); and `shard_layout`, each
 shard's place and padding as a manifest records them, and `dcp_chunks`, what DCP's .metadata
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from lesson_code import language
 from lesson_code.checkpoint.faults import CrashingDisk, flip_one_byte
 from lesson_code.checkpoint.files import DISK, CheckpointError, Disk
 from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights,
@@ -468,6 +470,22 @@ def timed_save(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
     events = [(kind, name, start - origin, end - origin) for kind, name, start, end in disk.events]
     return {"rank": rank, "events": events, "folder": str(folder), "step_s": step_s,
             "save_s": save_s}
+
+
+SAVE_IN_STEPS = {
+    "en": "one save took as long as {steps:.1f} training steps (rank 0: save {save_ms:.0f} ms, "
+          "step {step_ms:.0f} ms)",
+    "fa": "هر ذخیره به اندازهٔ {steps:.1f} گام آموزش طول کشید (رتبهٔ ۰: ذخیره {save_ms:.0f} ms، "
+          "گام {step_ms:.0f} ms)",
+}
+
+
+def save_in_steps(result: dict, lang: str = "en") -> str:
+    """A line of `lang` saying how many training steps one save took, from a rank's
+    `timed_save` result: C counted in steps, what Young's interval needs."""
+    return language.fill(SAVE_IN_STEPS[language.check_language(lang)], lang,
+                         steps=result["save_s"] / result["step_s"],
+                         save_ms=1e3 * result["save_s"], step_ms=1e3 * result["step_s"])
 
 
 def shard_layout(manifest: dict) -> list[dict]:
