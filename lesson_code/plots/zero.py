@@ -129,7 +129,7 @@ TIMELINE_LABELS = {
            "measured": "اندازه‌گیری‌شده، از تخصیص‌دهندهٔ torch",
            "model": "مدل: شاردها، واحدهای گردآوری‌شده، باکت‌ها",
            "forward": "گذر رفت", "backward": "گذر برگشت", "optimizer": "گام بهینه‌ساز",
-           "gather": "گردآوری همگانی", "compute": "محاسبه", "reduce-scatter": "کاهش و پخش",
+           "gather": "گردآوری", "compute": "محاسبه", "reduce-scatter": "کاهش و پخش",
            "free": "آزادسازی", "embed": "لایهٔ جاسازی", "block": "بلوک", "head": "لایهٔ خروجی"},
 }
 ACTION_COLOURS = {"gather": "#1f77b4", "compute": "#2ca02c", "reduce-scatter": "#ff7f0e",
@@ -229,8 +229,8 @@ STAGES_LABELS = {
     "backward of one layer": "گذر برگشت یک لایه",
     "latency of one collective": "تأخیر یک عملیات جمعی",
     "latency of a step's 240 collectives": "تأخیر ۲۴۰ عملیات جمعی یک گام",
-    "nodes of 8, bf16 reduction": "گره‌های ۸تایی، کاهش bf16",
-    "nodes of 8, fp32 reduction": "گره‌های ۸تایی، کاهش fp32",
+    "nodes of 8, bf16 reduction": "شمار گره‌های ۸تایی، کاهش bf16",
+    "nodes of 8, fp32 reduction": "شمار گره‌های ۸تایی، کاهش fp32",
     "FSDP2, bf16 gather, fp32 reduction": "FSDP2، گردآوری bf16، کاهش fp32",
     "ZeRO-3 (ours), float32": "ZeRO-3 (کد ما)، float32",
 }
