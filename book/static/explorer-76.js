@@ -73,32 +73,36 @@
   };
   const TEXT = {
     en: { title: "The ring all-reduce, step by step", ranks: "Ranks N", size: "Message",
-          step: "Step", previous: "Previous step", next: "Next step", start: "Each rank holds its own tensor",
-          reduce_scatter: "Reduce-scatter, step {s} of {t}: rank r sends chunk {f} to rank {next}, which adds it",
-          all_gather: "All-gather, step {s} of {t}: rank r sends chunk {f} to rank {next}, which keeps it",
+          step: "Step of the all-reduce", previous: "Previous step", next: "Next step", start: "Each rank holds its own tensor",
+          reduce_scatter: "Reduce-scatter, step k = {k} of {t}: rank r sends chunk {f} to rank {next}, which adds it",
+          all_gather: "All-gather, step k = {k} of {t}: rank r sends chunk {f} to rank {next}, which keeps it",
           rank: "rank", chunk: "chunk", sent: "outlined: the chunk each rank sends in this step",
           bytes: "Bytes each rank sends in the whole ring all-reduce, {f} × message",
           algorithm: "algorithm", steps: "messages in a row", perRank: "bytes on the critical path (β term)",
-          time: "predicted time (ms)", auto: "auto runs this", fastest: "fastest by the model",
+          time: "modelled time (ms)", auto: "auto runs this", fastest: "fastest by the model",
           chart: "Rows: ranks; columns: chunks; each cell lists the ranks whose data it holds",
           names: { ring: "ring", recursive_doubling: "recursive doubling", halving_doubling: "halving-doubling",
                    naive: "naive (through rank 0)", direct: "direct", shared_memory: "shared memory (one machine)" },
-          fitted: "α and β are fitted to the book's stored times, measured on {date} on this machine: " },
+          fitted: "Modelled, not measured: each row's α and β were fitted to the book's stored times of 4 ranks on 2 cores and are applied here to every N; those times were measured on {date} on this machine: " },
     fa: { title: "کاهش همگانی حلقه‌ای، گام به گام", ranks: "تعداد رتبه‌ها N", size: "اندازهٔ پیام",
-          step: "گام", previous: "گام قبل", next: "گام بعد", start: "هر رتبه تنسور خودش را دارد",
-          reduce_scatter: "کاهش و پخش، گام {s} از {t}: رتبهٔ r تکهٔ {f} را به رتبهٔ {next} می‌فرستد و آن رتبه آن را جمع می‌کند",
-          all_gather: "گردآوری همگانی، گام {s} از {t}: رتبهٔ r تکهٔ {f} را به رتبهٔ {next} می‌فرستد و آن رتبه آن را نگه می‌دارد",
+          step: "گام کاهش همگانی", previous: "گام قبل", next: "گام بعد", start: "هر رتبه تنسور خودش را دارد",
+          reduce_scatter: "کاهش و پخش، گام k = {k} از {t}: رتبهٔ r تکهٔ {f} را به رتبهٔ {next} می‌فرستد و آن رتبه آن را جمع می‌کند",
+          all_gather: "گردآوری همگانی، گام k = {k} از {t}: رتبهٔ r تکهٔ {f} را به رتبهٔ {next} می‌فرستد و آن رتبه آن را نگه می‌دارد",
           rank: "رتبه", chunk: "تکه", sent: "قاب پررنگ: تکه‌ای که هر رتبه در این گام می‌فرستد",
           bytes: "بایت‌هایی که هر رتبه در کل کاهش همگانی حلقه‌ای می‌فرستد، {f} × پیام",
           algorithm: "الگوریتم", steps: "پیام‌های پشت سر هم", perRank: "بایت روی مسیر بحرانی (جملهٔ β)",
-          time: "زمان پیش‌بینی‌شده (میلی‌ثانیه)", auto: "auto این را اجرا می‌کند", fastest: "سریع‌ترین بنا بر مدل",
+          time: "زمان مدل‌شده (میلی‌ثانیه)", auto: "auto این را اجرا می‌کند", fastest: "سریع‌ترین بنا بر مدل",
           chart: "سطرها رتبه‌ها و ستون‌ها تکه‌ها هستند؛ هر تکه رتبه‌هایی را نشان می‌دهد که داده‌شان در آن است",
           names: { ring: "حلقه", recursive_doubling: "دوبرابرسازی بازگشتی", halving_doubling: "نیم‌سازی و دوبرابرسازی",
                    naive: "ساده‌لوحانه (از راه رتبهٔ ۰)", direct: "مستقیم", shared_memory: "حافظهٔ مشترک (یک دستگاه)" },
-          fitted: "α و β بر زمان‌های ذخیره‌شدهٔ کتاب برازش شده‌اند، که در {date} روی این دستگاه اندازه‌گیری شدند: " },
+          fitted: "مدل‌شده، نه اندازه‌گیری‌شده: α و β هر سطر بر زمان‌های ذخیره‌شدهٔ کتاب برای ۴ رتبه روی ۲ هسته برازش شده‌اند و این‌جا برای هر N به کار رفته‌اند؛ آن زمان‌ها در {date} روی این دستگاه اندازه‌گیری شدند: " },
   };
   const CELL = 34;
-  const FORMULAS = { reduce_scatter: "(r − s − 1) mod N", all_gather: "(r − s) mod N" };
+  /* The chunk rank r sends in step k = 1 .. N − 1 of a phase, as the lesson numbers steps (k is
+     ring_chunk_indices' step + 1). */
+  const FORMULAS = { reduce_scatter: "(r − k) mod N", all_gather: "(r − k + 1) mod N" };
+  const caption = (frame, n) => ({ phase: frame.phase, f: FORMULAS[frame.phase], next: "(r + 1) mod N",
+                                   k: frame.step + 1, t: n - 1 });
 
   const grid = (frame, n, lang) => {
     const t = TEXT[lang];
@@ -139,7 +143,7 @@
     const ranks = slider("world_size", 2, 16, 4, lang);
     const message = select("nbytes", SIZES.map((n) => [String(n), size(n, lang)]), String(2 ** 20));
     const step = slider("step", 0, 6, 0, lang);
-    const caption = element("p", { className: "explorer__caption" });
+    const shownCaption = element("p", { className: "explorer__caption" });
     const figure = element("div", { className: "explorer__figure", dir: "ltr" });
     const facts = element("dl", { className: "explorer__facts" });
     const table = element("table", { className: "explorer__table" });
@@ -153,9 +157,10 @@
       const s = Number(step.input.value);
       const frame = s ? states(n)[s - 1] : null;
       if (frame) {
-        caption.replaceChildren(...sentence(t[frame.phase], { f: FORMULAS[frame.phase],
-          next: "(r + 1) mod N", s: digits(frame.step + 1, lang), t: digits(n - 1, lang) }, ["f", "next"]));
-      } else caption.textContent = t.start;
+        const words = caption(frame, n);
+        shownCaption.replaceChildren(...sentence(t[words.phase], { ...words, k: digits(words.k, lang),
+          t: digits(words.t, lang) }, ["f", "next"]));
+      } else shownCaption.textContent = t.start;
       figure.replaceChildren(grid(frame, n, lang), element("p", { className: "explorer__legend" }, t.sent));
       const sentBytes = bytesPerRank("all_reduce", nbytes, n);
       facts.replaceChildren(...fact(sentence(t.bytes, { f: "2(N − 1)/N" }, ["f"]),
@@ -181,11 +186,11 @@
     host.append(element("p", { className: "explorer__title" }, t.title),
                 element("div", { className: "explorer__controls" }, ranks.wrap(t.ranks),
                         labelled(t.size, message), step.wrap(t.step), ...stepButtons(step, t, update)),
-                caption, figure, facts, element("div", { className: "explorer__scroll" }, table),
+                shownCaption, figure, facts, element("div", { className: "explorer__scroll" }, table),
                 measuredNote(t.fitted, data.measured, lang));
     update();
   };
 
-  globalThis.Explorer76 = { chunks, states, messages, bytesPerRank, predict, chooses };
+  globalThis.Explorer76 = { chunks, states, caption, messages, bytesPerRank, predict, chooses };
   mount("76", build);
 })();

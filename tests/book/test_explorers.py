@@ -51,6 +51,14 @@ def test_the_ideal_timeline_has_the_formula_bubble_and_1f1b_holds_fewer_micro_ba
 RING_SIZES = [0, 1, 1000, 2 ** 10, 3 * 2 ** 17, 2 ** 20, 2 ** 26, 2 ** 40]
 
 
+def caption_chunk(formula: str, r: int, k: int, n: int) -> int:
+    """The chunk an explorer caption's formula, such as "(r − k + 1) mod N", names for rank r."""
+    match = re.fullmatch(r"\(r − k(?: ([+−]) (\d+))?\) mod N", formula)
+    assert match, formula
+    sign, offset = match.groups()
+    return (r - k + (int(offset) if sign == "+" else -int(offset) if sign else 0)) % n
+
+
 def test_the_ring_explorer_steps_and_costs_as_lesson_code_does():
     from lesson_code.book_build import explorer_data
     from lesson_code.collectives import choose, cost_model, ring_chunk_indices
@@ -64,6 +72,7 @@ def test_the_ring_explorer_steps_and_costs_as_lesson_code_does():
             chunks: ["reduce_scatter", "all_gather"].map((phase) => [...Array(n).keys()].map((r) =>
                 [...Array(Math.max(n - 1, 0)).keys()].map((s) => E.chunks(phase, r, s, n)))),
             states: E.states(n),
+            captions: E.states(n).map((frame) => E.caption(frame, n)),
             costs: Object.values(data.models).map((model) => sizes.map((b) => [
                 E.messages(model, n), E.bytesPerRank(model, b, n), E.predict(model, b, n, 1e-4, 1e-9)])),
             auto: n >= 2 ? sizes.map((b) => E.chooses(data.decisions[String(n)], b)) : null}));
@@ -77,6 +86,12 @@ def test_the_ring_explorer_steps_and_costs_as_lesson_code_does():
         for frame, (_, _, state, sent) in zip(js["states"], frames):
             assert frame["state"] == [[sorted(held) for held in row] for row in state]
             assert {tuple(pair) for pair in frame["sent"]} == sent
+        for frame, words in zip(js["states"], js["captions"], strict=True):
+            # the caption's formula, at the step it shows, names the chunk the frame outlines
+            assert words["k"] == frame["step"] + 1 and words["t"] == n - 1
+            assert [caption_chunk(words["f"], r, words["k"], n) for r in range(n)] == [
+                ring_chunk_indices(frame["phase"], r, frame["step"], n)[0] for r in range(n)] == [
+                chunk for _, chunk in sorted(frame["sent"])]
         for model, rows in zip(data["models"].values(), js["costs"], strict=True):
             for nbytes, (messages, per_rank, seconds) in zip(RING_SIZES, rows):
                 assert messages == cost_model.message_count(model, n)
