@@ -140,7 +140,7 @@ TABLE_LABELS = {
     "hidden comm": "ارتباط پنهان‌شده", "comm during backward": "ارتباط هم‌زمان با گذر برگشت",
     "measured / model": "اندازه‌گیری‌شده / مدل",
     "exposed comm, α = 0 (ms)": "ارتباط پنهان‌نشده، α = ۰ (ms)",
-    "efficiency, α = 0": "کارایی، α = ۰",
+    "efficiency, α = 0": "کارایی مقیاس‌پذیری، α = ۰",
     "mean over the 10 examples": "میانگین روی ۱۰ نمونه", "mean loss": "میانگین زیان",
     "all-reduced sums, padded": "جمع‌های کاهش همگانی‌شده، با پدینگ",
     "all-reduced sums, padding left out": "جمع‌های کاهش همگانی‌شده، بدون پدینگ",
