@@ -4,7 +4,7 @@ The stages are the ranks of a `Communicator`'s group: rank s of the group holds 
 contiguous run of the model's layers, and the group's size is the number of stages (a row of a 2-D
 data x pipeline grid is a sub-group). A batch is split into m micro-batches; activations flow
 forward from stage to stage and their gradients flow back, as point-to-point messages: on gloo
-isend, and irecv with a bounded wait; under NCCL each stage's sends go out with its next receive
+isend, waited for once the peer is known to have received it, and irecv with a bounded wait; under NCCL each stage's sends go out with its next receive
 in one batch_isend_irecv (gloo has no such grouping: there batch_isend_irecv posts the same
 isend and irecv one by one). Every message is counted in the communicator's ledger, under
 "pipeline", one entry per step. Two schedules order the work on each stage:
@@ -122,10 +122,12 @@ def schedule_order(schedule: str, stage: int, num_stages: int,
 
 @dataclass
 class PipelineStats:
-    """What one stage measured in one step: its events and the most activations it stored."""
+    """What one stage measured in one step: its events, the most micro-batches it stored at once,
+    and the most bytes it kept only because their sends were not yet known to be complete."""
 
     events: list[tuple[int, int, str, float, float]] = field(default_factory=list)
     peak_stored: int = 0
+    peak_sent_bytes: int = 0
     loss: float | None = None
 
 
@@ -157,7 +159,8 @@ class PipelineStage:
         """Fresh per-step state: statistics, stored activations, sends in flight, traffic."""
         self.stats = PipelineStats()
         self._stored: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._sends: list = []     # (work, tensor) posted on gloo, waited for at the step's end
+        self._sends: dict = {}     # ("F" or "B", micro-batch) -> [(work, tensor)] posted on gloo
+        self._last_gradient: int | None = None  # the micro-batch of the last gradient sent
         self._pending: list = []   # (P2POp, tensor) under NCCL, posted with the next receive
         self._total_loss = 0.0
         self._traffic = TrafficCounter("pipeline", self.comm.ledger)
@@ -180,8 +183,8 @@ class PipelineStage:
             else:
                 self._backward(index)
         self._post_pending()
-        for work, _ in self._sends:
-            work.wait(self.timeout)
+        for key in list(self._sends):
+            self._wait_sends(key)
         self._traffic.commit()
         if self.is_last:
             self.stats.loss = self._total_loss
@@ -202,22 +205,31 @@ class PipelineStage:
         self.stats.peak_stored = max(self.stats.peak_stored, len(self._stored))
         self.stats.events.append((self.stage, index, "F", start, clock()))
         if not self.is_last:
-            self._send_activation(output.detach())
+            self._send_activation(output.detach(), index)
 
     def _backward(self, index: int) -> None:
         received, output = self._stored.pop(index)
         if self.is_last:
             self._post_pending()
         gradient = None if self.is_last else self._receive(tuple(output.shape), output.dtype, +1)
+        # The next stage sent this gradient, so it has received this micro-batch's activation:
+        # that send is complete, and the wait frees the activation at once.
+        self._wait_sends(("F", index))
         start = clock()
         output.backward(gradient)
         self.stats.events.append((self.stage, index, "B", start, clock()))
         if not self.is_first:
-            self._send(received.grad, self.stage - 1)
+            self._send(received.grad, self.stage - 1, ("B", index))
+            # The previous stage receives gradients in order and needs nothing more from this
+            # stage to reach the previous one's receive, so this wait ends without a deadlock;
+            # it keeps at most two input gradients alive, whatever m is.
+            if self._last_gradient is not None:
+                self._wait_sends(("B", self._last_gradient))
+            self._last_gradient = index
 
-    def _send(self, tensor: torch.Tensor, to: int) -> None:
-        # Not waited for here: both neighbours may be sending to each other at this moment, so
-        # the sends are collected and waited for (bounded) once the step's receives are done.
+    def _send(self, tensor: torch.Tensor, to: int, key: tuple[str, int]) -> None:
+        # Not waited for here: both neighbours may be sending to each other at this moment (exercise
+        # 7), so a send is waited for only once it is known to be received (`_wait_sends`).
         # The tensor is kept with its request until then.
         tensor = tensor.contiguous()
         self._traffic.sent(tensor.numel() * tensor.element_size())
@@ -225,7 +237,19 @@ class PipelineStage:
             op = dist.P2POp(dist.isend, tensor, group=self.comm.group, group_peer=to)
             self._pending.append((op, tensor))
             return
-        self._sends.append((dist.isend(tensor, group=self.comm.group, group_dst=to), tensor))
+        self._sends.setdefault(key, []).append(
+            (dist.isend(tensor, group=self.comm.group, group_dst=to), tensor))
+        # Bytes kept only for a send: not the storage of an output the stage still holds.
+        stored = {output.untyped_storage().data_ptr() for _, output in self._stored.values()}
+        kept = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for works in self._sends.values() for _, t in works}
+        self.stats.peak_sent_bytes = max(self.stats.peak_sent_bytes,
+                                         sum(n for ptr, n in kept.items() if ptr not in stored))
+
+    def _wait_sends(self, key: tuple[str, int]) -> None:
+        """Wait (bounded) for the gloo sends posted under `key` and drop their tensors."""
+        for work, _ in self._sends.pop(key, []):
+            work.wait(self.timeout)
 
     def _post_pending(self, receive: dist.P2POp | None = None) -> None:
         """Under NCCL: post the pending sends (and `receive`) as one group and wait, bounded."""
@@ -234,8 +258,8 @@ class PipelineStage:
         for work in dist.batch_isend_irecv(ops) if ops else []:
             work.wait(self.timeout)
 
-    def _send_activation(self, output: torch.Tensor) -> None:
-        """Send the header describing `output`, then `output`, to the next stage."""
+    def _send_activation(self, output: torch.Tensor, index: int) -> None:
+        """Send the header describing micro-batch `index`'s `output`, then `output`, to the next stage."""
         if output.dtype not in ACTIVATION_DTYPES or output.dim() > HEADER_LENGTH - 2:
             raise ValueError(
                 f"stage {self.stage} outputs a {output.dtype} tensor of shape {tuple(output.shape)}: "
@@ -245,8 +269,8 @@ class PipelineStage:
         header = torch.zeros(HEADER_LENGTH, dtype=torch.int64, device=output.device)
         header[0], header[1] = ACTIVATION_DTYPES.index(output.dtype), output.dim()
         header[2: 2 + output.dim()] = torch.tensor(output.shape)
-        self._send(header, self.stage + 1)
-        self._send(output, self.stage + 1)
+        self._send(header, self.stage + 1, ("F", index))
+        self._send(output, self.stage + 1, ("F", index))
 
     def _receive_activation(self) -> torch.Tensor:
         """Receive a header from the previous stage, then the activation it describes."""

@@ -98,9 +98,11 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
     on random activations of the micro-batch's shape, in `schedule_order`'s order; a backward is
     fed a gradient of ones, since only memory is counted here. Every tensor a forward saves for
     its backward passes through `torch.autograd.graph.saved_tensors_hooks` and is counted once
-    per storage, the stage's weights not at all; a micro-batch's bytes are held from its forward
-    to its backward. With `recompute`, each forward runs under `torch.utils.checkpoint`
-    (re-materialization): only the stage's input is saved, and the backward runs the forward
+    per storage, the stage's weights not at all, and so is the stage's output, which the stage
+    keeps to call `backward` on it (as `PipelineStage` and torch's stage do; Megatron-LM frees
+    its data after the send); a micro-batch's bytes are held from its forward to its backward.
+    With `recompute`, each forward runs under `torch.utils.checkpoint` (re-materialization):
+    only the stage's input is saved, besides the output, and the backward runs the forward
     again. Returns "peak_bytes" (the most held at once), "micro_batch_bytes" (one micro-batch's)
     and "forwards" (how many times the stage's forward ran, recomputations included).
     """
@@ -133,6 +135,8 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             outputs[index] = (torch.utils.checkpoint.checkpoint(module, x, use_reentrant=True)
                               if recompute else module(x))
+        output_storage = outputs[index].untyped_storage()
+        saved[output_storage.data_ptr()] = output_storage.nbytes()  # once, if autograd saved it too
         held[index] = sum(saved.values())
         live += held[index]
         peak = max(peak, live)
@@ -185,7 +189,7 @@ def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
 
     Collective: call on every rank. Returns this stage's gradients (named as in the unsplit
     model), its layer range, the loss (last stage), its timed events, peak stored activations,
-    and its traffic as the ledger counted it ({"calls", "bytes_sent", "bytes_received", ...}).
+    the most bytes it kept only for sends in flight (`PipelineStats.peak_sent_bytes`), and its traffic as the ledger counted it ({"calls", "bytes_sent", "bytes_received", ...}).
     """
     comm = run.communicator(CommLedger())
     stage, (start, end) = build_stage(run, comm)
@@ -193,7 +197,7 @@ def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
     stats = stage.train_step(x, y, run.micro_batches, run.schedule)
     return {"grads": layer_gradients(stage.layers, start), "layers": (start, end),
             "loss": stats.loss, "events": stats.events, "peak_stored": stats.peak_stored,
-            "traffic": comm.ledger.totals()["pipeline"]}
+            "peak_sent_bytes": stats.peak_sent_bytes, "traffic": comm.ledger.totals()["pipeline"]}
 
 
 def ours_and_torch_steps(rank: int, world_size: int, runs: list[PipeRun]) -> list[dict]:

@@ -89,6 +89,13 @@ TABLE_WORDS = {"fa": {
     "tied gradient, sent by each stage (ring model)": "گرادیان ماتریس مشترک، فرستادهٔ هر مرحله (مدل حلقه)",
     "peak_bytes": "اوج بایت‌های نگه‌داشته", "micro_batch_bytes": "بایت‌های یک میکرودسته",
     "forwards": "گذرهای رفت", "recompute": "بازمحاسبه",
+    "fill and drain: 2 (P - 1) messages": "پر و خالی شدن پایپلاین: ۲ (P − ۱) پیام",
+    "1F1B step, m = 32, a backward two forwards": "گام 1F1B، m = ۳۲، هر گذر برگشت برابر دو گذر رفت",
+    "share_of_step": "سهم از گام",
+    "GPipe re-materialized, inputs and outputs kept, m = 32":
+        "GPipe با بازمحاسبه، ورودی‌ها و خروجی‌ها نگه‌داشته، m = ۳۲",
+    "the same, outputs freed after sending (Megatron-LM)": "همان، با آزاد کردن خروجی‌ها پس از ارسال (Megatron-LM)",
+    "left out: the last stage's bf16 logits, one sequence": "کنارگذاشته‌شده: لوجیت‌های bf16 مرحلهٔ آخر، یک دنباله",
 }}
 
 

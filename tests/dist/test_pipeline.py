@@ -449,15 +449,31 @@ def test_fsdp_stages_reduce_scatter_once_per_step():
         launch.spawn(pipeline_lab.fsdp_pipeline_step, run, 3, False, world_size=4)
 
 
-def test_held_activation_bytes_follow_the_schedule_and_recomputation_keeps_only_the_input():
+def test_held_activation_bytes_follow_the_schedule_and_recomputation_keeps_the_input_and_output():
     from lesson_code.pipeline_lab import WIDE_GPT, held_activation_bytes
 
     run = PipeRun(gpt=WIDE_GPT, batch_size=16, micro_batches=4)
     gpipe = {recompute: held_activation_bytes(run, 1, 4, "gpipe", recompute) for recompute in (False, True)}
     one, stage_input = gpipe[False]["micro_batch_bytes"], 4 * WIDE_GPT.context * WIDE_GPT.n_embd * 4
-    assert gpipe[True]["micro_batch_bytes"] == stage_input < one / 10  # only the stage's float32 input
-    assert [gpipe[r]["peak_bytes"] for r in (False, True)] == [4 * one, 4 * stage_input]  # all m held
+    # The stage's float32 input and its output, kept to call backward on; nothing else.
+    assert gpipe[True]["micro_batch_bytes"] == 2 * stage_input < one / 10
+    assert [gpipe[r]["peak_bytes"] for r in (False, True)] == [4 * one, 8 * stage_input]  # all m held
     assert held_activation_bytes(run, 1, 4, "1f1b")["peak_bytes"] == 3 * one  # P - s held
     assert [gpipe[r]["forwards"] for r in (False, True)] == [4, 8]  # recomputation runs each forward again
     with pytest.raises(ValueError, match="stage 0"):
         held_activation_bytes(run, 0, 4, "gpipe")
+
+
+def test_a_stage_keeps_at_most_two_sent_gradients_whatever_m():
+    # A sent tensor stays alive until its send is waited for. Activations are waited for when
+    # their micro-batch's gradient comes back, gradients one gradient later, so what a stage
+    # keeps only for its sends is at most two input gradients and the small headers, not m of each.
+    stages = 3
+    runs = [PipeRun(schedule=s, micro_batches=m) for s in ("gpipe", "1f1b") for m in (2, 8)]
+    per_rank = launch.spawn(pipeline_lab.pipeline_steps, runs, world_size=stages)
+    for index, run in enumerate(runs):
+        activation = (run.batch_size // run.micro_batches) * run.gpt.context * run.gpt.n_embd * 4
+        headers = run.micro_batches * HEADER_LENGTH * 8
+        kept = [rank_results[index]["peak_sent_bytes"] for rank_results in per_rank]
+        assert kept[0] <= headers, (run, kept)  # stage 0 sends activations only: its outputs
+        assert all(activation <= k <= 2 * activation + headers for k in kept[1:]), (run, kept)
