@@ -77,3 +77,10 @@ def test_numbers_follow_the_rule_and_an_unknown_line_stays_as_it_is():
     assert stored.note_text(["something else"], "fa") == "something else"
     with pytest.raises(ValueError, match="unknown language 'de'"):
         stored.note_text(["x"], "de")
+
+
+def test_a_persian_note_glosses_a_row_without_repeating_its_name():
+    # The English glosses a lowercase row label ("ddp = our bucketed DDP ..."); the Persian table
+    # shows that row as «DDP», so «DDP یعنی DDP ...» would explain a name by itself.
+    for english, persian in stored.DESCRIPTIONS.values():
+        assert not re.search(r"\b(\w+) یعنی \1\b", persian), persian

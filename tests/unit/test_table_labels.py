@@ -113,3 +113,16 @@ def test_a_shared_term_is_written_once_in_language_terms() -> None:
         assert tables, module.__name__
         repeated = pairs & set(language.TERMS.items())
         assert not repeated, (module.__name__, sorted(repeated))
+
+
+def test_lesson_78_network_seconds_are_the_traffics_and_its_rows_take_the_persian_comma():
+    # The cell after the network table gives the passes' own lengths (backward of one sequence,
+    # 0.43 s): the table's seconds are those of the traffic that falls in each pass, not a pass's.
+    seconds = {english: persian for english, persian in zero.TABLE_LABELS.items()
+               if english.startswith("s of traffic")}
+    assert len(seconds) == 3 and all("ترافیک" in persian for persian in seconds.values()), seconds
+    # The check against PyTorch names its rows "ZeRO-1, N=3": in Persian the comma is «،».
+    rows = [f"ZeRO-1, N={n}" for n in (1, 2, 3, 4)] + ["ZeroRedundancyOptimizer, N=4"]
+    shown = zero.localized(pd.DataFrame({"largest difference from torch.optim.Adam": 0.0},
+                                        index=rows), "fa")
+    assert [label for label in shown.index if "," in str(label)] == [], list(shown.index)
