@@ -1,7 +1,7 @@
 """Lesson 76 reads numbers and orderings off the stored all-reduce table; they must still hold.
 
 The page quotes the table shipped in `lesson_code/collectives/measured_all_reduce.csv` (the
-fitted constants, the ring's flat small sizes, the model's largest miss, the gap at 64 MiB, the
+fitted constants, the ring's flat small sizes, the fit's largest relative error, the gap at 64 MiB, the
 milliseconds per step). A new table must come with a new reading: these tests fail until the
 prose is brought in line, instead of letting the page describe a table it no longer shows.
 """
@@ -34,7 +34,8 @@ def test_the_fitted_constants_are_those_the_page_quotes():
 def test_the_disagreements_the_page_lists(book):
     assert book.loc[: 2 ** 22, "ring"].agg(["min", "max"]).round(2).tolist() == [9.29, 14.61]
     assert book.loc[2 ** 10, "ring"] > book.loc[2 ** 22, "ring"]  # no alpha-beta model falls
-    assert round((book["ring"] / book["ring (model)"] - 1).abs().max(), 2) == 0.48
+    miss = book["ring (model)"] / book["ring"] - 1  # the relative error the fit minimises
+    assert miss.abs().idxmax() == 2 ** 22 and round(100 * miss[2 ** 22], 1) == 41.5
     assert round(book.loc[2 ** 26, "naive"] / book.loc[2 ** 26, "ring"], 2) == 1.17
 
 
