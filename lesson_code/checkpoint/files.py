@@ -57,8 +57,7 @@ class CheckpointError(Exception):
         message itself where the error has no known fault)."""
         if language.check_language(lang) == "en" or self.fault not in FAULTS:
             return str(self)
-        facts = {key: language.isolated(value) if key in ISOLATED_FACTS else value
-                 for key, value in self.facts.items()}
+        facts = {key: _fact_fa(key, value) for key, value in self.facts.items()}
         sentence = language.fill(FAULTS[self.fault], "fa", path=language.isolated(self.path),
                                  **facts)
         found_by = self.facts.get("found_by")
@@ -68,6 +67,19 @@ class CheckpointError(Exception):
                                       "fa", ranks=language.listed(
                                           [language.number(r, "fa") for r in found_by], "fa"))
         return sentence
+
+
+def _fact_fa(key: str, value):
+    """One fact as a Persian sentence quotes it: «هیچ» for an empty list; a list of reasons
+    (each with its own `explain`) in Persian, joined by «؛»; a list of names, or a Latin name,
+    left to right (names joined by ", " as in the English message); anything else as it is."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "هیچ"
+        if all(hasattr(item, "explain") for item in value):
+            return "؛ ".join(item.explain("fa") for item in value)
+        return language.isolated(", ".join(map(str, value)))
+    return language.isolated(value) if key in ISOLATED_FACTS else value
 
 
 class ManifestMissingError(CheckpointError):
@@ -134,12 +146,13 @@ FAULTS = {
     "locked": "قفل {path} پس از {timeout_s:.0f} ثانیه هنوز در دست دیگری است: اگر آن فرایند از "
               "اجرای دیگری است، به هر اجرا پوشهٔ خودش را بدهید؛ اگر خوانندگان این پوشه‌اند، "
               "بگذارید کارشان تمام شود و دوباره ذخیره کنید",
-    "none_loads": "در {path} هیچ چکپوینتی بارگذاری نمی‌شود ({folders})؛ آغازی از نو روی "
-                  "آن‌ها آموزش می‌داد: یکی را برگردانید، یا برای آغازی از نو جابه‌جایشان کنید",
+    "none_loads": "در {path} هیچ چکپوینتی بارگذاری نمی‌شود (بارگذاری ناکام: {failed}؛ "
+                  "کنارگذاشته: {skipped})؛ آغازی از نو چکپوینت‌های تازه را روی آن‌ها می‌نوشت: "
+                  "یکی را برگردانید، یا برای آغازی از نو آن‌ها را به جای دیگری ببرید",
     "io": "کار روی {path} ناکام ماند ({reason}): دیسک (فضا، دسترسی‌ها) را وارسی کنید و اینکه همهٔ "
           "رتبه‌ها پوشهٔ آن را می‌بینند",
 }
-ISOLATED_FACTS = ("folder", "folders", "checksum", "digest", "recorded", "reason", "expected")  # Latin, left to right
+ISOLATED_FACTS = ("folder", "checksum", "digest", "recorded", "reason", "expected")  # Latin, left to right
 
 
 class Disk:

@@ -250,13 +250,12 @@ def _choose(root: Path, failed: list[Path], lock_timeout_s: float) -> str | None
     blocking = [reason for reason in skipped if not reason.interrupted or reason.running]
     if not failed and not blocking:
         return None
-    names = [folder.name for folder in failed] + [reason.folder for reason in blocking]
+    names = [folder.name for folder in failed]
     raise CheckpointError(
-        f"{root}: no checkpoint loads (load failed: "
-        f"{', '.join(folder.name for folder in failed) or 'none'}; skipped: "
+        f"{root}: no checkpoint loads (load failed: {', '.join(names) or 'none'}; skipped: "
         f"{'; '.join(blocking) or 'none'}); a fresh start would train over them: restore one, "
         "or move them aside to start afresh", path=root, fault="none_loads",
-        folders=", ".join(names))
+        failed=names, skipped=blocking)
 
 
 def recover_checkpoints(root: Path | str, *,

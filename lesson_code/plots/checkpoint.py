@@ -34,7 +34,7 @@ TABLE_WORDS = {"fa": {
     "never stopped": "بی‌وقفه", "resumed from step 10": "ادامه از چکپوینت گام ۱۰", "error": "خطا",
     "no manifest": "بدون مانیفست", "missing shard": "شارد گم‌شده", "truncated shard": "شارد کوتاه‌شده",
     "manifest edited": "مانیفست ویرایش‌شده", "another world size": "تعداد دیگری از رتبه‌ها",
-    "renamed to step 20": "با نام گام ۲۰",
+    "renamed to step 20": "تغییر نام به گام ۲۰",
     "saved on 4 ranks": "ذخیره روی ۴ رتبه", "loaded on 2 ranks": "بارگذاری روی ۲ رتبه",
     "elements per rank": "عنصرهای هر رتبه",
     "format": "قالب",
