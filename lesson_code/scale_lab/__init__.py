@@ -187,6 +187,8 @@ def paper_table(world_size: int = PAPER_WORLD_SIZE, run: ScaleRun = PAPER_RUN,
     the rank keeps after the step), `beyond` ({held item: bytes} the paper does not count),
     `peak_GB` with `peak_in` (its phase), `peak_at` (the course's functions running then) and
     `at_peak_<phase>_GB` (what was live then, by the phase that made it: `PHASES`),
+    `forward_end_GB` (the bytes made in the forward and live when it ends: the activations
+    the backward will need, the logits and the loss's temporaries),
     `setup_peak_GB` with `setup_peak_at`, `sent_GB` beside `formula_sent_GB`, and `padding`
     (elements).
     GB are 1e9 bytes, as the paper's.
@@ -209,6 +211,7 @@ def paper_table(world_size: int = PAPER_WORLD_SIZE, run: ScaleRun = PAPER_RUN,
             "peak_GB": row["peak"] / 1e9, "peak_in": row["peak_in"], "peak_at": row["peak_at"],
             **{f"at_peak_{phase}_GB": row["peak_by_phase"].get(phase, 0) / 1e9
                for phase in PHASES},
+            "forward_end_GB": row["forward_end_by_phase"].get("forward", 0) / 1e9,
             "setup_peak_GB": row["setup_peak"] / 1e9, "setup_peak_at": row["setup_peak_at"],
             "sent_GB": row["sent"] / 1e9,
             "formula_sent_GB": memory.traffic_per_step(strategy, parameters, world_size,
@@ -301,10 +304,12 @@ def compare_with_real(run: ScaleRun = CHECK_RUN, world_size: int = 4,
     `messages_equal`, with the simulated figures (`held`, `peak`, `sent`, `messages_sent`) and
     `peak_difference` (simulated - real), and the phase each peak fell in (`peak_in`,
     `real_peak_in`); `real_peak` beside `profiler_peak`, the real rank's step peak as torch's
-    profiler saw it (every allocation of torch's allocator, a second instrument). A bfloat16 run's peaks may differ when activations
-    are live at the peak: torch's meta kernel keeps LayerNorm's mean and 1/std in float32, as
-    its CUDA kernel does, where its CPU kernel keeps them in bfloat16 (2 bytes more per token
-    for each, for each LayerNorm).
+    profiler saw it (a second instrument: what torch's allocator allocates on the rank's own
+    thread; it never sees the batch's targets allocated, which the tracker counts from the
+    forward on, and it sees allocations no operation returns). A bfloat16 run's peaks may
+    differ when activations are live at the peak: torch's meta kernel keeps LayerNorm's mean
+    and 1/std in float32, as its CUDA kernel does, where its CPU kernel keeps them in bfloat16
+    (2 bytes more per token for each, for each LayerNorm).
     Values: the same step on ranks that are threads of this process moving real data
     (`run_threads`, DDP with torch's all-reduce: `value_run`) beside the real ranks running
     that same step: `max_grad_diff` and `grad_distance` (the largest |difference| of the

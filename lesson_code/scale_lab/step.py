@@ -163,7 +163,8 @@ def measure_step(rank: int, world_size: int, run: ScaleRun, shapes_only: bool = 
     Collective: call on every rank (or as one rank of `runtime.simulated.fake_rank`). With
     `shapes_only` the model lives on the meta device: no memory, no values, the same bytes.
     Returns a dict, chiefly "held" ({"kind: holder": bytes}), "peak" and "setup_peak" (bytes),
-    where the peak fell ("peak_in", "peak_at", "peak_by_phase"), and this step's "sent",
+    where the peak fell ("peak_in", "peak_at", "peak_by_phase"), the bytes live at the end of
+    the forward by the phase that made them ("forward_end_by_phase"), and this step's "sent",
     "messages_sent" and "ledger". With `profile` (real tensors, one rank per process) the rank
     also runs under torch's profiler, and "profiler_peak" is its allocator's step peak.
     """
@@ -183,6 +184,7 @@ def measure_step(rank: int, world_size: int, run: ScaleRun, shapes_only: bool = 
         tracker.reset_peak("forward")
         with record_function("step"):  # the step's range, for the profiler
             loss = wrapper(x, y)[1]
+            forward_end_by_phase = tracker.live_by_phase()  # the activations the backward needs
             tracker.phase = "backward"
             loss.backward()
             tracker.phase = "optimizer"
@@ -206,7 +208,8 @@ def measure_step(rank: int, world_size: int, run: ScaleRun, shapes_only: bool = 
             "by_kind": {kind: sum(nbytes for name, nbytes in held.items()
                                   if name.startswith(kind)) for kind in KINDS},
             "peak": tracker.peak, "peak_in": tracker.peak_in, "peak_at": tracker.peak_at,
-            "peak_by_phase": tracker.peak_by_phase, "setup_peak": setup_peak,
+            "peak_by_phase": tracker.peak_by_phase, "forward_end_by_phase": forward_end_by_phase,
+            "setup_peak": setup_peak,
             "setup_peak_at": setup_peak_at, "profiler_peak": profiler_peak,
             "averaged_gradient": averaged_gradient,
             "padding": padding_elements(optimizer, rank),

@@ -28,18 +28,22 @@ view of it: MiniGPT's loss reshapes the batch's targets, so their storage is fol
 forward on, as made there. Not counted: a storage no operation under the tracker returns (the
 batch's token ids), what a kernel allocates inside itself and frees before it returns, Python
 objects, a backend's own buffers, and work on other threads (lesson 77's bucketed DDP reduces
-its buckets on a thread of its own, whose ring buffers of 2/N of a bucket each are not seen).
+its buckets on a thread of its own, whose two ring buffers of 1/N of a bucket each are not
+seen; they are freed before the optimizer runs, where DDP's step peaks).
 """
 
 from __future__ import annotations
 
 import sys
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
+from unittest import mock
 
 import torch
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 SCALAR_READ = torch.ops.aten._local_scalar_dense.default  # what .item() and .tolist() run
 PACKAGE = str(Path(__file__).resolve().parents[1])  # lesson_code/
@@ -49,7 +53,8 @@ HERE = str(Path(__file__).resolve().parent)  # scale_lab/: the instrument, not w
 class StorageTracker(TorchDispatchMode):
     """Follows the storage of every tensor the operations under it return, a view's too: the
     bytes live now, and the peak, taken whenever an operation creates a storage (a storage
-    resized outside an operation, as ZeRO-3 refills a unit, counts from the next one). At each
+    resized outside an operation, as ZeRO-3 refills a unit, counts from the next one, unless
+    `peaks_on_resize` runs). At each
     new peak it records the caller's `phase` (`peak_in`), the course's functions running
     (`peak_at`) and the bytes live by the phase that created them (`peak_by_phase`).
     """
@@ -69,11 +74,15 @@ class StorageTracker(TorchDispatchMode):
             return _zero_of(args[0].dtype)
         out = func(*args, **(kwargs or {}))
         if any([self.follow(t) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]):
-            by_phase = self.live_by_phase()
-            if sum(by_phase.values()) > self.peak:
-                self.peak, self.peak_by_phase = sum(by_phase.values()), by_phase
-                self.peak_in, self.peak_at = self.phase, course_callers()
+            self.take_peak()
         return out
+
+    def take_peak(self) -> None:
+        """Make the bytes live now the peak, if they are the most so far."""
+        by_phase = self.live_by_phase()
+        if sum(by_phase.values()) > self.peak:
+            self.peak, self.peak_by_phase = sum(by_phase.values()), by_phase
+            self.peak_in, self.peak_at = self.phase, course_callers()
 
     def follow(self, tensor: torch.Tensor) -> bool:
         """Follow `tensor`'s storage from now on; True if it was not followed yet."""
@@ -113,6 +122,27 @@ class StorageTracker(TorchDispatchMode):
         self.peak = sum(self.peak_by_phase.values())
         self.peak_in, self.peak_at = self.phase, ""
         return self.peak
+
+
+@contextmanager
+def peaks_on_resize() -> Iterator[dict[str, int]]:
+    """Meanwhile, every StorageTracker running on this thread also takes its peak right after
+    each `torch.UntypedStorage.resize_`, as torch's MemTracker follows resize_ (lesson 78b's
+    exercise 5): a storage grown outside an operation counts at once, not from the next
+    operation that creates a storage. Yields {"resizes": how many resize_ calls it saw}."""
+    original = torch.UntypedStorage.resize_
+    seen = {"resizes": 0}
+
+    def resize_(storage, size):
+        result = original(storage, size)
+        seen["resizes"] += 1
+        for mode in _get_current_dispatch_mode_stack():
+            if isinstance(mode, StorageTracker):
+                mode.take_peak()
+        return result
+
+    with mock.patch.object(torch.UntypedStorage, "resize_", resize_):
+        yield seen
 
 
 def course_callers() -> str:

@@ -52,14 +52,19 @@ def test_simulated_peaks_differ_only_by_layer_norms_statistics(check):
 
 
 def test_torchs_profiler_puts_the_real_peaks_where_the_tracker_does(check):
-    """A second instrument: torch's profiler, on every real rank, sees every allocation of
-    torch's allocator (other threads' and kernels' own included). Its peak of the step lies
-    within 10 % of the tracker's: on the CPU within a few hundred bytes in a million, and a
-    GPU's caching allocator rounds each block up to 512 bytes."""
+    """A second instrument: torch's profiler, on every real rank, records what torch's
+    allocator allocates on the rank's thread. Its step peak lies within one bf16 gradient
+    shard (2 Psi / N bytes) of the tracker's, so a shard of the state missed by either side
+    would show. They are not equal: the tracker counts the batch's int64 targets from the
+    loss's reshape on, which the profiler never sees allocated (the batch is made before it
+    starts); the profiler sees allocations no operation returns, and on some ZeRO-3 ranks a
+    few kilobytes more at its peak."""
     assert check.profiler_peak.notna().all() and (check.profiler_peak > 0).all()
-    relative = (check.profiler_peak - check.real_peak).abs() / check.real_peak
-    assert (relative < 0.1).all(), check[["real_peak", "profiler_peak"]]
+    shard = 2 * scale_lab.CHECK_RUN.parameters // 4
+    difference = check.profiler_peak - check.real_peak
+    assert (difference.abs() < shard).all(), check[["real_peak", "profiler_peak"]]
     summary = scale_lab.check_summary(check)
+    relative = difference.abs() / check.real_peak
     assert summary["profiler's peak, largest relative difference"].max() == relative.max()
 
 

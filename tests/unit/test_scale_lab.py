@@ -77,6 +77,18 @@ def test_a_stage_one_optimizer_that_keeps_the_full_state_is_caught():
     assert list(zip(caught.N, caught.strategy)) == [(4, "ZeRO-1")]  # N = 1: the same bytes
     row = caught.iloc[0]
     assert row.optimizer == 12 * TINY_PARAMETERS and row.counted - row.expected == 9 * TINY_PARAMETERS
+    # The one-line detector the page names: a state tensor's storage is its own size.
+    from lesson_code.models import MiniGPT
+    from lesson_code.runtime import simulated
+
+    def own_size(tensor):
+        return tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+
+    with simulated.fake_rank(4, 3), torch.device("meta"):
+        for optimizer_class, expected in ((ZeroOptimizer, True), (faults.SlicedStateZero, False)):
+            optimizer = optimizer_class(MiniGPT(TINY.gpt), 4, 3, lr=1e-3)
+            state = (optimizer.master, optimizer.exp_avg, optimizer.exp_avg_sq)
+            assert [own_size(tensor) for tensor in state] == [expected] * 3, optimizer_class
 
 
 def test_the_tracker_says_in_which_phase_and_where_its_peak_fell():
@@ -120,6 +132,90 @@ def test_the_tracker_follows_a_storage_made_before_it_once_an_operation_returns_
         assert tracker.live_bytes() == 2 * 16 * 8  # the targets' storage, not the tokens'
     assert flat._base is targets  # a view: no storage of its own
     assert tracker.peak_by_phase == {"forward": 256} and tokens.nbytes == 256
+
+
+def test_a_storage_resized_outside_an_operation_counts_at_once_only_under_peaks_on_resize():
+    """Without the patch, a storage grown and shrunk again with no operation in between never
+    reaches the peak; under `peaks_on_resize` it does, and ZeRO-3's peaks stay as they were,
+    since its all-gather's output follows each refill at once."""
+    from lesson_code.scale_lab.storages import StorageTracker, peaks_on_resize
+
+    def grow_and_shrink():
+        with StorageTracker() as tracker:
+            unit = torch.empty(0, dtype=torch.uint8, device="meta")
+            unit.untyped_storage().resize_(1000)
+            unit.untyped_storage().resize_(0)
+        return tracker.peak
+
+    assert grow_and_shrink() == 0
+    with peaks_on_resize() as seen:
+        assert grow_and_shrink() == 1000
+    assert seen == {"resizes": 2}
+    run = replace(TINY, strategy="ZeRO-3")
+    plain = scale_lab.simulate(run, 4, [3])[0]
+    with peaks_on_resize() as seen:
+        patched = scale_lab.simulate(run, 4, [3])[0]
+    assert seen["resizes"] > 0
+    assert (patched["peak"], patched["setup_peak"]) == (plain["peak"], plain["setup_peak"])
+
+
+def test_the_end_of_the_forward_holds_what_the_backward_frees_at_its_peak():
+    """`forward_end_by_phase` is read when the forward returns: every activation the backward
+    will need is live then, so a peak inside the backward finds no more of the forward's bytes;
+    at DDP's and ZeRO-1's peaks, in the optimizer, none is left but the loss targets and the
+    loss itself (one bf16 scalar, deleted after the step)."""
+    for strategy in scale_lab.STRATEGIES:
+        row = scale_lab.simulate(replace(TINY, strategy=strategy), 4, [3])[0]
+        at_end = row["forward_end_by_phase"]["forward"]
+        assert at_end >= row["peak_by_phase"].get("forward", 0), strategy
+        targets = 8 * TINY.sequences_per_rank * TINY.gpt.context  # int64, a view from the loss
+        assert at_end > 10 * targets  # the activations
+        if row["peak_in"] == "optimizer":
+            assert row["peak_by_phase"]["forward"] == targets + 2
+
+
+def test_the_profiler_as_the_course_runs_it_sees_only_its_own_threads_allocations():
+    """Like the storage tracker, `AllocationTrace` (torch's profiler with profile_memory=True)
+    records allocations made on the thread that started it, not on another Python thread,
+    as DDP's ring thread is: the page says both instruments share that blind spot."""
+    import threading
+
+    from lesson_code.harness.allocations import AllocationTrace
+    kept = []
+    with AllocationTrace("cpu") as trace:
+        kept.append(torch.empty(3_000_000, dtype=torch.uint8))
+        other = threading.Thread(target=lambda: kept.append(torch.empty(10_000_000,
+                                                                         dtype=torch.uint8)))
+        other.start()
+        other.join()
+    sizes = [block.nbytes for block in trace.allocations]
+    assert 3_000_000 in sizes and 10_000_000 not in sizes
+    assert [tensor.numel() for tensor in kept] == [3_000_000, 10_000_000]
+
+
+@pytest.mark.skipif(torch.backends.cuda.is_built(), reason="what a CPU-only build of torch does")
+def test_fake_cuda_tensors_on_a_cpu_only_build_multiply_but_do_not_train():
+    """Under FakeTensorMode a CPU-only build makes and multiplies `cuda` tensors, refuses to
+    build an nn.Linear on `cuda` (its random initialization), and aborts the interpreter on an
+    operation on a `cuda` tensor that requires a gradient, as the page says."""
+    import subprocess
+    import sys
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        weight = torch.empty(64, 64, device="cuda")
+        assert (weight @ weight).device.type == "cuda"
+        with pytest.raises(RuntimeError, match="not linked with support for cuda"):
+            torch.nn.Linear(64, 64, device="cuda")
+    script = ("import torch\n"
+              "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+              "with FakeTensorMode():\n"
+              "    w = torch.empty(8, 8, device='cuda', requires_grad=True)\n"
+              "    (w @ w).sum()\n"
+              "print('ran')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0 and "ran" not in done.stdout
+    assert "not linked with support for cuda" in done.stderr
 
 
 def test_fsdp2_shards_a_meta_model_in_the_fake_group_but_will_not_run_it_there():
