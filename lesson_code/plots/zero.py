@@ -210,6 +210,7 @@ STAGES_LABELS = {
     "peak, stored": "بیشینه، جدول ذخیره‌شده", "model's peak": "بیشینهٔ مدل حافظه",
     "MB on one rank": "مگابایت روی یک رتبه", "backward's peak (MB)": "بیشینهٔ گذر برگشت (مگابایت)",
     "bucket MB": "اندازهٔ باکت (مگابایت)", "held between steps (MB)": "نگه‌داشته میان گام‌ها (مگابایت)",
+    "bucket cap (MB)": "سقف باکت (مگابایت)", "largest bucket (MB)": "بزرگ‌ترین باکت (مگابایت)",
     "added by the peak (MB)": "افزوده تا بیشینه (مگابایت)",
     "block and bucket, share of the peak": "سهم یک بلوک و باکتش از بیشینه",
     "ZeRO-3 (ours)": "ZeRO-3 (کد ما)", "FSDP2 stage in a pipeline": "مرحلهٔ FSDP2 در پایپلاین",
