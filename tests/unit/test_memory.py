@@ -183,3 +183,30 @@ def test_the_default_foreach_adam_s_step_copy_of_the_second_moment_can_flip_the_
 def test_choose_stage_refuses_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
         memory.choose_stage(7e9, 8, 80e9, **kwargs)
+
+
+def test_eight_checkpointed_sequences_leave_every_7b_choice_of_lesson_78_unchanged():
+    """Lesson 78's network model puts eight 4,096-token sequences in a micro-batch of the 7B
+    model: their checkpointed activations (8.6 GB) must not move any 7B verdict of its memory
+    table, on either GPU or rank count, with either Adam's step copy."""
+    mib = 2 ** 20
+    capacities = [81_559 * mib, 143_771 * mib, 183_359 * mib]  # H100, H200, B200, as drivers report
+    one_layer_input = 4096 * 4096 * 2  # bf16, the only activation a checkpointed layer keeps
+    for step_temp in (0, 4):  # Adam(fused=True), Adam(foreach=True)
+        for n in (8, 64):
+            for capacity in capacities:
+                verdicts = {memory.choose_stage(
+                    7e9, n, capacity, headroom=0.1, unit_params=202e6, reduce_bytes=4,
+                    step_temp_bytes=step_temp, activation_bytes=sequences * 32 * one_layer_input)
+                    for sequences in (1, 8)}
+                assert len(verdicts) == 1, (step_temp, n, capacity, verdicts)
+
+
+def test_lesson_78_network_model_splits_each_stage_s_traffic_into_whole_ring_passes():
+    """The network table of lesson 78 counts ring passes (reduce-scatter, all-gather) per stage;
+    together they must give memory.traffic_per_step for bf16 elements."""
+    psi, n = 7e9, 8
+    ring_pass = 2 * psi * (n - 1) / n  # bytes a rank sends in one pass over bf16 elements
+    passes = {"DDP": 2, "ZeRO-1": 2, "ZeRO-2": 2, "ZeRO-3": 3}
+    for stage, count in passes.items():
+        assert memory.traffic_per_step(stage, psi, n, dtype_bytes=2) == pytest.approx(count * ring_pass)
