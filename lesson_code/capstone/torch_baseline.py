@@ -34,7 +34,8 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> dict:
 
     With `config.max_grad_norm` the gradients are clipped to that global norm before each step
     (`torch.nn.utils.clip_grad_norm_`). Collective: call on every rank. Returns {"losses": the global mean loss of every step,
-    "params": the final parameters, flat}. The checkpoint is the folder
+    "params": the final parameters, flat, "moment_bytes": the bytes of Adam's two moments on this
+    rank}. The checkpoint is the folder
     `out_dir/dcp-step-N`: the model through DCP, and `optimizer.pt`, written by rank 0.
     """
     import torch.distributed.checkpoint as dcp
@@ -65,7 +66,10 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
     losses = train(step_loss, optimizer, range(config.steps), after_step=after_step,
                    before_step=None if config.max_grad_norm is None else clip)
-    return {"losses": losses, "params": flat_parameters(model.module)}
+    moments = [t for state in optimizer.optim.state.values()  # this rank's Adam: its parameters only
+               for key, t in state.items() if key in ("exp_avg", "exp_avg_sq")]
+    return {"losses": losses, "params": flat_parameters(model.module),
+            "moment_bytes": sum(t.untyped_storage().nbytes() for t in moments)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -239,6 +239,7 @@ def test_the_default_run_matches_one_process_with_torch_adam(clean_run, tmp_path
                               batch_per_rank=config.world_size * config.batch_per_rank)
     twin = in_one_rank(torch_baseline.run_rank, 0, 1, one)
     assert len(twin["losses"]) == config.steps
+    assert twin["moment_bytes"] == 8 * results[0]["numel"]  # one rank holds both moments whole
     assert max(abs(a - b) for a, b in zip(losses(results), twin["losses"])) < 1e-5
     torch.manual_seed(config.seed)
     start = flat_parameters(MiniGPT(config.gpt))
