@@ -18,11 +18,7 @@ the notebook: files a lesson writes never land in the repository).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
-import io
-import tempfile
-import zlib
 from pathlib import Path
 
 import torch
@@ -512,39 +508,3 @@ def folder_changes(states: list[list[str]]) -> list[str]:
         lines.append("; ".join([f"+ {path}" for path in sorted({name(p) for p in added})]
                                + [f"− {path}" for path in sorted({name(p) for p in removed})]))
     return lines
-
-
-def save_costs(megabytes: int = 64, folder: Path | str | None = None) -> list[dict]:
-    """Time each stage of saving a float32 tensor of `megabytes` MB, as `files.write_file` does
-    it, in this process; one row per stage with its seconds and its rate in GB/s.
-
-    The stages: a copy of the tensor in memory (what a snapshot for a background save costs; a
-    GPU's copy to the host adds the bus), `torch.save` into memory (a second copy of the data,
-    now as bytes; `getvalue()` then hands those bytes over without copying them again), sha256
-    over them, zlib's crc32 over them (another checksum, for comparison: the save does not use
-    it), and the atomic write (temporary file, fsync, rename, fsync of the folder) into `folder`
-    (a temporary folder by default). The times are this machine's, taken once each: noisy, and
-    the disk's depends on what else writes to it.
-    """
-    numel = megabytes * 10**6 // 4
-    tensor = torch.randn(numel, generator=torch.Generator().manual_seed(0))
-    rows = []
-
-    def timed(stage: str, action):
-        start = clock()
-        result = action()
-        rows.append({"stage": stage, "seconds": clock() - start})
-        return result
-
-    timed("copy in memory", lambda: tensor.clone())
-    buffer = io.BytesIO()
-    timed("torch.save into memory", lambda: torch.save({"x": tensor}, buffer))
-    payload = buffer.getvalue()
-    timed("sha256", lambda: hashlib.sha256(payload).hexdigest())
-    timed("crc32 (zlib), for comparison", lambda: zlib.crc32(payload))
-    with tempfile.TemporaryDirectory(dir=folder) as where:
-        timed("write, fsync, rename, fsync", lambda: DISK.write_atomically(Path(where) / "x.pt",
-                                                                             payload))
-    for row in rows:
-        row["GB/s"] = len(payload) / row["seconds"] / 1e9
-    return rows
