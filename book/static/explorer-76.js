@@ -47,7 +47,7 @@
     const fold = extra ? 2 : 0;
     return { recursive_doubling: rounds + fold, halving_doubling: 2 * rounds + fold,
              all_reduce: 2 * (n - 1), naive_all_reduce: 2 * (n - 1), direct_all_reduce: 2 * (n - 1),
-             shared_memory_all_reduce: n > 1 ? 2 : 0 }[model];
+             shared_memory_all_reduce: 4 * (n - 1) }[model];
   };
   const bytesPerRank = (model, nbytes, n) => {
     const [power, extra] = split(n);

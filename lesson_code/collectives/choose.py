@@ -434,12 +434,16 @@ def time_algorithms(world_size: int, sizes=CALIBRATION_SIZES, trials: int = 3,
     return rows
 
 
-def calibrate(world_size: int, group=None) -> AlgorithmCosts:
-    """Measure every algorithm here, briefly, and fit. Collective: call on every rank.
+def calibrate(world_size: int, group=None, sizes=CALIBRATION_SIZES) -> AlgorithmCosts:
+    """Measure every all-reduce algorithm on these ranks at `sizes` (bytes), briefly, and fit:
+    the costs to pass as `all_reduce(..., costs=)`. Collective: call on every rank.
 
-    The times are each the slowest rank's, so every rank fits the same constants.
+    Unlike `make bench`, which starts its ranks on one machine, this times the group it is
+    called on, wherever its ranks run: across machines the shared-memory row times the direct
+    all-reduce it falls back to, which is what would run. The times are each the slowest
+    rank's, so every rank fits the same constants and chooses alike.
     """
-    return AlgorithmCosts.from_times(time_algorithms(world_size, group=group),
+    return AlgorithmCosts.from_times(time_algorithms(world_size, sizes, group=group),
                                      source=f"calibrated on {world_size} ranks")
 
 

@@ -88,7 +88,8 @@ def message_count(algorithm: str, world_size: int) -> int:
         "direct_all_reduce": 2 * steps,
         "naive_reduce_scatter": 2 * steps,
         "naive_all_gather": 2 * steps,
-        "shared_memory_all_reduce": 2 if world_size > 1 else 0,
+        # its two barriers, each a one-element naive all-reduce through rank 0
+        "shared_memory_all_reduce": 2 * 2 * steps,
     }[algorithm]
 
 

@@ -68,3 +68,15 @@ def receive_before_sending(rank: int, world_size: int) -> None:
     message = torch.ones(4)
     dist.recv(message, src=(rank - 1) % world_size)
     dist.send(message, dst=(rank + 1) % world_size)
+
+
+def calibrated_choice(rank: int, world_size: int) -> dict:
+    """`choose.calibrate` on these ranks at two small sizes, then "auto" by its costs: the
+    constants and decisions this rank fitted, and whether its sum is right."""
+    costs = choose.calibrate(world_size, sizes=(2 ** 10, 2 ** 14))
+    tensor = torch.full((NUMEL,), float(rank + 1))
+    choose.all_reduce(tensor, "sum", costs=costs)
+    decided = costs.decisions(world_size)
+    return {"fits": {name: (fit.alpha, fit.beta) for name, fit in costs.fits.items()},
+            "decisions": (decided.starts, decided.algorithms), "source": costs.source,
+            "right": bool((tensor == world_size * (world_size + 1) / 2).all())}

@@ -13,8 +13,8 @@ import pytest
 from lesson_code import launch
 from lesson_code.collectives import choose
 
-from own_tables import (NUMEL, collectives_with_own_tables, receive_before_sending,
-                        two_algorithms, write_ring_fastest)
+from own_tables import (NUMEL, calibrated_choice, collectives_with_own_tables,
+                        receive_before_sending, two_algorithms, write_ring_fastest)
 
 pytestmark = pytest.mark.dist
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
@@ -82,3 +82,13 @@ def test_a_ring_of_receives_before_sends_is_named_as_every_rank_waiting_in_dist_
     assert where[0][0].startswith("recv (torch/distributed/")  # what the rank is blocked in
     assert where[0][1].startswith("receive_before_sending (own_tables.py:")
     assert "Every rank waits in a blocking dist.recv" in str(caught.value)
+
+
+def test_calibrating_on_the_ranks_fits_the_same_costs_on_every_rank():
+    # What a multi-node job does instead of `make bench`, which measures one machine's ranks.
+    results = launch.spawn(calibrated_choice, world_size=2, timeout_s=120)
+    assert all(rank["right"] for rank in results)
+    assert set(results[0]["fits"]) == set(choose.ALL_REDUCE)
+    assert results[0]["source"] == "calibrated on 2 ranks"
+    assert all((rank["fits"], rank["decisions"]) == (results[0]["fits"], results[0]["decisions"])
+               for rank in results)

@@ -177,3 +177,16 @@ def test_a_store_that_fails_half_way_leaves_the_old_table_whole(tmp_path):
         choose.store_times(rows, "the new table", path)
     assert path.read_bytes() == before
     assert sorted(tmp_path.iterdir()) == [path]  # no new file left beside it
+
+
+def test_shared_memory_is_charged_its_barriers_which_grow_with_the_ranks():
+    # Each of its two barriers is a one-element naive all-reduce through rank 0
+    # (`shared_memory._barrier`): 2(N - 1) messages in a row each, not one step whatever N.
+    for n in (2, 3, 4, 8, 16):
+        assert cost_model.message_count("shared_memory_all_reduce", n) == \
+            2 * cost_model.message_count("naive_all_reduce", n)
+    # Extrapolated from the book's 4 ranks, those barriers cost 16 ranks more than a naive
+    # all-reduce of a small tensor, so shared memory no longer wins from 0 bytes.
+    book = choose.stored_costs(choose.STORED)
+    assert book.decisions(4).algorithms == ("naive", "shared_memory")
+    assert book.decisions(16).algorithms[0] == "naive"
