@@ -111,9 +111,11 @@ def make_input(rank: int, length: int, dtype_name: str, seed: int = 0) -> torch.
 def summation_bound(tensor: torch.Tensor, world_size: int) -> torch.Tensor:
     """Elementwise bound on |ring sum - built-in sum| for `tensor` this rank holds.
 
-    Collective: call on every rank. Two summation orders of N terms each differ from the exact sum
-    by at most (N - 1) u sum|x_i| (Higham, Accuracy and Stability of Numerical Algorithms, 4.2),
-    with u = eps / 2 the unit roundoff, so from each other by at most (N - 1) eps sum|x_i|.
+    Collective: call on every rank. N terms added one after another, in any order, differ from
+    the exact sum by at most (N - 1) u sum|x_i|, with u = eps / 2 the unit roundoff (Rump, BIT 52,
+    2012; Jeannerod and Rump, SIAM J. Matrix Anal. Appl. 34, 2013; Higham's classic bound,
+    gamma_{N-1} = (N - 1) u / (1 - (N - 1) u), is slightly larger), so two orders differ from
+    each other by at most (N - 1) eps sum|x_i|.
     Zero for integer tensors, whose sums are exact.
     """
     if not tensor.is_floating_point():
