@@ -100,10 +100,14 @@ def split_micro_batches(batch: torch.Tensor, micro_batches: int) -> tuple[torch.
 
 
 def schedule_order(schedule: str, stage: int, num_stages: int,
-                   micro_batches: int) -> list[tuple[str, int]]:
+                   micro_batches: int, extra_warmup: int = 0) -> list[tuple[str, int]]:
     """Stage `stage`'s sequence of ("F", i) and ("B", i) under `schedule`, for m micro-batches.
 
-    Raises ValueError for an unknown schedule, a count below 1 or a stage outside 0..P-1.
+    Under 1F1B stage s runs P - s - 1 forwards before its first backward; every stage but the
+    last runs `extra_warmup` more, and holds as many more micro-batches: with one more, a
+    message between stages no longer delays the steady state (lesson 79's cluster model).
+    Raises ValueError for an unknown schedule, a count below 1, a negative `extra_warmup` or a
+    stage outside 0..P-1.
     """
     require_choice("schedule", schedule, SCHEDULES)
     require_positive_int("num_stages", num_stages, "the number of pipeline stages, such as 4")
@@ -111,9 +115,11 @@ def schedule_order(schedule: str, stage: int, num_stages: int,
     if not 0 <= stage < num_stages:
         raise ValueError(f"stage {stage!r} is not one of the {num_stages} stages: "
                          f"pass 0 to {num_stages - 1}")
+    if not isinstance(extra_warmup, int) or isinstance(extra_warmup, bool) or extra_warmup < 0:
+        raise ValueError(f"extra_warmup={extra_warmup!r}: pass a count of 0 or more")
     if schedule == "gpipe":
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-    warmup = min(num_stages - stage - 1, m)
+    warmup = min(num_stages - stage - 1 + (extra_warmup if stage < num_stages - 1 else 0), m)
     steps = [("F", i) for i in range(warmup)]
     for i in range(m - warmup):
         steps += [("F", warmup + i), ("B", i)]
@@ -333,22 +339,28 @@ def unequal_stage_bubble(num_stages: int, micro_batches: int, floor: float) -> f
 
 
 def ideal_timeline(schedule: str, num_stages: int, micro_batches: int,
-                   forward: float | list[float] = 1.0, backward: float | list[float] = 2.0
+                   forward: float | list[float] = 1.0, backward: float | list[float] = 2.0,
+                   message: float = 0.0, extra_warmup: int = 0
                    ) -> list[tuple[int, int, str, float, float]]:
-    """The step `schedule` gives with free messages: events (stage, micro-batch, "F" or "B",
-    start, end), like those a real step measures.
+    """The step `schedule` gives when each message between stages takes `message` (0: free
+    messages): events (stage, micro-batch, "F" or "B", start, end), like those a real step
+    measures.
 
-    Each stage runs its `schedule_order` one item at a time, each as soon as the stage is free
-    and its input exists: forward i on stage s after forward i on s - 1, backward i after
-    backward i on s + 1 (on the last stage, after its own forward i). Every forward takes
+    Each stage runs its `schedule_order` (with `extra_warmup`) one item at a time, each as soon
+    as the stage is free and its input has arrived: forward i on stage s `message` after forward
+    i on s - 1 ends, backward i `message` after backward i on s + 1 ends (on the last stage, at
+    once after its own forward i). A stage waits for nothing else, as if it posted its receives
+    ahead and never waited for a send. Every forward takes
     `forward`, every backward `backward` (about twice a forward in practice), or, given lists,
     each stage its own. On equal stages its `bubble_fraction` is (P - 1) / (m + P - 1) under
     both schedules; lesson 79's explorer draws this same timeline in the browser
     (book/static/explorer-79.js, tested against this). Raises ValueError for a list whose
     length is not the number of stages.
     """
-    orders = [schedule_order(schedule, stage, num_stages, micro_batches)
+    orders = [schedule_order(schedule, stage, num_stages, micro_batches, extra_warmup)
               for stage in range(num_stages)]
+    if not isinstance(message, (int, float)) or not message >= 0:
+        raise ValueError(f"message={message!r}: pass a time of 0 or more")
     times = {kind: list(given) if isinstance(given, (list, tuple)) else [given] * num_stages
              for kind, given in (("F", forward), ("B", backward))}
     if any(len(per_stage) != num_stages for per_stage in times.values()):
@@ -366,7 +378,7 @@ def ideal_timeline(schedule: str, num_stages: int, micro_batches: int,
                 if kind == "F" and stage == 0:
                     ready = 0.0
                 elif needs in done:
-                    ready = done[needs]
+                    ready = done[needs] + (message if needs[0] != stage else 0.0)
                 else:
                     break  # its input is not computed yet: another stage goes first
                 start = max(free[stage], ready)

@@ -33,8 +33,9 @@ from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import RunConfig
 from lesson_code.harness.timing import PhaseClock
 from lesson_code.models import GPTConfig, as_layers, build_model, loss_function
-from lesson_code.pipeline import (SCHEDULES, PipelineStage, bubble_fraction, imbalance_floor,
-                                  partition_layers, schedule_order, split_micro_batches)
+from lesson_code.pipeline import (SCHEDULES, PipelineStage, bubble_fraction, ideal_timeline,
+                                  imbalance_floor, partition_layers, schedule_order,
+                                  split_micro_batches)
 from lesson_code.harness.validate import require_choice, require_positive_int
 
 
@@ -579,6 +580,22 @@ GAPS = {"en": ("1F1B idles less than the GPipe model on ideal stages of 1, 2, 2 
         "fa": ("کاهش حباب 1F1B نسبت به مدل GPipe روی مرحله‌های آرمانی با ۱، ۲، ۲ و ۱ بلوک: ",
                "m = {m}: {gap:.3f}", "؛ ")}
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
+
+
+def message_delay(schedule: str, num_stages: int, micro_batches: int, forward: float,
+                  backward: float, message: float, extra_warmup: int = 0) -> float:
+    """How much longer `pipeline.ideal_timeline`'s step gets when every message between stages
+    takes `message` instead of nothing (same units as `forward` and `backward`).
+
+    GPipe waits for messages only while the pipeline fills and drains, 2 (P - 1) of them;
+    1F1B's last two stages wait on each other in the steady state, so it loses more, unless
+    `extra_warmup` gives them slack. The model of lesson 79's cluster section.
+    """
+    def span(delay: float) -> float:
+        events = ideal_timeline(schedule, num_stages, micro_batches, forward, backward,
+                                delay, extra_warmup)
+        return max(event[4] for event in events) - min(event[3] for event in events)
+    return span(message) - span(0.0)
 
 
 def gaps_line(gaps: dict[int, float], lang: str = "en") -> str:

@@ -96,6 +96,13 @@ TABLE_WORDS = {"fa": {
         "GPipe با بازمحاسبه، ورودی‌ها و خروجی‌ها نگه‌داشته، m = ۳۲",
     "the same, outputs freed after sending (Megatron-LM)": "همان، با آزاد کردن خروجی‌ها پس از ارسال (Megatron-LM)",
     "left out: the last stage's bf16 logits, one sequence": "کنارگذاشته‌شده: لوجیت‌های bf16 مرحلهٔ آخر، یک دنباله",
+    "ms, whole message": "میلی‌ثانیه، پیام کامل", "ms, 1/8 per rank": "میلی‌ثانیه، ۱/۸ برای هر رتبه",
+    "micro-batches held on stage 0": "میکرودسته‌های نگه‌داشته روی مرحلهٔ ۰",
+    "1F1B, one more warm-up forward": "1F1B، با یک گذر رفتِ اضافه در گرم‌کردن",
+    "GPipe re-materialized, outputs freed, tensor and sequence parallel over 8":
+        "GPipe با بازمحاسبه، خروجی‌ها آزادشده، با موازی‌سازی تنسوری و دنباله روی ۸",
+    "one micro-batch, attention matrix stored, 96 heads": "یک میکرودسته، با ذخیرهٔ ماتریس توجه، ۹۶ سر",
+    "1F1B model at the measured busy times": "مدل 1F1B با زمان‌های مشغولیِ اندازه‌گیری‌شده",
 }}
 
 

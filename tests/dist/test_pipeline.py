@@ -12,8 +12,8 @@ import torch
 from lesson_code import launch, pipeline_exercises, pipeline_lab
 from lesson_code.models import MLP, as_layers, build_model
 from lesson_code.pipeline import (HEADER_LENGTH, PipelineStage, bubble_fraction, ideal_timeline,
-                                  imbalance_floor, partition_layers, schedule_order, split_micro_batches,
-                                  theoretical_bubble, unequal_stage_bubble)
+                                  imbalance_floor, partition_layers, peak_in_flight, schedule_order,
+                                  split_micro_batches, theoretical_bubble, unequal_stage_bubble)
 from lesson_code.pipeline_lab import PipeRun, reference_step
 from lesson_code.harness.reference import in_one_rank
 
@@ -194,6 +194,27 @@ def test_schedule_orders():
         schedule_order("gpipe", 4, 4, 2)
     with pytest.raises(ValueError, match="micro_batches must be a positive int, got 0"):
         schedule_order("gpipe", 0, 4, 0)
+
+
+def test_1f1b_steady_state_waits_for_messages_unless_one_more_forward_is_in_flight():
+    # A message time d on every edge between stages: GPipe waits only in the fill and the drain,
+    # 2 (P - 1) d; 1F1B's last two stages wait on each other, so every steady-state micro-batch
+    # adds about 2 d. One more warm-up forward on every stage but the last removes that wait.
+    p, m, f, b, d = 8, 32, 1.0, 2.0, 0.02
+    assert pipeline_lab.message_delay("gpipe", p, m, f, b, d) == pytest.approx(2 * (p - 1) * d)
+    plain = pipeline_lab.message_delay("1f1b", p, m, f, b, d)
+    assert plain > 2 * (p - 1) * d + (m - p) * d
+    assert pipeline_lab.message_delay("1f1b", p, m, f, b, d, extra_warmup=1) == pytest.approx(
+        2 * (p - 1) * d)
+    assert pipeline_lab.message_delay("1f1b", p, m, f, b, 0.0) == 0.0
+    # the price: one more micro-batch held on every stage but the last
+    held = [peak_in_flight(schedule_order("1f1b", s, p, m, 1)) for s in range(p)]
+    assert held == [p - s + 1 for s in range(p - 1)] + [1]
+    assert schedule_order("gpipe", 0, p, m, 1) == schedule_order("gpipe", 0, p, m)
+    with pytest.raises(ValueError, match="extra_warmup=-1: pass a count of 0 or more"):
+        schedule_order("1f1b", 0, p, m, -1)
+    with pytest.raises(ValueError, match="message=-0.1: pass a time of 0 or more"):
+        ideal_timeline("1f1b", p, m, message=-0.1)
 
 
 def test_partition_balances_parameters_and_rejects_bad_input():
