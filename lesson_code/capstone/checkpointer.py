@@ -39,7 +39,8 @@ class Checkpointer:
     Collective: `maybe_save` and `rollback` are called on every rank of the optimizer's group
     (its communicator's, which may be a sub-group of the run). `optimizer` is a
     `zero.ZeroOptimizer`: its rank and world size are the checkpoint's. `verify(folder,
-    snapshot)`, if given, is collective too; its verdicts are kept in `verified` by step.
+    snapshot)`, if given, is collective too; its verdicts are kept in `verified` by step, the
+    snapshot (`state_copy`, taken right after the save) is not: a run keeps no copy per save.
     """
 
     def __init__(self, root: Path | str, model, optimizer, *, save_after: set[int],
@@ -47,7 +48,6 @@ class Checkpointer:
         self.root, self.model, self.optimizer = Path(root), model, optimizer
         self.rank = optimizer.rank
         self.save_after, self.keep_last, self.verify = save_after, keep_last, verify
-        self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
         self.folders: dict[int, Path] = {}  # the checkpoints saved and not pruned, by step
         self.verified: dict[int, bool] = {}
         self.skipped: list[str] = []
@@ -67,10 +67,10 @@ class Checkpointer:
         if run_state is not None:
             extra["run"] = run_state
         folder = save_zero(self.root, self.model, self.optimizer, step=step, extra=extra, disk=disk)
-        self.snapshots[step] = state_copy(self.model, self.optimizer)
         self.folders[step] = folder
-        if self.verify is not None:  # now, before pruning may delete an older one
-            self.verified[step] = self.verify(folder, self.snapshots[step])
+        if self.verify is not None:  # now, before pruning may delete an older one; the copy to
+            # compare with (a float64 one of every parameter among it) is dropped once compared
+            self.verified[step] = self.verify(folder, state_copy(self.model, self.optimizer))
         deleted: list = [[]]
         if self.rank == 0:  # housekeeping: a failure is logged, the run goes on on every rank
             try:
