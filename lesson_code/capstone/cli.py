@@ -114,34 +114,34 @@ WORDS = {
         "norms": "نُرم پارامترها در همهٔ رتبه‌ها و همهٔ گام‌ها یکسان است: {same}",
         "metrics": "معیارها: {metrics}؛ منحنی زیان: {plot}",
         "check_1": "وارسی نخستِ ادامهٔ آموزش: چکپوینت‌های {steps}، بارگذاری‌شده در اشیای تازه، "
-                   "بایت‌به‌بایت با رونوشت‌هایی برابرند که هنگام ذخیره از حافظه برداشته شد، "
+                   "بایت‌به‌بایت با رونوشت‌هایی برابرند که هنگام ذخیره از حافظه برداشته شده بودند، "
                    "روی هر {n} رتبه: {same}",
         "check_2": "وارسی دومِ ادامهٔ آموزش: از گام {step} ادامه یافت و تا گام {steps} آموزش دید؛ "
                    "روی هر رتبه بیت‌به‌بیت برابر با اجرای بی‌وقفه:",
         "check_1_continued": "وارسی نخستِ ادامهٔ آموزش: چکپوینت گام {step}، که این اجرا از آن "
                              "ادامه یافت، تنسور به تنسور همان است که اجرایی بی‌وقفه از گام ۰ پس از "
-                             "گام {step} ذخیره کرد، و هر چکپوینت هر دو اجرا بایت‌به‌بایت بازمی‌گردد، "
+                             "گام {step} ذخیره کرد، و هر چکپوینت هر دو اجرا بایت‌به‌بایت بازیابی می‌شود، "
                              "روی هر {n} رتبه: {same}",
         "check_2_continued": "وارسی دومِ ادامهٔ آموزش: از گام {step} تا گام {steps} ادامه یافت؛ "
                              "روی هر رتبه بیت‌به‌بیت برابر با همان اجرای بی‌وقفه:",
         "verified": "RESUME VERIFIED: اجرایی که از چکپوینت گام {step} ادامه یافت، روی هر {n} رتبه "
                     "بیت‌به‌بیت با همین اجرا برابر بود: همان زیان‌ها در گام‌های {first} تا {steps}، "
                     "و پس از گام {steps} همان پارامترها، وضعیت بهینه‌ساز و وضعیت مولد اعداد "
-                    "تصادفی؛ چکپوینت‌های گام‌های {saved} نیز بایت‌به‌بایت بازمی‌گردند",
+                    "تصادفی؛ چکپوینت‌های گام‌های {saved} نیز بایت‌به‌بایت بازیابی می‌شوند",
         "verified_continued": "RESUME VERIFIED: این اجرا، که از چکپوینت گام {step} ادامه یافت، "
                               "روی هر {n} رتبه بیت‌به‌بیت با اجرای بی‌وقفه‌ای از گام ۰ برابر بود: "
                               "همان زیان‌ها در گام‌های ۱ تا {steps}، و پس از گام {steps} همان "
                               "پارامترها، وضعیت بهینه‌ساز و وضعیت مولد اعداد تصادفی؛ چکپوینت گام "
                               "{step} همان را دارد که آن اجرا پس از گام {step} ذخیره کرد، و هر "
-                              "چکپوینت بایت‌به‌بایت بازمی‌گردد",
+                              "چکپوینت بایت‌به‌بایت بازیابی می‌شود",
         "failed": "RESUME FAILED: {what}",
         "not_checked": "وارسی ادامهٔ آموزش اجرا نشد (--no-check): اجرای دومی آموزش ندید و چیزی با "
                        "آن مقایسه نشد؛ چکپوینت‌های گام‌های {saved} روی هر {n} رتبه بایت‌به‌بایت "
-                       "بازمی‌گردند: {same}",
+                       "بازیابی می‌شوند: {same}",
         "unchecked": "RESUME NOT CHECKED (--no-check): اجرا روی {n} رتبه تا گام {steps} آموزش دید و "
                      "اجرایی از آغازی دیگر با آن مقایسه نشد",
         "differ": "بیت‌به‌بیت برابر نبود: {items}",
-        "not_reloaded": "چکپوینتی بایت‌به‌بایت بازنمی‌گردد",
+        "not_reloaded": "چکپوینتی بایت‌به‌بایت بازیابی نمی‌شود",
         "died": "{error}\nچکپوینت‌های {root} سر جایشان هستند: همین فرمان را دوباره اجرا کنید تا "
                 "از تازه‌ترین چکپوینتی که وارسی‌اش درست درآید ادامه دهد",
         "items": {"steps and losses": "گام‌ها و زیان‌ها", "params": "پارامترها",
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         results = resumed if continued else straight  # the run of record; the other checks it
     first = results[0]
     print(said["title"].format(numel=n(first["numel"]), n=n(len(results)),
-                               steps=listed(map(n, sorted(config.save_steps())), lang)))
+                               steps=series(map(n, sorted(config.save_steps())), lang)))
     print(start_line(started, out / "checkpoints", fresh, config.steps, lang))
     records, events = all_records(first), all_events(first)
     print(loss_table(records, lang))
@@ -332,6 +332,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if verified and same_norms else 1
 
 
+def series(items, lang: str) -> str:
+    """Items listed in a sentence of `lang`: "10, 20" in English; in Persian the last joined with
+    «و», «۱۰ و ۲۰» (a، b و c), as Persian prose lists them."""
+    items = list(items)
+    if lang == "en" or len(items) < 2:
+        return listed(items, lang)
+    return f"{listed(items[:-1], lang)} و {items[-1]}"
+
+
 def unchecked_report(config: CapstoneConfig, results: list[dict], started: dict, same_norms: bool,
                      summary: Path, lang: str) -> int:
     """The last paragraph of a run with --no-check: which of its checkpoints reload byte for byte
@@ -340,7 +349,7 @@ def unchecked_report(config: CapstoneConfig, results: list[dict], started: dict,
     said, n = WORDS[lang], lambda value: number(value, lang)
     saved = sorted(results[0]["resume_verified"])
     reloaded = all(all(r["resume_verified"].values()) for r in results)
-    print(fill(said["not_checked"], lang, saved=listed(map(n, saved), lang) if saved else "-",
+    print(fill(said["not_checked"], lang, saved=series(map(n, saved), lang) if saved else "-",
                n=n(len(results)), same=reloaded))
     write_summary(summary, {"started": started, "steps": config.steps, "world_size": len(results),
                             "reloaded": reloaded, "checked": False, "verified": None})
@@ -393,7 +402,7 @@ def resume_report(config: CapstoneConfig, world_size: int, reloaded: bool,
         lines = [fill(said["check_1_continued"], lang, step=n(step), n=n(world_size), same=reloaded),
                  said["check_2_continued"].format(step=n(step), steps=n(config.steps))]
     else:
-        steps = listed((f"step-{n(s)}" if lang == "en" else f"گام {n(s)}"
+        steps = series((f"step-{n(s)}" if lang == "en" else f"گام {n(s)}"
                         for s in (saved or [config.checkpoint_step])), lang)
         lines = [fill(said["check_1"], lang, steps=steps, n=n(world_size), same=reloaded),
                  said["check_2"].format(step=n(step), steps=n(config.steps))]
@@ -417,7 +426,7 @@ def verdict_line(config: CapstoneConfig, world_size: int, reloaded: bool,
     if reloaded and all(compared.values()):
         return said["verified_continued" if continued else "verified"].format(
             step=n(step), n=n(world_size), first=n(step + 1), steps=n(config.steps),
-            saved=listed(map(n, saved or [config.checkpoint_step]), lang))
+            saved=series(map(n, saved or [config.checkpoint_step]), lang))
     what = [] if reloaded else [said["not_reloaded"]]
     differing = [said["items"].get(name, name) for name, same in compared.items() if not same]
     if differing:

@@ -15,7 +15,7 @@ from lesson_code.data import batch_for_step
 from lesson_code.experiment import RunConfig
 from lesson_code.capstone.guard import DivergenceGuard
 from lesson_code.capstone.cli import (parse_arguments, restarts_share_a_store, resume_report,
-                                      unchecked_report,
+                                      unchecked_report, verdict_line,
                                       start_line)
 from lesson_code.capstone.crash import CrashAndResume
 from lesson_code.capstone.report import (MetricsLog, loss_table, manifest_summary, read_metrics,
@@ -192,7 +192,11 @@ def test_the_report_speaks_persian_with_the_same_numbers():
     report = resume_report(CapstoneConfig(), 4, True, resumed, "fa", saved=[10, 20])
     assert "گام‌ها و زیان‌ها: بله" in report and "وضعیت مولد اعداد تصادفی: خیر" in report
     assert report.count(": بله") == 3 and "True" not in report and "resume check" not in report
-    assert "چکپوینت‌های گام ۱۰، گام ۲۰،" in report  # a Persian list, with its comma
+    assert "چکپوینت‌های گام ۱۰ و گام ۲۰،" in report  # a Persian list, its last item after «و»
+    verdict = verdict_line(CapstoneConfig(), 4, True, {"params": True}, "fa", saved=[10, 20])
+    assert verdict.endswith("چکپوینت‌های گام‌های ۱۰ و ۲۰ نیز بایت‌به‌بایت بازیابی می‌شوند")
+    assert verdict_line(CapstoneConfig(), 4, True, {"params": True}, saved=[10, 20]).endswith(
+        "the checkpoints of steps 10, 20 reload byte for byte")
     english = resume_report(CapstoneConfig(), 4, True, resumed, saved=[10, 20])
     assert english.startswith("resume check 1: step-10, step-20 checkpoint(s) reloaded")
     assert english.count(": True") == 3 and "  rng_state: False" in english
@@ -218,7 +222,7 @@ def test_a_run_without_the_check_says_so_in_both_languages(tmp_path, capsys):
     ranks[2] = {"resume_verified": {8: False}}
     assert unchecked_report(config, ranks, started, True, tmp_path / "run.json", "fa") == 1
     persian = capsys.readouterr().out
-    assert "روی هر ۴ رتبه بایت‌به‌بایت بازمی‌گردند: خیر" in persian and "True" not in persian
+    assert "روی هر ۴ رتبه بایت‌به‌بایت بازیابی می‌شوند: خیر" in persian and "True" not in persian
     assert persian.splitlines()[-1].startswith("RESUME NOT CHECKED (--no-check): اجرا روی ۴ رتبه تا گام ۸")
 
 
