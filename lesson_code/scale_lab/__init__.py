@@ -31,11 +31,13 @@ import pandas as pd
 import torch
 
 from lesson_code import launch, memory, zero_lab
+from lesson_code.ddp import bucket_groups
 from lesson_code.experiment import DTYPES, flat_parameters
-from lesson_code.models import GPTConfig
+from lesson_code.models import GPTConfig, MiniGPT
 from lesson_code.runtime import simulated
 from lesson_code.scale_lab.step import (KINDS, STRATEGIES, SWEEP_GPT, ScaleRun, measure_step,
                                         measure_steps)
+from lesson_code.zero3 import default_units
 
 SWEEP_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 PHASES = ("building", "forward", "backward", "optimizer")  # as measure_step names them
@@ -130,6 +132,28 @@ def exact_formula(strategy: str, parameters: int, world_size: int, shard_numel: 
                                                else parameters) for part in whole}
 
 
+def padded_shard(run: ScaleRun, strategy: str, world_size: int) -> int:
+    """Elements of one rank's optimizer state as each stage's formula pads it, from the model's
+    parameter sizes and N alone (never from the optimizer being checked): every parameter under
+    DDP; ceil(Psi / N) of ZeRO-1's one flat vector; ceil(size / N) summed over ZeRO-2's buckets
+    (lesson 77's rule, in reverse registration order) and over ZeRO-3's units."""
+    with torch.device("meta"):
+        model = MiniGPT(run.gpt)
+    sizes = [p.numel() for p in model.parameters() if p.requires_grad]
+    if strategy == "DDP":
+        return sum(sizes)
+    if strategy == "ZeRO-1":
+        flat = [sum(sizes)]
+    elif strategy == "ZeRO-2":
+        sizes = sizes[::-1]
+        flat = [sum(sizes[i] for i in bucket) for bucket in bucket_groups(
+            [size * dtype_bytes_of(run) for size in sizes], int(run.bucket_cap_mb * 2 ** 20))]
+    else:
+        flat = [sum(p.numel() for p in unit.parameters() if p.requires_grad)
+                for unit in default_units(model)]
+    return sum(-(-size // world_size) for size in flat)
+
+
 def mismatches(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of a `sweep` where what the formulas count differs from what the rank holds of
     it (`counted` != `expected`, part by part): an optimizer that keeps more state than its
@@ -145,7 +169,8 @@ def sweep(run: ScaleRun = ScaleRun(), world_sizes=SWEEP_SIZES, strategies=tuple(
     Columns: N, strategy, rank; measured bytes held after the step by kind (parameters,
     gradients, optimizer, buffers) and `model_states` (the first three); `counted` (what of
     them the formulas count: `FORMULA_ITEMS`), `expected` (`exact_formula`: the formula over
-    the rank's real, padded shard) and `matches` (every part of counted equals expected);
+    the padded shard `padded_shard` computes from the model and N, not the optimizer's) and
+    `matches` (every part of counted equals expected);
     `formula` (memory.total_bytes: weights, gradients and optimizer state), `peak` (bytes live at once during
     the step) and `setup_peak`; `sent` (bytes this rank sent in the step) beside
     `formula_sent` (memory.traffic_per_step, exact ring factor), `messages_sent`, `padding`
@@ -160,8 +185,8 @@ def sweep(run: ScaleRun = ScaleRun(), world_sizes=SWEEP_SIZES, strategies=tuple(
             for row in simulate(replace(run, strategy=strategy), world_size, ranks):
                 kinds = row["by_kind"]
                 counted = counted_bytes(strategy, row)
-                expected = exact_formula(strategy, parameters, world_size, row["shard_numel"],
-                                         precision)
+                expected = exact_formula(strategy, parameters, world_size,
+                                         padded_shard(run, strategy, world_size), precision)
                 rows.append({
                     "N": world_size, "strategy": strategy, "rank": row["rank"], **kinds,
                     "model_states": kinds["parameters"] + kinds["gradients"] + kinds["optimizer"],
@@ -377,5 +402,5 @@ def measured_points(table: pd.DataFrame | None = None, run: ScaleRun = ScaleRun(
 __all__ = ["CHECK_RUN", "FORMULA_ITEMS", "KINDS", "PAPER_GB", "PAPER_GPT", "PAPER_RUN",
            "PEAK_PARTS", "PHASES", "STRATEGIES", "SWEEP_GPT", "SWEEP_SIZES", "ScaleRun",
            "check_summary", "chosen_ranks", "compare_with_real", "counted_bytes", "exact_formula",
-           "measure_step", "measured_points", "mismatches", "paper_summary", "paper_table",
-           "peak_summary", "precision_of", "simulate", "sweep", "sweep_summary", "value_run"]
+           "measure_step", "measured_points", "mismatches", "padded_shard", "paper_summary",
+           "paper_table", "peak_summary", "precision_of", "simulate", "sweep", "sweep_summary", "value_run"]

@@ -18,7 +18,7 @@ from lesson_code.models import GPTConfig
 from lesson_code.plots import scale
 from lesson_code.scale_lab import ScaleRun, faults, pipelined, report, stored
 from lesson_code.scale_lab import __main__ as scale_lab_command
-from lesson_code.zero import ZeroOptimizer
+from lesson_code.zero import ZeroOptimizer, flatten_params
 
 TINY = ScaleRun(gpt=GPTConfig(vocab_size=64, context=16, n_layer=2, n_embd=32, n_head=4))
 TINY_PARAMETERS = 30_080  # 0 mod 4 and mod 64, 1 mod 7, 0 mod 128
@@ -89,6 +89,36 @@ def test_a_stage_one_optimizer_that_keeps_the_full_state_is_caught():
             optimizer = optimizer_class(MiniGPT(TINY.gpt), 4, 3, lr=1e-3)
             state = (optimizer.master, optimizer.exp_avg, optimizer.exp_avg_sq)
             assert [own_size(tensor) for tensor in state] == [expected] * 3, optimizer_class
+
+
+class TwicePaddedZero(ZeroOptimizer):
+    """ZeRO-1 whose shard is twice ceil(Psi / N) elements, the second half padding: it trains as
+    ZeRO-1 does, but every rank holds twice the master copy and moments it needs."""
+
+    def __init__(self, model, world_size, rank, *args, **kwargs):
+        super().__init__(model, world_size, rank, *args, **kwargs)
+        self.shard_numel *= 2
+        self.padding = self.shard_numel * world_size - self.numel
+        self.start = rank * self.shard_numel
+        flat = self._padded(flatten_params(model).to(torch.float32))
+        self.master = flat[self.start: self.start + self.shard_numel].clone()
+        self.exp_avg = torch.zeros_like(self.master)
+        self.exp_avg_sq = torch.zeros_like(self.master)
+
+
+def test_a_shard_of_the_wrong_size_is_caught_whatever_size_the_optimizer_reports():
+    """The shard the formula is taken over comes from the model's parameter sizes and N
+    (`scale_lab.padded_shard`), not from the optimizer being checked."""
+    units = [(64 + 16) * 32] + [12 * 32 ** 2 + 13 * 32] * 2 + [2 * 32 + 32 * 64]  # ZeRO-3's
+    assert sum(units) == TINY_PARAMETERS  # and one bucket of 25 MiB holds the whole model
+    assert [scale_lab.padded_shard(TINY, strategy, 7) for strategy in scale_lab.STRATEGIES] == [
+        TINY_PARAMETERS, -(-TINY_PARAMETERS // 7), -(-TINY_PARAMETERS // 7),
+        sum(-(-size // 7) for size in units)]
+    with faults.in_place_of_zero1(TwicePaddedZero):
+        table = scale_lab.sweep(TINY, world_sizes=(4,), strategies=("ZeRO-1",))
+    row = table.iloc[0]
+    assert row.shard_numel == 2 * TINY_PARAMETERS // 4 and not row.matches
+    assert row.counted - row.expected == 12 * TINY_PARAMETERS // 4
 
 
 def test_the_tracker_says_in_which_phase_and_where_its_peak_fell():
@@ -218,25 +248,48 @@ def test_fake_cuda_tensors_on_a_cpu_only_build_multiply_but_do_not_train():
     assert "not linked with support for cuda" in done.stderr
 
 
-def test_fsdp2_shards_a_meta_model_in_the_fake_group_but_will_not_run_it_there():
-    """Why the page cannot put PyTorch's FSDP2 beside the course's ZeRO-3: `fully_shard`
-    accepts a model built on the meta device under the fake group and shards it, but its first
-    forward refuses parameters still on the meta device."""
+def test_fsdp2_runs_under_fake_cpu_tensors_in_the_fake_group_but_not_on_the_meta_device():
+    """PyTorch's FSDP2 in the fake group: `fully_shard` shards a model built on the meta device
+    but its first forward refuses meta parameters; built under FakeTensorMode on the CPU (the
+    device mesh made before the mode: built inside, it reads a value), it runs a step of
+    forward, backward and Adam, and FSDPMemTracker reads this rank's bytes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     from lesson_code.models import MiniGPT
     from lesson_code.runtime import simulated
-    with simulated.fake_rank(4, 3):
-        with torch.device("meta"):
-            model = MiniGPT(TINY.gpt)
+
+    def sharded(model, mesh):
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
-        local = sum(p.to_local().numel() for p in model.parameters())
-        assert local == TINY_PARAMETERS // 4  # sharded: this rank's quarter of every parameter
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+
+    with simulated.fake_rank(4, 3):
+        mesh = init_device_mesh("cpu", (4,))
+        with torch.device("meta"):
+            model = sharded(MiniGPT(TINY.gpt), mesh)
+        assert sum(p.to_local().numel() for p in model.parameters()) == TINY_PARAMETERS // 4
         tokens = torch.zeros(1, TINY.gpt.context, dtype=torch.long, device="meta")
         with pytest.raises(RuntimeError, match="materialized from meta device"):
             model(tokens, tokens)
+        with FakeTensorMode():
+            model = sharded(MiniGPT(TINY.gpt), mesh)
+            tokens = torch.zeros(1, TINY.gpt.context, dtype=torch.long)
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            with FSDPMemTracker(model, optimizer) as tracker:
+                model(tokens, tokens)[1].backward()
+                optimizer.step()
+        [peak] = tracker.get_tracker_snapshot("peak").values()
+        current = next(iter(tracker.get_tracker_snapshot("current").values()))
+    # fp32 parameters: this rank's quarter of every one, 4 bytes each (no padding: 4 divides
+    # each parameter's first dimension here); after the step Adam's two moments of the shard
+    # and its step count, a 4-byte scalar, for each of the model's 29 parameters.
+    assert peak["Sharded Param"] == 4 * TINY_PARAMETERS // 4
+    assert current["OptState"] == 2 * 4 * TINY_PARAMETERS // 4 + 4 * 29
+    assert peak["All Gather"] > 0  # a unit gathered at the peak
 
 
 def test_the_zero_papers_table_from_running_code():
