@@ -382,7 +382,7 @@ SAY = {
         "measured_faster": "اندازه‌گیری: حلقه در {sizes} بایت سریع‌تر بود",
         "measured_never": "اندازه‌گیری: حلقه در هیچ اندازه‌ای سریع‌تر نبود", "then": "؛ ",
         "switches": "نقطه‌های تغییر الگوریتم (پیش‌بینی‌شده): {switches}",
-        "switch": "در {nbytes} بایت از {before} به {after}", "worst": "بدترین نسبت هر کدام: {worst}",
+        "switch": "در {nbytes:,} بایت از {before} به {after}", "worst": "بدترین نسبت هر کدام: {worst}",
         "without": "بدون حافظهٔ مشترک، از ۴ MiB به بالا: {low:.2f} تا {high:.2f} برابر",
         "hang": "رتبهٔ {rank} از {ranks} رتبه پس از {seconds:g} ثانیه در {op} دست کشید: پیامی که "
                 "منتظرش بود هرگز نرسید",
