@@ -478,7 +478,9 @@ SAVE_IN_STEPS = {
 
 def save_in_steps(result: dict, lang: str = "en") -> str:
     """A line of `lang` saying how many training steps one save took, from a rank's
-    `timed_save` result: C counted in steps, what Young's interval needs."""
+    `timed_save` result: C counted in steps, the unit Young's interval takes. At the lesson's
+    sizes (tens of KB per rank) a save measures fixed latency (fsyncs, collectives, the lock),
+    not bytes, so the number illustrates the method; it is no C for a cluster."""
     return language.fill(SAVE_IN_STEPS[language.check_language(lang)], lang,
                          steps=result["save_s"] / result["step_s"],
                          save_ms=1e3 * result["save_s"], step_ms=1e3 * result["step_s"])
