@@ -27,7 +27,7 @@ pytestmark = pytest.mark.book
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = re.compile(r"python -m lesson_code\.practice check (\S+) (\S+)")
 SAMPLE = re.compile(r"```text\n(.*?)\n```", re.DOTALL)
-LESSONS = ("77",)  # the lessons whose samples this file checks
+LESSONS = ("76", "76a", "77", "78", "78a", "78b", "79", "80", "81")  # every lesson with a sample
 
 
 def _samples() -> list[tuple[str, str, str, str, str]]:
