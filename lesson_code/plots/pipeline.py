@@ -84,7 +84,7 @@ TABLE_WORDS = {"fa": {
     "forward of one stage of 8, over 8 GPUs": "گذر رفتِ یکی از ۸ مرحله، روی ۸ GPU",
     "share_of_forward": "سهم از گذر رفت",
     "max_abs_grad": "بیشینهٔ قدر مطلق گرادیان", "relative_diff": "اختلاف نسبی",
-    "micro_batches_of_rank_layers": "میکرودسته‌ها، بر حسب همهٔ لایه‌های رتبه", "order_from": "ترتیب از",
+    "micro_batches_of_rank_layers": "میکرودسته‌ها، بر حسب همهٔ لایه‌های رتبه", "order_from": "منبع ترتیب",
     "ideal_gpipe": "آرمانی، GPipe", "ideal_1f1b": "آرمانی، 1F1B",
     "tied gradient, sent by each stage (ring model)": "گرادیان ماتریس مشترک، فرستادهٔ هر مرحله (مدل حلقه)",
     "peak_bytes": "اوج بایت‌های نگه‌داشته", "micro_batch_bytes": "بایت‌های یک میکرودسته",
