@@ -31,7 +31,7 @@ from lesson_code.capstone.train import all_events, all_records, compare_resumed
 from lesson_code.checkpoint.tools import list_checkpoints
 from lesson_code.harness.cli_args import (check_divides, check_in_range, non_negative_int,
                                           positive_int, seed_int, world_size_in_use)
-from lesson_code.language import LANGUAGES, fill, listed, number
+from lesson_code.language import LANGUAGES, fill, listed, number, series
 
 
 # What the command prints around the report's tables, in each language of `--lang`.
@@ -330,15 +330,6 @@ def main(argv: list[str] | None = None) -> int:
     print(verdict_line(config, len(results), reloaded, compared, lang, from_step, continued,
                        sorted(straight[0]["resume_verified"])))
     return 0 if verified and same_norms else 1
-
-
-def series(items, lang: str) -> str:
-    """Items listed in a sentence of `lang`: "10, 20" in English; in Persian the last joined with
-    «و», «۱۰ و ۲۰» (a، b و c), as Persian prose lists them."""
-    items = list(items)
-    if lang == "en" or len(items) < 2:
-        return listed(items, lang)
-    return f"{listed(items[:-1], lang)} و {items[-1]}"
 
 
 def unchecked_report(config: CapstoneConfig, results: list[dict], started: dict, same_norms: bool,

@@ -225,7 +225,7 @@ def resume(root: Path | str, load: Callable[[Path], Any], *, group=None,
         choice, failure = [None], None
         if dist.get_rank(group) == 0:
             try:
-                choice = [_choose(Path(root), failed, lock_timeout_s)]
+                choice = [choose_checkpoint(Path(root), failed, lock_timeout_s)]
             except Exception as error:  # noqa: BLE001 - every rank must raise it, none wait
                 failure = error
         agree(failure, group)  # rank 0's error, if it had one, raised on every rank
@@ -239,7 +239,7 @@ def resume(root: Path | str, load: Callable[[Path], Any], *, group=None,
             failed.append(Path(choice[0]))
 
 
-def _choose(root: Path, failed: list[Path], lock_timeout_s: float) -> str | None:
+def choose_checkpoint(root: Path, failed: list[Path], lock_timeout_s: float) -> str | None:
     """Rank 0's choice for `resume`: the newest checkpoint not in `failed`, by manifests and sizes;
     None when `root` holds no checkpoint at all; a CheckpointError when none is left to load."""
     found, skipped = latest_checkpoint(root, hashes=False, exclude=failed,

@@ -199,6 +199,15 @@ def listed(items, lang: str) -> str:
     return (", " if check_language(lang) == "en" else f"{PERSIAN_COMMA} ").join(map(str, items))
 
 
+def series(items, lang: str) -> str:
+    """Items listed in a sentence of `lang`: "10, 20" in English; in Persian the last joined with
+    «و», «۱۰ و ۲۰» (a، b و c), as Persian prose lists them (`listed` is a table's list)."""
+    items = list(items)
+    if check_language(lang) == "en" or len(items) < 2:
+        return listed(items, lang)
+    return f"{listed(items[:-1], lang)} و {items[-1]}"
+
+
 def numbered(word: str, value, lang: str = "fa") -> str:
     """A word and its number as `lang` writes them: "rank 2"; «رتبهٔ ۲» in Persian, where a word
     that ends in a silent «ه» takes the ezafe «ٔ» before the number (رتبه، مرحله، لایه)."""

@@ -129,16 +129,16 @@ def test_an_error_without_a_known_fault_explains_itself_with_its_message():
 
 
 def test_a_refused_restart_says_in_persian_what_failed_to_load_and_what_was_skipped(tmp_path):
-    """resume's refusal (rank 0's choice, tools._choose) keeps the English message's two lists:
+    """resume's refusal (rank 0's choice, tools.choose_checkpoint) keeps the English message's two lists:
     the folders whose load failed and the ones skipped, «هیچ» where a list is empty."""
-    from lesson_code.checkpoint.tools import _choose
+    from lesson_code.checkpoint.tools import choose_checkpoint
     (tmp_path / "step-00000002").mkdir()  # published, but its manifest is gone: skipped
     failed = [tmp_path / "step-00000003", tmp_path / "step-00000001"]
-    refusal = raised(lambda: _choose(tmp_path, failed, lock_timeout_s=5.0))
+    refusal = raised(lambda: choose_checkpoint(tmp_path, failed, lock_timeout_s=5.0))
     assert "(load failed: step-00000003, step-00000001; skipped: step-00000002: " in str(refusal)
     told = refusal.explain("fa")
     assert_persian(told, "(بارگذاری ناکام: \u2066step-00000003, step-00000001\u2069؛ "
                          "کنارگذاشته: \u2066step-00000002\u2069: ", "روی آن‌ها می‌نوشت")
     (tmp_path / "step-00000002").rmdir()
-    assert_persian(raised(lambda: _choose(tmp_path, failed, lock_timeout_s=5.0)).explain("fa"),
+    assert_persian(raised(lambda: choose_checkpoint(tmp_path, failed, lock_timeout_s=5.0)).explain("fa"),
                    "کنارگذاشته: هیچ)")
