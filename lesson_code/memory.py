@@ -186,11 +186,21 @@ def choose_stage(params: float, world_size: int, device_bytes: float,
     allocator's fragmentation, temporaries), such as 0.1. `unit_params` is the parameter count of
     the largest unit ZeRO-3 gathers whole (a decoder layer), and `reduce_bytes` the bytes per
     element its gradient is reduced in: `stage3_working_bytes` counts what it holds whole.
-    `step_temp_bytes` is what the optimizer step allocates for a while per parameter it updates
-    (all of them under DDP, 1/N under ZeRO): 4 for `torch.optim.Adam`'s default multi-tensor
-    (foreach) path, whose `torch._foreach_sqrt` copies the fp32 second moment, 0 (the default) for
-    a fused Adam (`fused=True`), which updates in one kernel. The step runs after backward has
-    freed the activations and the gathered units, so a stage needs the larger of the two.
+    The step runs after backward has freed the activations and the gathered units, so a stage
+    needs the larger of the two. Per parameter it updates (all of them under DDP, 1/N under
+    ZeRO), the step holds an fp32 gradient whenever the model's gradients are narrower than
+    fp32 (`precision.grads` < 4), as under MIXED_ADAM: the fp32 master copy is updated from an
+    fp32 gradient, 4 bytes, whatever the kernel. torch 2.13's `_fused_adam` (optim/adam.py) groups
+    parameters, gradients and moments by device and dtype and hands each group to one
+    `torch._fused_adam_` kernel, which reads the gradient in the parameter's dtype (an fp32
+    parameter with a bf16 gradient raises "expected scalar type Float but found BFloat16"), and
+    autograd refuses a bf16 `.grad` on an fp32 parameter. So the fused step allocates nothing
+    more but still needs the cast gradient; our `ZeroOptimizer.step` makes it with
+    `grad.to(torch.float32)`, DeepSpeed and Megatron-LM keep it for the whole run. An
+    implementation that casts and steps one bucket at a time would hold only a bucket's worth;
+    it is not modelled. `step_temp_bytes` is what the optimizer's kernels allocate on top, per
+    parameter they update: 4 for `torch.optim.Adam`'s default multi-tensor (foreach) path, whose
+    `torch._foreach_sqrt` copies the fp32 second moment, 0 (the default) for `Adam(fused=True)`.
     Stages 1 and 2 cost no extra traffic in a step of one backward pass, so the first that fits
     is taken; stage 3 adds half as much traffic again. Returns "none fits" when even ZeRO-3 does
     not fit. Raises ValueError for a headroom outside [0, 1), a negative size or a `reduce_bytes`
@@ -205,10 +215,12 @@ def choose_stage(params: float, world_size: int, device_bytes: float,
     if activation_bytes < 0:
         raise ValueError(f"activation_bytes={activation_bytes!r} is negative: give 0 or more")
     usable = (1 - headroom) * device_bytes
+    master_grad = 4.0 if precision.grads < 4 else 0.0  # the fp32 gradient the master's step reads
     gathered_unit = stage3_working_bytes(unit_params, precision, reduce_bytes)
     for stage in STAGES:
         working = gathered_unit if stage == "ZeRO-3" else 0.0
-        step_temp = step_temp_bytes * (params if stage == "DDP" else params / world_size)
+        updated = params if stage == "DDP" else params / world_size
+        step_temp = (master_grad + step_temp_bytes) * updated
         transient = max(activation_bytes + working, step_temp)
         if total_bytes(stage, params, world_size, precision) + transient <= usable:
             return stage

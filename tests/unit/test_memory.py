@@ -1,6 +1,7 @@
 """memory: the ZeRO paper's numbers and lesson 78's, exactly; and the measured peaks beside them."""
 
 import pytest
+import torch
 
 from lesson_code import memory
 from lesson_code.bench import stored
@@ -120,18 +121,19 @@ def test_the_stage_3_step_refuses_a_bad_world_size_or_an_empty_unit(units, world
 
 
 def test_choosing_a_stage_keeps_headroom_and_zero3s_gathered_unit():
-    # 70B in mixed precision on 8 ranks: ZeRO-3's states are 16 * 70e9 / 8 = 140 GB per rank
-    h200 = 143_771 * 2 ** 20  # bytes, as the driver reports an H200
-    assert memory.choose_stage(70e9, 8, h200) == "ZeRO-3"
-    assert memory.choose_stage(70e9, 8, h200, headroom=0.1) == "none fits"
-    # the working set alone: two units of 2 bytes, one unit's gradient of 2 bytes and the
-    # previous unit's reduce-scatter input, a copy of its gradient in bf16
-    room = 140e9 + 8 * 1e9
-    assert memory.choose_stage(70e9, 8, room, unit_params=1e9) == "ZeRO-3"
-    assert memory.choose_stage(70e9, 8, room - 1, unit_params=1e9) == "none fits"
+    # 70B in mixed precision on 8 ranks: ZeRO-3's states are 16 * 70e9 / 8 = 140 GB per rank,
+    # and the step's fp32 gradient shard 4 * 70e9 / 8 = 35 GB
+    b200 = 183_359 * 2 ** 20  # bytes, as the driver reports a B200
+    assert memory.choose_stage(70e9, 8, b200) == "ZeRO-3"
+    assert memory.choose_stage(70e9, 8, b200, headroom=0.1) == "none fits"
+    # the working set alone, once it outgrows the step's 35 GB: two units of 2 bytes, one
+    # unit's gradient of 2 bytes and the previous unit's reduce-scatter input, a bf16 copy
+    room = 140e9 + 8 * 5e9
+    assert memory.choose_stage(70e9, 8, room, unit_params=5e9) == "ZeRO-3"
+    assert memory.choose_stage(70e9, 8, room - 1, unit_params=5e9) == "none fits"
     assert memory.choose_stage(70e9, 8, room - 1, activation_bytes=0) == "ZeRO-3"
     # the unit term is ZeRO-3's only: ZeRO-2 needs no gathered unit
-    zero2 = memory.total_bytes("ZeRO-2", 7e9, 8)
+    zero2 = memory.total_bytes("ZeRO-2", 7e9, 8) + 4 * 7e9 / 8
     assert memory.choose_stage(7e9, 8, zero2, unit_params=1e9) == "ZeRO-2"
 
 
@@ -144,32 +146,50 @@ def test_zero3s_working_set_holds_a_reduce_scatter_input_in_either_reduction_dty
     assert memory.stage3_working_bytes(1e9, reduce_bytes=4) == 10e9
     assert memory.stage3_working_bytes(1e9, memory.FP32_ADAM) == 16e9
     assert memory.stage3_working_bytes(1e9, memory.FP32_ADAM, reduce_bytes=4) == 16e9
-    # Llama 2 70B's layers on H200s with 10% kept free and checkpointed activations: on 9 ranks
-    # the copy leaves no room under either reduction (136.7 GB in bf16, 138.4 GB in fp32 of
-    # 135.7 GB); 10 ranks fit
-    h200, activations = 143_771 * 2 ** 20, 80 * 4096 * 8192 * 2
-    margins = {"headroom": 0.1, "unit_params": 856e6, "activation_bytes": activations}
-    assert memory.choose_stage(70e9, 9, h200, **margins) == "none fits"
-    assert memory.choose_stage(70e9, 9, h200, **margins, reduce_bytes=4) == "none fits"
-    assert memory.choose_stage(70e9, 10, h200, **margins) == "ZeRO-3"
-    assert memory.choose_stage(70e9, 10, h200, **margins, reduce_bytes=4) == "ZeRO-3"
+    # Llama 2 70B's layers on 32 ranks with checkpointed activations: backward's 5.4 GB of
+    # activations and 6.8 GB of working set outgrow the step's 8.75 GB fp32 gradient shard, so
+    # a device that holds exactly the bf16 reduction's copy has no room for the fp32 one
+    activations, layer = 80 * 4096 * 8192 * 2, 856e6
+    room = memory.total_bytes("ZeRO-3", 70e9, 32) + activations + 8 * layer
+    margins = {"unit_params": layer, "activation_bytes": activations}
+    assert memory.choose_stage(70e9, 32, room, **margins) == "ZeRO-3"
+    assert memory.choose_stage(70e9, 32, room, **margins, reduce_bytes=4) == "none fits"
+    assert memory.choose_stage(70e9, 32, room + 2 * layer, **margins, reduce_bytes=4) == "ZeRO-3"
 
 
-def test_the_default_foreach_adam_s_step_copy_of_the_second_moment_can_flip_the_choice():
-    # torch.optim.Adam's foreach step allocates sqrt(exp_avg_sq): 4 bytes per parameter it updates
+def test_an_fp32_master_step_holds_an_fp32_gradient_even_with_a_fused_adam():
+    # bf16 gradients, fp32 master: the step reads a 4-byte gradient per parameter it updates
     h200, b200 = 143_771 * 2 ** 20, 183_359 * 2 ** 20  # bytes, as the driver reports them
     llama7, llama70 = 32 * 4096 * 4096 * 2, 80 * 4096 * 8192 * 2  # checkpointed activations
-    # 7B under DDP: 112 GB of states + 28 GB of the copy > 135.7 GB usable
-    assert memory.choose_stage(7e9, 8, h200, llama7, headroom=0.1) == "DDP"
-    assert memory.choose_stage(7e9, 8, h200, llama7, headroom=0.1, step_temp_bytes=4) == "ZeRO-1"
-    # 70B under ZeRO-3 on 8 ranks: 140 GB + 35 GB of the copy > 173.0 GB usable
+    # 7B under DDP: 112 GB of states + 28 GB of fp32 gradient > 135.7 GB usable
+    assert memory.choose_stage(7e9, 8, h200, llama7, headroom=0.1) == "ZeRO-1"
+    # 70B under ZeRO-3 on 8 ranks: 140 GB + 35 GB of fp32 gradient shard > 173.0 GB usable
     margins = {"headroom": 0.1, "unit_params": 856e6, "reduce_bytes": 4}
-    assert memory.choose_stage(70e9, 8, b200, llama70, **margins) == "ZeRO-3"
-    assert memory.choose_stage(70e9, 8, b200, llama70, **margins, step_temp_bytes=4) == "none fits"
-    # the copy comes after backward has freed the activations: the larger of the two counts
+    assert memory.choose_stage(70e9, 8, b200, llama70, **margins) == "none fits"
+    # ZeRO-1 on 8 ranks needs its states and 4 bytes for each of its 7e9 / 8 parameters
     states = memory.total_bytes("ZeRO-1", 7e9, 8)
-    assert memory.choose_stage(7e9, 8, states + 3.5e9, 3.5e9, step_temp_bytes=4) == "ZeRO-1"
-    assert memory.choose_stage(7e9, 8, states + 3.5e9 - 1, 0, step_temp_bytes=4) == "ZeRO-2"
+    assert memory.choose_stage(7e9, 8, states + 3.5e9) == "ZeRO-1"
+    assert memory.choose_stage(7e9, 8, states + 3.5e9 - 1) == "ZeRO-2"
+    # the foreach path's copy of the second moment comes on top: 4 + 4 bytes
+    assert memory.choose_stage(7e9, 8, states + 7e9, step_temp_bytes=4) == "ZeRO-1"
+    assert memory.choose_stage(7e9, 8, states + 7e9 - 1, step_temp_bytes=4) == "ZeRO-2"
+    # fp32 gradients are the master's own: no cast, nothing more
+    fp32 = memory.total_bytes("DDP", 7e9, 8, memory.FP32_MASTER_ADAM)
+    assert memory.choose_stage(7e9, 8, fp32, precision=memory.FP32_MASTER_ADAM) == "DDP"
+    # the step comes after backward has freed the activations: the larger of the two counts
+    assert memory.choose_stage(7e9, 8, states + 3.5e9, 3.5e9) == "ZeRO-1"
+
+
+def test_torch_s_fused_adam_kernel_does_not_read_a_bf16_gradient_for_an_fp32_parameter():
+    """Why choose_stage counts the fp32 gradient under a fused Adam too."""
+    param, grad = torch.zeros(4), torch.ones(4, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="grad"):
+        torch.nn.Parameter(param).grad = grad
+    moments, step = [torch.zeros(4), torch.zeros(4)], torch.zeros(())
+    with pytest.raises(RuntimeError, match="BFloat16"):
+        torch._fused_adam_([param], [grad], [moments[0]], [moments[1]], [], [step], lr=1e-3,
+                           beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False,
+                           maximize=False)
 
 
 @pytest.mark.parametrize("kwargs, message", [
