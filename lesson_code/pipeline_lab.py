@@ -102,10 +102,14 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
     per storage, the stage's weights not at all, and so is the stage's output, which the stage
     keeps to call `backward` on it (as `PipelineStage` and torch's stage do; Megatron-LM frees
     its data after the send); a micro-batch's bytes are held from its forward to its backward.
-    With `recompute`, each forward runs under `torch.utils.checkpoint` (re-materialization):
-    only the stage's input is saved, besides the output, and the backward runs the forward
-    again. Returns "peak_bytes" (the most held at once), "micro_batch_bytes" (one micro-batch's)
-    and "forwards" (how many times the stage's forward ran, recomputations included).
+    With `recompute`, each forward runs under `torch.utils.checkpoint` (re-materialization, the
+    reentrant variant, `use_reentrant=True`): only the stage's input is saved, besides the
+    output, and the backward runs the forward again, whose saved tensors (counted by the same
+    hooks) are alive, on top of what the stage holds, until that backward ends. Returns
+    "held_bytes" (the most held between passes), "peak_bytes" (the most alive at once: the held
+    bytes plus, during a backward, the micro-batch it rebuilds), "micro_batch_bytes" (one
+    micro-batch's held bytes) and "forwards" (how many times the stage's forward ran,
+    recomputations included).
     """
     if not 0 < stage < num_stages:
         raise ValueError(f"stage {stage!r}: pass a stage from 1 to {num_stages - 1} (stage 0's input "
@@ -123,14 +127,16 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
             saved[storage.data_ptr()] = storage.nbytes()
         return tensor
 
-    outputs, held, live, peak = {}, {}, 0, 0
+    outputs, held, live, most_held, peak = {}, {}, 0, 0, 0
     for kind, index in schedule_order(schedule, stage, num_stages, run.micro_batches):
+        saved.clear()
         if kind == "B":
             output = outputs.pop(index)
-            output.backward(torch.ones_like(output))  # frees what the forward saved
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+                output.backward(torch.ones_like(output))  # frees what the forward saved
+            peak = max(peak, live + sum(saved.values()))  # a recomputed forward saved these
             live -= held[index]
             continue
-        saved.clear()
         x = torch.randn(shape, generator=torch.Generator().manual_seed(index)).to(current_device())
         x.requires_grad_(True)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
@@ -140,8 +146,9 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
         saved[output_storage.data_ptr()] = output_storage.nbytes()  # once, if autograd saved it too
         held[index] = sum(saved.values())
         live += held[index]
-        peak = max(peak, live)
-    return {"peak_bytes": peak, "micro_batch_bytes": held[0], "forwards": len(forwards)}
+        most_held, peak = max(most_held, live), max(peak, live)
+    return {"held_bytes": most_held, "peak_bytes": peak, "micro_batch_bytes": held[0],
+            "forwards": len(forwards)}
 
 
 def build_stage(run: PipeRun, comm: Communicator) -> tuple[PipelineStage, tuple[int, int]]:

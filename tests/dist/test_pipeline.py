@@ -478,11 +478,25 @@ def test_held_activation_bytes_follow_the_schedule_and_recomputation_keeps_the_i
     one, stage_input = gpipe[False]["micro_batch_bytes"], 4 * WIDE_GPT.context * WIDE_GPT.n_embd * 4
     # The stage's float32 input and its output, kept to call backward on; nothing else.
     assert gpipe[True]["micro_batch_bytes"] == 2 * stage_input < one / 10
-    assert [gpipe[r]["peak_bytes"] for r in (False, True)] == [4 * one, 8 * stage_input]  # all m held
+    assert [gpipe[r]["held_bytes"] for r in (False, True)] == [4 * one, 8 * stage_input]  # all m held
     assert held_activation_bytes(run, 1, 4, "1f1b")["peak_bytes"] == 3 * one  # P - s held
     assert [gpipe[r]["forwards"] for r in (False, True)] == [4, 8]  # recomputation runs each forward again
     with pytest.raises(ValueError, match="stage 0"):
         held_activation_bytes(run, 0, 4, "gpipe")
+
+
+def test_the_peak_of_recomputation_counts_the_micro_batch_its_backward_rebuilds():
+    from lesson_code.pipeline_lab import WIDE_GPT, held_activation_bytes
+
+    run = PipeRun(gpt=WIDE_GPT, batch_size=16, micro_batches=4)
+    one = held_activation_bytes(run, 1, 4, "gpipe")["micro_batch_bytes"]
+    output = 4 * WIDE_GPT.context * WIDE_GPT.n_embd * 4  # float32, already held to call backward on
+    for schedule in ("gpipe", "1f1b"):
+        counts = held_activation_bytes(run, 1, 4, schedule, recompute=True)
+        # A backward rebuilds its micro-batch's saved tensors (all but the output, already held)
+        # while the stage still holds every input it has not run backward on yet.
+        assert counts["peak_bytes"] > one, (schedule, counts)
+        assert counts["peak_bytes"] == counts["held_bytes"] + one - output, (schedule, counts)
 
 
 def test_a_stage_keeps_at_most_two_sent_gradients_whatever_m():
