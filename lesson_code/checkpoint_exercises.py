@@ -1,11 +1,13 @@
-"""Lesson 80's exercise code: exercise 6's solution, `BackgroundSaver`, a ZeRO save that holds the
-training loop up only for a copy of the state and writes it from a thread.
+"""Lesson 80's exercise solutions, run through `launch.spawn`: exercise 5's `restart_training`, a
+training script that starts up on a crashed run's root and trains on, and exercise 6's
+`BackgroundSaver`, a ZeRO save that holds the training loop up only for a copy of the state and
+writes it from a thread.
 
 The lesson's own rank functions are `lesson_code.checkpoint_lab`; its `train_with_checkpoints`
-saves through a `BackgroundSaver` when asked to, which is how the solution's cell runs it:
+saves through a `BackgroundSaver` when given the class, which is how exercise 6's cell runs it:
 
     launch.spawn(checkpoint_lab.train_with_checkpoints, ZeroRun(steps=20), "/tmp/ckpt", [10, 15],
-                 True, world_size=4)  # exercise 6: the same checkpoints, saved in the background
+                 BackgroundSaver, world_size=4)  # the same checkpoints, saved in the background
 """
 
 from __future__ import annotations
@@ -18,6 +20,21 @@ import torch.distributed as dist
 
 from lesson_code.checkpoint.flat_state import flat_snapshot
 from lesson_code.checkpoint.shards import save_sharded
+from lesson_code.checkpoint_lab import start_up, train_steps
+from lesson_code.zero_lab import ZeroRun
+
+
+def restart_training(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
+    """Exercise 5's solution: a training script's start-up (`checkpoint_lab.start_up`: build the
+    run as a fresh start does, let `tools.resume` load the newest checkpoint under `root` that
+    loads, or none), then its training from there up to `run.steps`.
+
+    Collective: call on every rank. Returns the losses, the folder it resumed from (None for a
+    fresh start) and the step it resumed at; raises, on every rank, what `resume` raises.
+    """
+    model, optimizer, folder, start, _ = start_up(run, root, rank, world_size)
+    losses = train_steps(run, model, optimizer, range(start, run.steps))
+    return {"losses": losses, "resumed_from": folder and folder.name, "resumed_at": start}
 
 
 class BackgroundSaver:

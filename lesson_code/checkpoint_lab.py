@@ -1,5 +1,5 @@
-"""Rank functions of lesson 80: save and resume ZeRO training (also with dropout, and through a
-training script's start-up, `tools.resume`), time a save, crash one, compare
+"""Rank functions of lesson 80: save and resume ZeRO training (also with dropout, and what a
+training script's start-up, `tools.resume`, decides), time a save, crash one, compare
 with DCP (its layout, its resharding at load time, a flipped byte, an FSDP2 model and its Adam
 saved on 4 ranks and loaded on 2); and `shard_layout`, each
 shard's place and padding as a manifest records them, and `dcp_chunks`, what DCP's .metadata
@@ -11,7 +11,8 @@ optimizer hands its shard over as a plain dict (`state_dict`) and takes it back
 
 The notebook and tests run these through `launch.spawn`. Training is lesson 78's ZeRO-1 (a
 `zero_lab.ZeroRun`); checkpoints go under a root folder the caller gives (a temporary one in
-the notebook: files a lesson writes never land in the repository).
+the notebook: files a lesson writes never land in the repository). The exercises' solutions are
+in `lesson_code.checkpoint_exercises`.
 
     launch.spawn(train_with_checkpoints, ZeroRun(steps=20), "/tmp/ckpt", [10], world_size=4)
 """
@@ -32,7 +33,6 @@ from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights,
                                                load_flat_state, save_flat_state)
 from lesson_code.checkpoint.shards import load_sharded
 from lesson_code.checkpoint.tools import resume
-from lesson_code.checkpoint_exercises import BackgroundSaver
 from lesson_code.runtime.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
 from lesson_code.zero_lab import (ZeroRun, build_optimizer, gathered_parameters, parameter_digest,
@@ -79,36 +79,35 @@ def train_steps(run: ZeroRun, model, optimizer, steps: range, after_step=None) -
 
 
 def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
-                           save_after: list[int], background: bool = False) -> dict:
+                           save_after: list[int], saver: type | None = None) -> dict:
     """Train `run.steps` steps, saving a checkpoint after each step in `save_after`.
 
     Collective: call on every rank. Returns losses, the final parameters and the digest, how
     long each save held the training loop up ("blocked_s", seconds by step) and this rank's
     random-number state at the end ("rng_state"). Each rank's random stream starts from
     run.seed + rank: its state is saved in the rank's shard, so that the same run writes the
-    same bytes (torch.save into a buffer gives equal states equal bytes). With `background`,
-    saves go through a `BackgroundSaver` (exercise 6): the loop waits only for a copy of the
-    state, and for the last save to finish before it returns.
+    same bytes (torch.save into a buffer gives equal states equal bytes). A `saver` class (exercise
+    6's `checkpoint_exercises.BackgroundSaver`) is built as `saver(root, model, optimizer)`; saves
+    then go through its `save(step, extra=...)`, and its `wait()` ends the run.
     """
     torch.manual_seed(run.seed + rank)
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size)
-    saver = BackgroundSaver(root, model, optimizer) if background else None
+    built = saver(root, model, optimizer) if saver is not None else None
     blocked = {}
 
     def maybe_save(done: int) -> None:
         if done in save_after:
             start = clock()
-            if saver is None:
+            if built is None:
                 save_zero(root, model, optimizer, step=done, extra={"next_step": done})
             else:
-                saver.save(done, extra={"next_step": done})
+                built.save(done, extra={"next_step": done})
             blocked[done] = clock() - start
     losses = train_steps(run, model, optimizer, range(run.steps), maybe_save)
-    if saver is not None:
-        saver.wait()
+    if built is not None:
+        built.wait()
     return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),
             "blocked_s": blocked, "rng_state": torch.get_rng_state()}
-
 
 
 def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str,
@@ -131,22 +130,9 @@ def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str,
             "resumed_at": extra["next_step"], "rng_state": rng_state}
 
 
-def restart_training(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
-    """A training script's start-up, then its training: build the run as a fresh start does, let
-    `tools.resume` load the newest checkpoint under `root` that loads (or none), and train from
-    there up to `run.steps`.
-
-    Collective: call on every rank. Returns the losses, the folder it resumed from (None for a
-    fresh start) and the step it resumed at; raises, on every rank, what `resume` raises.
-    """
-    model, optimizer, folder, start, _ = _start_up(run, root, rank, world_size)
-    losses = train_steps(run, model, optimizer, range(start, run.steps))
-    return {"losses": losses, "resumed_from": folder and folder.name, "resumed_at": start}
-
-
 def start_up_outcomes(rank: int, world_size: int, run: ZeroRun, roots: list[str],
                       lang: str = "en") -> list[dict]:
-    """What the start-up of `restart_training` decides for each of `roots`, one after the other:
+    """What a training script's start-up (`start_up`) decides for each of `roots`, in turn:
     the folder loaded ("loads", None for a fresh start), the 0-based index of the step training
     goes on from, the folders whose load failed, and the refusal that every rank raised where
     none loads, explained in `lang` (None, or None in the other fields).
@@ -156,7 +142,7 @@ def start_up_outcomes(rank: int, world_size: int, run: ZeroRun, roots: list[str]
     outcomes = []
     for root in roots:
         try:
-            _, _, folder, start, failed = _start_up(run, root, rank, world_size)
+            _, _, folder, start, failed = start_up(run, root, rank, world_size)
             outcomes.append({"loads": folder and folder.name, "next step": start,
                              "load failed": [path.name for path in failed], "refused": None})
         except CheckpointError as error:
@@ -165,9 +151,11 @@ def start_up_outcomes(rank: int, world_size: int, run: ZeroRun, roots: list[str]
     return outcomes
 
 
-def _start_up(run: ZeroRun, root: str, rank: int, world_size: int) -> tuple:
-    """Build `run` as a fresh start does, then `resume` from `root`: (model, optimizer, the
-    folder loaded or None, the 0-based index of the next step, the folders whose load failed)."""
+def start_up(run: ZeroRun, root: str, rank: int, world_size: int) -> tuple:
+    """A training script's start-up: build `run` as a fresh start does, then `resume` from
+    `root`: (model, optimizer, the folder loaded or None, the 0-based index of the next step, the
+    folders whose load failed). Collective: call on every rank; raises, on every rank, what
+    `resume` raises."""
     torch.manual_seed(run.seed + rank)
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size)
     folder, extra, failed = resume(root, lambda found: load_zero(found, model, optimizer),

@@ -64,7 +64,7 @@ def test_resuming_at_step_10_reproduces_the_run_that_never_stopped_and_drifts_wi
 def test_a_save_in_the_background_writes_the_same_bytes_as_a_blocking_one(saved, tmp_path):
     root, straight = saved
     results = launch.spawn(checkpoint_lab.train_with_checkpoints, RUN, str(tmp_path), [10, 15],
-                           True, world_size=4)
+                           checkpoint_exercises.BackgroundSaver, world_size=4)
     for step in (10, 15):  # the manifest lists every file's sha256: equal manifests, equal files
         assert ((step_folder(tmp_path, step) / "manifest.sha256").read_bytes()
                 == (step_folder(root, step) / "manifest.sha256").read_bytes())
@@ -97,7 +97,8 @@ def test_save_then_load_is_bit_for_bit(tmp_path):
     assert all(all(rank.values()) for rank in checks), checks
 
 
-def test_a_rank_killed_during_a_save_leaves_the_previous_checkpoint(tmp_path):
+def test_a_rank_killed_during_a_save_leaves_the_previous_checkpoint_and_a_restart_goes_on(
+        saved, tmp_path):
     with pytest.raises(launch.RankCrashedError) as caught:
         launch.spawn(checkpoint_lab.crash_during_save, ZeroRun(), str(tmp_path), 1, world_size=4)
     assert caught.value.rank == 1 and "SIGKILL" in str(caught.value)
@@ -109,6 +110,10 @@ def test_a_rank_killed_during_a_save_leaves_the_previous_checkpoint(tmp_path):
     assert not (tmp_path / "step-00000004").exists()
     for rank in range(4):
         load_sharded(folder, rank=rank, world_size=4)  # complete and verified
+    continued = launch.spawn(checkpoint_exercises.restart_training, ZeroRun(steps=4),
+                             str(tmp_path), world_size=4)
+    assert [(r["resumed_from"], r["resumed_at"]) for r in continued] == [("step-00000002", 2)] * 4
+    assert continued[0]["losses"] == saved[1][0]["losses"][2:4]  # steps 3 and 4, bit for bit
 
 
 def corrupted_copy(saved, tmp_path, damage):
