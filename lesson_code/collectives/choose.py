@@ -24,7 +24,8 @@ timeout. But each rank reads the files of its own machine, and two nodes can hol
 tables. So "auto" never decides from a rank's own table: the first time a group uses it for a
 collective, rank 0's table of decisions (`Decisions`: from which size on which algorithm runs,
 integers and names) is broadcast to every rank, and every rank decides from that one table;
-a rank whose own table would have decided otherwise says so in one line.
+a rank whose own table would have decided otherwise says so in one line. Costs passed as
+`costs=` are agreed the same way (`costs_decisions`).
 
     from lesson_code.collectives import all_reduce
     all_reduce(tensor, "sum")                          # call on every rank; in place
@@ -441,7 +442,8 @@ def calibrate(world_size: int, group=None, sizes=CALIBRATION_SIZES) -> Algorithm
     Unlike `make bench`, which starts its ranks on one machine, this times the group it is
     called on, wherever its ranks run: across machines the shared-memory row times the direct
     all-reduce it falls back to, which is what would run. The times are each the slowest
-    rank's, so every rank fits the same constants and chooses alike.
+    rank's, so every rank fits the same constants; "auto" still follows rank 0's decisions
+    from them (`costs_decisions`), so that floating point cannot part the ranks.
     """
     return AlgorithmCosts.from_times(time_algorithms(world_size, sizes, group=group),
                                      source=f"calibrated on {world_size} ranks")
@@ -454,8 +456,8 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", *, algorithm: str = "auto"
 
     Collective: call on every rank with tensors of the same shape and dtype, and the same
     `algorithm` and `costs`. "auto" picks the algorithm predicted fastest for this size and
-    world size: by `costs` when given (the same on every rank, as `calibrate` makes them), else
-    by the group's agreed table (`group_decisions`). Raises ValueError for an unknown algorithm
+    world size: by rank 0's `costs` when given (`costs_decisions`), else by the group's agreed
+    table (`group_decisions`). Raises ValueError for an unknown algorithm
     or op, or op="avg" on an integer tensor.
     """
     name = _chosen("all_reduce", algorithm, costs, tensor, tensor.numel() * tensor.element_size(),
@@ -476,7 +478,33 @@ def _chosen(collective: str, algorithm: str, costs: AlgorithmCosts | None, tenso
     if costs.collective != collective:
         raise ValueError(f"costs fitted for {costs.collective} cannot choose the {collective} algorithm: "
                          f"pass choose.stored_costs(collective={collective!r})")
-    return costs.choose(nbytes, dist.get_world_size(group))
+    return costs_decisions(costs, group, tensor.device, timeout_s).choose(nbytes)
+
+
+def costs_decisions(costs: AlgorithmCosts, group=None, device: torch.device | None = None,
+                    timeout_s: float = DEFAULT_WAIT_S) -> Decisions:
+    """The decisions "auto" follows on `group` when given `costs`: rank 0's, from its `costs`.
+
+    Each rank's costs are fitted in floating point, from times its own machine may have read
+    or measured: near a switch two ranks could decide apart and wait for each other until a
+    timeout. So, as for the stored tables, rank 0's decisions are broadcast (`agree`) the first
+    time the group uses a `costs` object (collective then: every rank passes its own at the
+    same call), and kept with the object for the group's life.
+    """
+    agreed = agreed_costs_decisions().setdefault(
+        group if group is not None else dist.group.WORLD, {})
+    if id(costs) not in agreed:  # the object is kept beside its decisions: its id stays its own
+        agreed[id(costs)] = (costs, agree(costs.collective,
+                                          costs.decisions(dist.get_world_size(group)),
+                                          group, device, timeout_s))
+    return agreed[id(costs)][1]
+
+
+@lru_cache(maxsize=1)
+def agreed_costs_decisions() -> weakref.WeakKeyDictionary:
+    """This process's decisions agreed from `costs=`: {group: {id(costs): (costs, Decisions)}};
+    weak keys, as in `agreed_decisions`."""
+    return weakref.WeakKeyDictionary()
 
 
 def reduce_scatter(tensor: torch.Tensor, op: str = "sum", *, algorithm: str = "auto",

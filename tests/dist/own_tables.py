@@ -80,3 +80,21 @@ def calibrated_choice(rank: int, world_size: int) -> dict:
     return {"fits": {name: (fit.alpha, fit.beta) for name, fit in costs.fits.items()},
             "decisions": (decided.starts, decided.algorithms), "source": costs.source,
             "right": bool((tensor == world_size * (world_size + 1) / 2).all())}
+
+
+def costs_differing_near_a_switch(rank: int, world_size: int) -> dict:
+    """All-reduce with `costs=` at the package's first switch on these ranks, rank 1's costs
+    having the faster side's times 1 % slower (a rank fitted on another machine, or rounding
+    otherwise): whether the sum is right, what the group chose and what this rank's costs say."""
+    packaged = choose.stored_costs(choose.STORED)
+    switch = packaged.decisions(world_size)
+    nbytes, faster = switch.starts[1], switch.algorithms[1]
+    rows = [dict(row, seconds=row["seconds"] * (1.01 if rank == 1 and row["algorithm"] == faster
+                                                else 1.0))
+            for row in choose.stored_times(choose.STORED)]
+    costs = choose.AlgorithmCosts.from_times(rows, source=f"rank {rank}'s fit")
+    tensor = torch.full((nbytes // 4,), float(rank + 1))
+    choose.all_reduce(tensor, "sum", costs=costs, timeout_s=10)
+    return {"right": bool((tensor == world_size * (world_size + 1) / 2).all()),
+            "chosen": choose.costs_decisions(costs).choose(nbytes),
+            "own": costs.choose(nbytes, world_size)}

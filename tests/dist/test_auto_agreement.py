@@ -14,7 +14,8 @@ from lesson_code import launch
 from lesson_code.collectives import choose
 
 from own_tables import (NUMEL, calibrated_choice, collectives_with_own_tables,
-                        receive_before_sending, two_algorithms, write_ring_fastest)
+                        costs_differing_near_a_switch, receive_before_sending, two_algorithms,
+                        write_ring_fastest)
 
 pytestmark = pytest.mark.dist
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
@@ -57,6 +58,16 @@ def test_a_table_cut_short_on_every_rank_gives_way_to_the_packages_said_once(tmp
     said = [line for line in capfd.readouterr().err.splitlines() if "lesson_code:" in line]
     assert len(said) == 1, said  # rank 0 alone, once, however often the ranks read the table
     assert f"{damaged}, line " in said[0] and "the package's all_reduce times" in said[0]
+
+
+def test_ranks_given_costs_that_decide_apart_near_a_switch_follow_rank_0s(capfd):
+    results = launch.spawn(costs_differing_near_a_switch, world_size=4, timeout_s=60)
+    own = [rank["own"] for rank in results]
+    assert own[1] != own[0] == own[2] == own[3], own  # rank 1's own fit decides otherwise
+    assert [rank["chosen"] for rank in results] == [own[0]] * 4
+    assert all(rank["right"] for rank in results), results
+    said = [line for line in capfd.readouterr().err.splitlines() if "follows rank 0's" in line]
+    assert len(said) == 1 and "rank 1: its all_reduce times (rank 1's fit)" in said[0], said
 
 
 def test_ranks_in_different_algorithms_are_named_with_where_they_wait():
