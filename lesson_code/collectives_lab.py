@@ -2,7 +2,8 @@
 
 The algorithms live in the `lesson_code.collectives` package (ring.py, p2p.py, ledger.py, comm.py,
 cost_model.py); what the lesson runs with them is here: checks against torch.distributed, ledgers
-of the bytes each rank moves, and timings. The notebook, the tests and the benchmark call these
+of the bytes each rank moves, timings, and the ring all-reduce written plainly
+(`plain_ring_all_reduce`) to set beside the package's. The notebook, the tests and the benchmark call these
 through the launcher (a spawned rank cannot import a notebook). Each returns plain Python values,
 so results cross process boundaries by value.
 
@@ -20,6 +21,7 @@ import math
 import os
 import re
 import time
+from datetime import timedelta
 from functools import partial
 
 import torch
@@ -39,6 +41,38 @@ def describe_rank(rank: int, world_size: int) -> dict:
     """Who this rank is: its rank, the world size, its process id, backend and torch threads."""
     return {"rank": rank, "world_size": world_size, "pid": os.getpid(),
             "backend": dist.get_backend(), "threads": torch.get_num_threads()}
+
+
+def plain_ring_all_reduce(tensor: torch.Tensor, timeout_s: float = 60.0) -> torch.Tensor:
+    """The ring all-reduce (sum) in its plainest form, on a contiguous tensor; return it.
+
+    Collective: call on every rank of the default group. The same schedule and additions as
+    `collectives.ring_all_reduce`, without its ledger, pieces, NCCL batching or checks.
+    """
+    rank, n, wait = dist.get_rank(), dist.get_world_size(), timedelta(seconds=timeout_s)
+    chunks = torch.tensor_split(tensor.view(-1), n)  # views: the sums land in `tensor`
+
+    def ring_step(send: torch.Tensor, recv: torch.Tensor) -> None:
+        receiving = dist.irecv(recv, src=(rank - 1) % n)  # from the left neighbour
+        sending = dist.isend(send, dst=(rank + 1) % n)  # to the right neighbour
+        receiving.wait(wait)
+        sending.wait(wait)
+
+    for k in range(1, n):  # reduce-scatter: pass partial sums right, add our own copy
+        received = torch.empty_like(chunks[(rank - k - 1) % n])
+        ring_step(chunks[(rank - k) % n], received)
+        chunks[(rank - k - 1) % n].add_(received)
+    for k in range(1, n):  # all-gather: pass the complete chunks right, keep them
+        ring_step(chunks[(rank - k + 1) % n], chunks[(rank - k) % n])
+    return tensor
+
+
+def compare_plain_ring(rank: int, world_size: int, length: int, seed: int = 0) -> bool:
+    """Whether `plain_ring_all_reduce` and `collectives.ring_all_reduce` give the same bits on
+    this rank's float32 input of `length` values. Collective: call on every rank."""
+    tensor = make_input(rank, length, "float32", seed)
+    return torch.equal(plain_ring_all_reduce(tensor.clone()),
+                       collectives.ring_all_reduce(tensor.clone()))
 
 
 def reduce_scatter_length(rank: int, world_size: int, length: int) -> int:

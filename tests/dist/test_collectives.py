@@ -36,6 +36,19 @@ def test_primitives_equal_the_builtins(world_size):
             assert ops["broadcast"]["max_abs_diff"] == 0
 
 
+def test_the_plain_ring_gives_the_production_rings_bits():
+    # 5 and 1001 values: uneven chunks; 2**20 on 2 ranks: chunks of 2 MiB, which the production ring
+    # sends in pieces, whose additions must not change a bit either.
+    results = launch.spawn(plain_and_production, world_size=4)
+    assert all(results), results
+    assert all(launch.spawn(collectives_lab.compare_plain_ring, 2 ** 20, world_size=2))
+
+
+def plain_and_production(rank, world_size):
+    return all(collectives_lab.compare_plain_ring(rank, world_size, length, seed=length)
+               for length in (5, 1001))
+
+
 @pytest.mark.parametrize("world_size", [2, 4, 5])
 def test_ledger_counts_match_the_formulas_when_n_divides(world_size):
     numel = 60 * 1024  # divisible by 2, 4 and 5
