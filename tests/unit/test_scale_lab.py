@@ -424,7 +424,7 @@ def test_the_command_reports_what_it_measures_and_what_it_cannot(lang, capsys):
         assert "86.19/76.61" in out  # DDP: its buckets beside the formula's 16 bytes/parameter
     else:
         # contention named as the page names it, not as congestion («ازدحام»)
-        assert "اندازه‌گیری‌نشده: زمان، پهنای باند، رقابت بر سر پیوندها" in out and ": بله" in out
+        assert "اندازه‌گیری‌نشده: زمان، پهنای باند، رقابت بر سر منابع" in out and ": بله" in out
         assert "۸۶٫۱۹/۷۶٫۶۱" in out and "86.19" not in out
         # plain text, not Markdown: no backticks, and the master copy named as the page names it
         assert "`" not in out and '"' not in out  # Persian quotes: «fake», «meta»
