@@ -3,8 +3,7 @@
 The notebook, tests and command run these rank functions through `launch.spawn` (or torchrun).
 A `PipeRun` says what to run; `reference_step` is the unsplit model on the whole batch in one
 process, and `torch_pipelining_step` the same split under torch.distributed.pipelining;
-`torch_virtual_stages_steps` runs torch's schedules with several stages per rank, and
-`fsdp_pipeline_step` torch's pipeline over FSDP2-sharded stages on a data x pipeline grid;
+`fsdp_pipeline_step` runs torch's pipeline over FSDP2-sharded stages on a data x pipeline grid;
 `train_after_flush` finishes each step with the whole model's gradient clipping, each stage's
 optimizer step and the loss broadcast to every stage. The algorithm itself is
 `lesson_code.pipeline`.
@@ -17,7 +16,6 @@ optimizer step and the loss broadcast to every stage. The algorithm itself is
 from __future__ import annotations
 
 import statistics
-import traceback
 from dataclasses import dataclass
 
 import torch
@@ -250,128 +248,6 @@ def _step_torch_schedule(schedule, x: torch.Tensor, y: torch.Tensor, first: bool
     return losses
 
 
-def torch_order(schedule, rank: int) -> list[tuple[int, str, int]]:
-    """The compute actions a torch schedule with several stages per rank runs on `rank`, in
-    order (its `pipeline_order`, which its runtime executes): (stage, kind, micro-batch), kind
-    "F" (forward), "B" (full backward), "I" (backward to the input only) or "W" (backward to the
-    weights only). Idle time steps and the final gradient reduction are left out."""
-    return [(action.stage_index, action.computation_type.value, action.microbatch_index)
-            for action in schedule.pipeline_order[rank]
-            if action is not None and action.computation_type.value in ("F", "B", "I", "W")]
-
-
-def deferred_weight_grads(order: list[tuple[int, str, int]]) -> int:
-    """How many weight gradients ("W") in a `torch_order` do not come right after the input
-    gradient ("I") of their own stage and micro-batch: the ones a zero-bubble schedule moved
-    later, into time the stage would otherwise spend idle."""
-    return sum(kind == "W" and order[j - 1] != (stage, "I", micro)
-               for j, (stage, kind, micro) in enumerate(order))
-
-
-def modelled_bubble(orders: list[list[tuple[int, str, int]]], virtual: int) -> float:
-    """The idle fraction of the step that torch's `orders` (one `torch_order` per rank) give on
-    ideal stages with free messages: each rank runs its order one action at a time, each as
-    soon as its input exists; a rank's `virtual` stages share its layers equally, so a stage's
-    forward, I and W each take 1 / virtual and a full backward 2 / virtual (a backward twice a
-    forward, split evenly between I and W). The idle fraction is 1 - busy / (ranks x step).
-
-    Forward i of stage s needs forward i of s - 1; the backward (B, or I) of s needs its own
-    forward and the backward of s + 1; W needs its own I. Raises ValueError for orders that
-    leave an action waiting forever."""
-    cost = {"F": 1 / virtual, "B": 2 / virtual, "I": 1 / virtual, "W": 1 / virtual}
-    last = max(stage for order in orders for stage, _, _ in order)
-    done: dict[tuple[int, str, int], float] = {}  # (stage, F / B / W, micro-batch) -> end
-    free, position = [0.0] * len(orders), [0] * len(orders)
-    while any(position[r] < len(order) for r, order in enumerate(orders)):
-        moved = False
-        for rank, order in enumerate(orders):
-            while position[rank] < len(order):
-                stage, kind, micro = order[position[rank]]
-                needs = ([(stage - 1, "F", micro)] if kind == "F" and stage > 0 else [] if kind == "F"
-                         else [(stage, "B", micro)] if kind == "W"
-                         else [(stage, "F", micro)] + ([(stage + 1, "B", micro)] if stage < last else []))
-                if any(need not in done for need in needs):
-                    break
-                free[rank] = max([free[rank]] + [done[need] for need in needs]) + cost[kind]
-                done[(stage, "W" if kind == "W" else "F" if kind == "F" else "B", micro)] = free[rank]
-                position[rank] += 1
-                moved = True
-        if not moved:
-            raise ValueError(f"these orders deadlock: ranks stop at actions {position}")
-    busy = sum(cost[kind] for order in orders for _, kind, _ in order)
-    return 1 - busy / (len(orders) * max(free))
-
-
-# torch's schedules that give each rank several stages, and where rank r's stages sit among
-# world x virtual: interleaved ones loop over the ranks (r, r + world, ...), the V-shaped ZBV
-# goes down the ranks and back up (r and 2 world - 1 - r; exactly two per rank).
-VIRTUAL_SCHEDULES = ("ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble",
-                     "ScheduleZBVZeroBubble")
-
-
-def virtual_stage_indices(schedule: str, rank: int, world_size: int, virtual: int) -> list[int]:
-    """The stages rank `rank` holds under `schedule` (one of VIRTUAL_SCHEDULES)."""
-    require_choice("schedule", schedule, VIRTUAL_SCHEDULES)
-    if schedule == "ScheduleZBVZeroBubble":
-        if virtual != 2:
-            raise ValueError(f"ScheduleZBVZeroBubble places exactly 2 stages on each rank, "
-                             f"not {virtual}: pass virtual=2")
-        return [rank, 2 * world_size - 1 - rank]
-    return [rank + k * world_size for k in range(virtual)]
-
-
-def _virtual_schedule(name: str, rank: int, world_size: int, run: PipeRun, virtual: int):
-    """torch's schedule `name` over this rank's `virtual` stages of the model cut into
-    world_size x virtual stages: (schedule, {stage: module}, stage bounds, this rank's stages)."""
-    import torch.distributed.pipelining as pipelining
-
-    total = world_size * virtual
-    layers = as_layers(build_model(run.model, run.seed, run.gpt, current_device()))
-    bounds = partition_layers(layers, total)
-    mine = virtual_stage_indices(name, rank, world_size, virtual)
-    modules = {s: nn.Sequential(*layers[slice(*bounds[s])]) for s in mine}
-    stages = [pipelining.PipelineStage(modules[s], s, total, current_device()) for s in mine]
-    schedule = getattr(pipelining, name)(stages, run.micro_batches, loss_fn=loss_function(run.model))
-    return schedule, modules, bounds, mine
-
-
-def torch_virtual_stages_steps(rank: int, world_size: int, run: PipeRun,
-                               schedules: tuple[str, ...] = VIRTUAL_SCHEDULES,
-                               virtual: int = 2) -> list[dict]:
-    """One step under each of torch's `schedules`, with `virtual` stages per rank.
-
-    Collective: call on every rank. The model is cut into world_size x virtual stages and this
-    rank builds a torch PipelineStage for each of its own (`virtual_stage_indices`). Returns, per
-    schedule, this rank's stages, their gradients named as in the unsplit model, and this rank's
-    order as torch's schedule lists it (`torch_order`).
-    """
-    results = []
-    for name in schedules:
-        schedule, modules, bounds, mine = _virtual_schedule(name, rank, world_size, run, virtual)
-        x, y = run.batch(0)
-        schedule.step(x, target=y, losses=[])  # each rank's stages take what they need
-        grads = {}
-        for s in mine:
-            grads.update(layer_gradients(modules[s], bounds[s][0]))
-        results.append({"schedule": name, "stages": mine, "grads": grads,
-                        "order": torch_order(schedule, rank)})
-    return results
-
-
-def torch_schedule_orders(rank: int, world_size: int, run: PipeRun,
-                          schedules: tuple[str, ...] = VIRTUAL_SCHEDULES,
-                          virtual: int = 2) -> list[dict]:
-    """The order each of torch's `schedules` gives this rank, as the schedule computes it when
-    it is built (`torch_order`), without running a step: {"schedule", "stages", "order"}.
-
-    Collective: call on every rank (building torch's stages takes the group)."""
-    results = []
-    for name in schedules:
-        schedule, _, _, mine = _virtual_schedule(name, rank, world_size, run, virtual)
-        results.append({"schedule": name, "stages": mine, "order": torch_order(schedule, rank)})
-    return results
-
-
 class CollectiveCounter(TorchDispatchMode):
     """Counts the communication ops this rank calls while active, by torch's op name (c10d's
     `_allgather_base_`, `_reduce_scatter_base_`, `send`, ...); `count` adds them up."""
@@ -581,11 +457,6 @@ SAY = {
                   "{loss_diff:.1e}، فعال‌سازی‌های نگه‌داشته در هر مرحله حداکثر {stored}، بایت‌های "
                   "فرستادهٔ هر مرحله {sent}"},
 }
-# How much less 1F1B idles than the GPipe model on ideal unequal stages, per m (the bubble section).
-GAPS = {"en": ("1F1B idles less than the GPipe model on ideal stages of 1, 2, 2 and 1 blocks, by: ",
-               "m = {m}: {gap:.3f}", "; "),
-        "fa": ("کاهش حباب 1F1B نسبت به مدل GPipe روی مرحله‌های آرمانی با ۱، ۲، ۲ و ۱ بلوک: ",
-               "m = {m}: {gap:.3f}", "؛ ")}
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
 
 
@@ -603,49 +474,6 @@ def message_delay(schedule: str, num_stages: int, micro_batches: int, forward: f
                                 delay, extra_warmup)
         return max(event[4] for event in events) - min(event[3] for event in events)
     return span(message) - span(0.0)
-
-
-def gaps_line(gaps: dict[int, float], lang: str = "en") -> str:
-    """The gaps {m: bubble} by which 1F1B idles less than `pipeline.unequal_stage_bubble`, as one
-    labelled line in `lang`."""
-    lead, item, separator = GAPS[language.check_language(lang)]
-    return lead + separator.join(language.fill(item, lang, m=m, gap=gap) for m, gap in gaps.items())
-
-
-def _refused_partition(facts: dict) -> str:
-    if facts["num_stages"] > facts["count"]:
-        return ("{num_stages} مرحله اما فقط {count} لایه: هر مرحله دست‌کم یک لایه لازم دارد، پس "
-                "حداکثر {count} مرحله (رتبه) به کار ببرید")
-    return "تقسیم {partition} باید {num_stages} شمار مثبت از لایه‌ها بدهد که جمعشان {count} شود"
-
-
-# Why lesson 79's functions refuse their arguments, in Persian, from the values each checked.
-REFUSALS = {
-    "partition_layers": _refused_partition,
-    "split_micro_batches": lambda facts: ("دستهٔ {size}تایی به {micro_batches} میکرودستهٔ برابر "
-                                          "تقسیم نمی‌شود: یکی از مقسوم‌علیه‌های {size} را به کار "
-                                          "ببرید"),
-}
-
-
-def explain_refusal(error: ValueError, lang: str = "fa") -> str:
-    """Why `pipeline.partition_layers` or `pipeline.split_micro_batches` refused its arguments,
-    in `lang`: the error's message in English; in Persian a sentence made from the values the
-    refusing function checked (the locals of the innermost frame of the error's traceback, the
-    facts its English message states). Another error keeps its message."""
-    frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
-    if language.check_language(lang) == "en" or not frames or frames[-1].name not in REFUSALS:
-        return str(error)
-    innermost = error.__traceback__
-    while innermost.tb_next is not None:
-        innermost = innermost.tb_next
-    facts = {name: value for name, value in innermost.tb_frame.f_locals.items()
-             if _is_count(value) or isinstance(value, tuple) and all(map(_is_count, value))}
-    return language.fill(REFUSALS[frames[-1].name](facts), "fa", **facts)
-
-
-def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -370,12 +370,12 @@ def test_the_unequal_stage_model_is_gpipes_bubble_and_bounds_1f1bs():
 
 def test_torch_schedules_with_two_stages_per_rank_match_the_unsplit_model():
     run = PipeRun(micro_batches=4)
-    per_rank = launch.spawn(pipeline_lab.torch_virtual_stages_steps, run, world_size=2)
+    per_rank = launch.spawn(pipeline_exercises.torch_virtual_stages_steps, run, world_size=2)
     reference = in_one_rank(reference_step, run)
     placements = {"ScheduleInterleaved1F1B": [[0, 2], [1, 3]],
                   "ScheduleInterleavedZeroBubble": [[0, 2], [1, 3]],
                   "ScheduleZBVZeroBubble": [[0, 3], [1, 2]]}
-    for index, name in enumerate(pipeline_lab.VIRTUAL_SCHEDULES):
+    for index, name in enumerate(pipeline_exercises.VIRTUAL_SCHEDULES):
         results = [rank_results[index] for rank_results in per_rank]
         assert [r["stages"] for r in results] == placements[name]
         grads = {key: grad for r in results for key, grad in r["grads"].items()}
@@ -388,14 +388,14 @@ def test_torch_schedules_with_two_stages_per_rank_match_the_unsplit_model():
             backward_kinds = {kind for _, kind, _ in r["order"] if kind != "F"}
             assert backward_kinds == ({"B"} if name == "ScheduleInterleaved1F1B" else {"I", "W"})
     with pytest.raises(ValueError, match="exactly 2 stages"):
-        pipeline_lab.virtual_stage_indices("ScheduleZBVZeroBubble", 0, 2, 3)
+        pipeline_exercises.virtual_stage_indices("ScheduleZBVZeroBubble", 0, 2, 3)
 
 
 def test_a_weight_gradient_is_deferred_unless_its_own_input_gradient_precedes_it():
     order = [(1, "F", 0), (1, "I", 0), (1, "W", 0), (1, "F", 1), (1, "I", 1), (0, "I", 0),
              (1, "W", 1), (0, "W", 0), (1, "B", 2)]
-    assert pipeline_lab.deferred_weight_grads(order) == 2  # 1W1 after 0I0, 0W0 after 1W1
-    assert pipeline_lab.deferred_weight_grads([]) == 0
+    assert pipeline_exercises.deferred_weight_grads(order) == 2  # 1W1 after 0I0, 0W0 after 1W1
+    assert pipeline_exercises.deferred_weight_grads([]) == 0
 
 
 def test_zero_bubble_orders_defer_weight_gradients_on_later_ranks():
@@ -403,7 +403,7 @@ def test_zero_bubble_orders_defer_weight_gradients_on_later_ranks():
     # orders, computed when the schedules are built, move some Ws away from their I; the
     # interleaved 1F1B order holds more micro-batches on rank 0 than 1F1B's P - 0 = 4.
     run = PipeRun(gpt=pipeline_lab.WIDE_GPT, micro_batches=8)
-    per_rank = launch.spawn(pipeline_lab.torch_schedule_orders, run, world_size=4)
+    per_rank = launch.spawn(pipeline_exercises.torch_schedule_orders, run, world_size=4)
     for rank, results in enumerate(per_rank):
         for r in results:
             kinds = {kind for _, kind, _ in r["order"]}
@@ -412,7 +412,7 @@ def test_zero_bubble_orders_defer_weight_gradients_on_later_ranks():
                     assert sorted(i for t, k, i in r["order"] if (t, k) == (s, kind)) == list(range(8))
             if r["schedule"] == "ScheduleInterleaved1F1B":
                 continue
-            deferred = pipeline_lab.deferred_weight_grads(r["order"])
+            deferred = pipeline_exercises.deferred_weight_grads(r["order"])
             assert (deferred > 0) == (rank > 0), (rank, r["schedule"])
     interleaved = per_rank[0][0]["order"]
     held = [sum(1 if kind == "F" else -1 for _, kind, _ in interleaved[:j + 1])
@@ -421,7 +421,7 @@ def test_zero_bubble_orders_defer_weight_gradients_on_later_ranks():
     # On ideal stages (F = I = W, free messages) interleaving divides the fill and the drain by
     # v = 2: (P - 1) / (v m + P - 1); the zero-bubble orders fill the drain with Ws as well,
     # leaving the first forward's fill, (P - 1) / (3 v m + P - 1).
-    bubbles = [pipeline_lab.modelled_bubble([results[k]["order"] for results in per_rank], 2)
+    bubbles = [pipeline_exercises.modelled_bubble([results[k]["order"] for results in per_rank], 2)
                for k in range(3)]
     assert bubbles == pytest.approx([3 / 19, 3 / 51, 3 / 51], rel=1e-12), bubbles
 
@@ -432,11 +432,11 @@ def test_the_modelled_bubble_of_one_stage_per_rank_is_the_formula_and_a_deadlock
             orders = [[(stage, kind, micro) for kind, micro in
                        schedule_order(schedule, stage, num_stages, micro_batches)]
                       for stage in range(num_stages)]
-            assert pipeline_lab.modelled_bubble(orders, 1) == pytest.approx(
+            assert pipeline_exercises.modelled_bubble(orders, 1) == pytest.approx(
                 theoretical_bubble(num_stages, micro_batches), rel=1e-12)
     backward_first = [[(0, "B", 0), (0, "F", 0)], [(1, "F", 0), (1, "B", 0)]]
     with pytest.raises(ValueError, match="deadlock"):
-        pipeline_lab.modelled_bubble(backward_first, 1)
+        pipeline_exercises.modelled_bubble(backward_first, 1)
 
 
 def test_neighbours_that_wait_for_their_sends_deadlock_and_a_bounded_wait_ends_it():

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from lesson_code import collectives_lab, ddp_lab, pipeline_lab, selfcheck, zero_lab
+from lesson_code import collectives_lab, ddp_lab, pipeline_exercises, pipeline_lab, selfcheck, zero_lab
 from lesson_code.harness import cli_args
 from lesson_code.models import as_layers, build_model
 from lesson_code.pipeline import partition_layers, split_micro_batches
@@ -112,16 +112,12 @@ def refused(call) -> ValueError:
 def test_lesson_79s_refusals_and_report_in_both_editions():
     too_many = refused(lambda: partition_layers(as_layers(build_model("gpt", 0)), 5))
     uneven = refused(lambda: split_micro_batches(torch.zeros(16, 16), 5))
-    assert pipeline_lab.explain_refusal(too_many, "en") == str(too_many)
-    assert pipeline_lab.explain_refusal(too_many, "fa").startswith("۵ مرحله اما فقط ۴ لایه")
-    assert pipeline_lab.explain_refusal(uneven, "fa").startswith("دستهٔ ۱۶تایی به ۵ میکرودستهٔ برابر")
-    assert not latin_words(pipeline_lab.explain_refusal(uneven, "fa"))
+    assert pipeline_exercises.explain_refusal(too_many, "en") == str(too_many)
+    assert pipeline_exercises.explain_refusal(too_many, "fa").startswith("۵ مرحله اما فقط ۴ لایه")
+    assert pipeline_exercises.explain_refusal(uneven, "fa").startswith("دستهٔ ۱۶تایی به ۵ میکرودستهٔ برابر")
+    assert not latin_words(pipeline_exercises.explain_refusal(uneven, "fa"))
     other = refused(lambda: split_micro_batches(torch.zeros(16, 16), 0))  # refused by a helper
-    assert pipeline_lab.explain_refusal(other, "fa") == str(other)
-    gaps = {2: 0.034, 16: 0.013}
-    assert pipeline_lab.gaps_line(gaps, "en").endswith("by: m = 2: 0.034; m = 16: 0.013")
-    persian_gaps = pipeline_lab.gaps_line(gaps, "fa")
-    assert "۰٫۰۳۴؛" in persian_gaps and persian_gaps.endswith("۰٫۰۱۳") and not latin_words(persian_gaps)
+    assert pipeline_exercises.explain_refusal(other, "fa") == str(other)
     run = pipeline_lab.PipeRun(schedule="1f1b", micro_batches=4)
     stages = [{"peak_stored": 2, "traffic": {"bytes_sent": 100}}] * 2
     check = {"max_grad_diff": 1.5e-8, "loss_diff": 0.0}
