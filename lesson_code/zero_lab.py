@@ -6,9 +6,8 @@ The notebook, the tests and the benchmark run these through `launch.spawn` (or t
 reference, and torch's own ZeroRedundancyOptimizer (stage 1) and FSDP2 (`fully_shard`, stage 3)
 are the others. The loop and the timing are the shared harness's (`lesson_code.experiment`).
 `stage_memory_table` measures the peak memory of a step under DDP and each stage beside the
-formulas of `lesson_code.memory`; `stage3_timeline` shows one ZeRO-3 step, layer by layer;
-`accumulation_traffic` counts a step's bytes under gradient accumulation; `overflow_skip`
-makes every rank skip a step whose gradient overflowed on one shard.
+formulas of `lesson_code.memory`; `stage3_timeline` shows one ZeRO-3 step, layer by layer.
+What only the lesson's exercises run is in `lesson_code.zero_exercises`.
 
     python -m lesson_code.zero_lab                      # an MLP, 20 steps on 4 ranks, ZeRO-1
     python -m lesson_code.zero_lab --optimizer zero3    # the same with ZeRO-3, and its peak
@@ -283,147 +282,6 @@ def time_steps(rank: int, world_size: int, run: ZeroRun, warmup: int = 2) -> dic
         clock.samples.setdefault("comm", []).append(
             float("nan") if run.optimizer in ("torch_zero", "fsdp2") else seconds)
     return {**clock.medians(), "bytes_sent": ledger.bytes_sent}
-
-
-def accumulation_traffic(rank: int, world_size: int, run: ZeroRun,
-                         micro_batches: tuple[int, ...] = (1, 2, 4)) -> dict[int, int]:
-    """Bytes this rank sends in one optimizer step of G backward passes (gradient accumulation),
-    for each G in `micro_batches`. Collective: call on every rank.
-
-    ZeRO-1 ("zero") adds the micro-batches' full gradients up in `.grad` and reduce-scatters once,
-    in step(); ZeRO-2 ("zero2") keeps no full gradient, so every backward pass reduce-scatters its
-    buckets. Raises ValueError for another optimizer or a G below 1.
-    """
-    require_choice("optimizer", run.optimizer, ("zero", "zero2"))
-    if not micro_batches or min(micro_batches) < 1:
-        raise ValueError(f"micro_batches={micro_batches!r}: give backward passes per step, "
-                         "each 1 or more, such as (1, 2, 4)")
-    sent = {}
-    for count in micro_batches:
-        ledger = CommLedger()
-        model, optimizer = build_optimizer(run, run_model(run), rank, world_size, ledger)
-        ledger.clear()  # the initial broadcast is not the step's
-        for micro in range(count):
-            run_loss(run, model, micro, rank, world_size).backward()
-        optimizer.step()
-        sent[count] = ledger.bytes_sent
-    return sent
-
-
-class _SkippedStep(Exception):
-    """Leaves OverflowSkippingZero.step() after the reduce-scatter, before Adam and the all-gather."""
-
-
-class OverflowSkippingZero(ZeroOptimizer):
-    """ZeRO-1 that skips a step on every rank when any rank's shard of the reduced gradient holds
-    an infinity or NaN: a loss scaler's check where no rank sees the whole gradient (lesson 78,
-    exercise 6). One all-reduce of a one-element flag makes every rank take the same decision;
-    a rank that skipped alone would leave the others waiting in an all-gather it never enters.
-    `skipped` counts the steps skipped."""
-
-    skipped = 0
-
-    def _reduce_gradient(self, flat_grad: torch.Tensor) -> torch.Tensor:
-        grad = super()._reduce_gradient(flat_grad)
-        overflow = (~torch.isfinite(grad)).any().to(torch.float32).reshape(1)
-        self.comm.all_reduce(overflow, op="sum")  # the same flag on every rank
-        if overflow.item() > 0:
-            raise _SkippedStep
-        return grad
-
-    def step(self) -> bool:
-        """ZeroOptimizer.step, unless some rank's shard overflowed; returns whether it stepped."""
-        try:
-            super().step()
-        except _SkippedStep:
-            self.skipped += 1
-            return False
-        return True
-
-
-def overflow_skip(rank: int, world_size: int, run: ZeroRun, bad_rank: int = 1) -> dict:
-    """Two steps of OverflowSkippingZero; in the first, rank `bad_rank` puts an infinity into its
-    gradient's first element, which the reduce-scatter lands in rank 0's shard. Returns whether
-    each step was taken and the parameters' digest before the steps and after each.
-    Collective: call on every rank. Raises ValueError for a `bad_rank` outside the group."""
-    if not 0 <= bad_rank < world_size:
-        raise ValueError(f"bad_rank={bad_rank!r} is not a rank of {world_size}: give 0 to "
-                         f"{world_size - 1}")
-    model = run_model(run, seed_offset=rank)
-    comm = run.communicator()
-    broadcast_parameters(model, comm=comm)
-    optimizer = OverflowSkippingZero(model, world_size, rank, lr=run.lr, comm=comm)
-    taken, digests = [], [parameter_digest(model)]
-    for step in range(2):
-        optimizer.zero_grad()
-        run_loss(run, model, step, rank, world_size).backward()
-        if step == 0 and rank == bad_rank:
-            with torch.no_grad():
-                optimizer.params[0].grad.view(-1)[0] = float("inf")
-        taken.append(optimizer.step())
-        digests.append(parameter_digest(model))
-    return {"taken": taken, "digests": digests, "skipped": optimizer.skipped}
-
-
-class GroupedAdamWZero(ZeroOptimizer):
-    """ZeRO-1 with AdamW's decoupled weight decay on two parameter groups, as LLM recipes set them
-    (lesson 78, exercise 7): matrices decay, biases and norms (parameters of one dimension) do not.
-
-    A flat shard cuts through parameters, so the group becomes a per-element factor: each rank
-    cuts its shard of a flat vector laid out as the parameters, 1 - lr * weight_decay where the
-    element decays and 1 where it does not. Before each step the master shard is multiplied by
-    it, as torch.optim.AdamW multiplies each decayed parameter before its Adam update (which has
-    no L2 term here). Raises ValueError for a negative weight_decay.
-    """
-
-    def __init__(self, model, world_size: int, rank: int, lr: float, weight_decay: float,
-                 **kwargs):
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay={weight_decay!r} is negative: give 0 or more, "
-                             "such as 0.1")
-        super().__init__(model, world_size, rank, lr, **kwargs)
-        decays = torch.cat([torch.full((p.numel(),), p.ndim >= 2, device=p.device)
-                            for p in self.params])
-        mask = self._padded(decays)[self.start: self.start + self.shard_numel]
-        self.decay_factor = torch.ones_like(self.master)
-        self.decay_factor[mask] = 1 - lr * weight_decay  # rounded to fp32 once, as AdamW's scalar
-
-    def step(self) -> None:
-        with torch.no_grad():
-            self.master.mul_(self.decay_factor)  # AdamW: decay the weights before the update
-        super().step()
-
-
-def decay_groups(params, weight_decay: float) -> list[dict]:
-    """torch.optim parameter groups: `weight_decay` on matrices, none on biases and norms."""
-    params = [p for p in params if p.requires_grad]
-    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-
-
-def train_grouped_adamw(rank: int, world_size: int, run: ZeroRun) -> dict:
-    """Train `run` with GroupedAdamWZero (decay `run.weight_decay` on matrices only); return the
-    final parameters (float64) and the losses. Collective: call on every rank."""
-    model = run_model(run, seed_offset=rank)
-    comm = run.communicator()
-    broadcast_parameters(model, comm=comm)
-    optimizer = GroupedAdamWZero(model, world_size, rank, lr=run.lr,
-                                 weight_decay=run.weight_decay, comm=comm)
-    losses = train(lambda step: run_loss(run, model, step, rank, world_size), optimizer,
-                   range(run.steps))
-    return {"params": flat_parameters(model), "losses": losses}
-
-
-def adamw_single_process(run: ZeroRun, groups: bool = True) -> dict:
-    """The reference of GroupedAdamWZero on one process and the full batch: torch.optim.AdamW
-    with `decay_groups` (or, with groups=False, one group that decays every parameter). Compute
-    it with `reference.in_one_rank`, as `train_single_process`."""
-    model = run_model(run)
-    params = (decay_groups(model.parameters(), run.weight_decay) if groups
-              else [p for p in model.parameters() if p.requires_grad])
-    optimizer = torch.optim.AdamW(params, lr=run.lr, weight_decay=run.weight_decay)
-    losses = train(lambda step: run_loss(run, model, step), optimizer, range(run.steps))
-    return {"params": flat_parameters(model), "losses": losses}
 
 
 def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:

@@ -1,11 +1,12 @@
 """Lesson 81, exercise 7: skip a step whose gradient is not finite although its loss is.
 
 The divergence guard reads only the loss, so a gradient that overflows under a finite loss passes
-it. `SkipNonFiniteStep` catches it inside `ZeroOptimizer.step`, where the global gradient norm is
-already all-reduced after the reduce-scatter: every rank tests the same number, so all ranks skip
-alike, and the test costs no communication of its own. It leaves `step` before
-`self.step_count += 1`, so Adam's step count, and with it its bias correction, does not move for
-a step that was never taken. Run the demonstration on 4 ranks with
+it. Lesson 81 reuses lesson 78's exercise 6, `zero_exercises.SkipNonFiniteStep`: it catches such
+a gradient inside `ZeroOptimizer.step`, where the global gradient norm is already all-reduced
+after the reduce-scatter, so every rank tests the same number, all ranks skip alike, and the test
+costs no communication of its own. It leaves `step` before `self.step_count += 1`, so Adam's
+step count, and with it its bias correction, does not move for a step that was never taken.
+Run the demonstration on 4 ranks with
 `launch.spawn(skip_nonfinite_gradient, CapstoneConfig(steps=5), world_size=4)`.
 """
 
@@ -18,32 +19,7 @@ import torch
 from lesson_code.capstone.config import CapstoneConfig
 from lesson_code.capstone.train import build, forward_backward
 from lesson_code.experiment import flat_parameters, global_mean
-from lesson_code.zero import ZeroOptimizer
-
-
-class NonFiniteGradient(Exception):
-    """The all-reduced gradient norm is inf or NaN: the step must not update anything."""
-
-
-class SkipNonFiniteStep(ZeroOptimizer):
-    """`ZeroOptimizer` that skips, on every rank alike, a step whose global gradient norm is not
-    finite: no Adam update, no all-gather, no step count. `skipped` counts the skipped steps."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **{**kwargs, "track_grad_norm": True})  # the norm is the test
-        self.skipped = 0
-
-    def _global_norm(self, grad: torch.Tensor) -> float:
-        norm = super()._global_norm(grad)  # one all-reduce: the same number on every rank
-        if not math.isfinite(norm):
-            raise NonFiniteGradient(f"global gradient norm {norm}")
-        return norm
-
-    def step(self) -> None:
-        try:
-            super().step()  # raises before self.step_count += 1 when the norm is not finite
-        except NonFiniteGradient:
-            self.skipped += 1
+from lesson_code.zero_exercises import SkipNonFiniteStep
 
 
 def skip_nonfinite_gradient(rank: int, world_size: int, config: CapstoneConfig,

@@ -155,14 +155,15 @@ def test_a_missing_object_is_named_with_its_file(tmp_path: Path, name: str, said
 
 def copy_of_zero(tmp_path: Path, change) -> Path:
     """A checkout in tmp_path whose lesson_code/zero.py is the real one changed by `change`,
-    beside the real zero_lab.py (lesson 78 lists objects of both)."""
+    beside the real zero_lab.py and zero_exercises.py (lesson 78 lists objects of all three)."""
     (tmp_path / "lesson_code").mkdir()
     source = (ROOT / "lesson_code" / "zero.py").read_text(encoding="utf-8")
     changed = change(source)
     assert changed != source, "the change did not apply: the test needs another anchor"
     (tmp_path / "lesson_code" / "zero.py").write_text(changed, encoding="utf-8")
-    lab = (ROOT / "lesson_code" / "zero_lab.py").read_text(encoding="utf-8")
-    (tmp_path / "lesson_code" / "zero_lab.py").write_text(lab, encoding="utf-8")
+    for beside in ("zero_lab.py", "zero_exercises.py"):
+        code = (ROOT / "lesson_code" / beside).read_text(encoding="utf-8")
+        (tmp_path / "lesson_code" / beside).write_text(code, encoding="utf-8")
     return tmp_path
 
 

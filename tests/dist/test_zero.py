@@ -23,7 +23,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lesson_code import launch, zero_lab
+from lesson_code import launch, zero_exercises, zero_lab
 from lesson_code.ddp_lab import attention_key_bias_mask
 from lesson_code.experiment import flat_parameters
 from lesson_code.models import MLP, build_model, count_parameters
@@ -159,27 +159,28 @@ def test_bfloat16_parameters_with_an_fp32_master():
 
 def test_an_overflow_on_one_shard_skips_the_step_on_every_rank():
     # rank 1's infinity lands in rank 0's shard: rank 1's own shard is finite, yet it must skip
-    results = launch.spawn(zero_lab.overflow_skip, ZeroRun(), world_size=3)
+    results = launch.spawn(zero_exercises.overflow_skip, ZeroRun(), world_size=3)
     assert all(r["taken"] == [False, True] and r["skipped"] == 1 for r in results)
     assert all(r["digests"] == results[0]["digests"] for r in results)
     before, after_skip, after_step = results[0]["digests"]
     assert before == after_skip != after_step
     with pytest.raises(ValueError, match="bad_rank=3"):
-        zero_lab.overflow_skip(0, 3, ZeroRun(), bad_rank=3)
+        zero_exercises.overflow_skip(0, 3, ZeroRun(), bad_rank=3)
 
 
 def test_adamw_parameter_groups_under_zero1_equal_torch_adamw():
     """Decay on matrices only, cut into flat shards on 3 ranks (with padding): the parameters match
     torch.optim.AdamW with the same two groups, and not AdamW that decays every parameter."""
     run = ZeroRun(weight_decay=0.1)
-    results = launch.spawn(zero_lab.train_grouped_adamw, run, world_size=3)
+    results = launch.spawn(zero_exercises.train_grouped_adamw, run, world_size=3)
     assert all(torch.equal(r["params"], results[0]["params"]) for r in results)
-    grouped = in_one_rank(zero_lab.adamw_single_process, run)
-    decay_all = in_one_rank(zero_lab.adamw_single_process, run, False)
+    grouped = in_one_rank(zero_exercises.adamw_single_process, run)
+    decay_all = in_one_rank(zero_exercises.adamw_single_process, run, False)
     assert (results[0]["params"] - grouped["params"]).abs().max().item() < 1e-5
     assert (results[0]["params"] - decay_all["params"]).abs().max().item() > 1e-3
     with pytest.raises(ValueError, match="weight_decay=-0.1"):
-        zero_lab.GroupedAdamWZero(run_model(run), 1, 0, lr=0.01, weight_decay=-0.1, comm="ring")
+        zero_exercises.GroupedAdamWZero(run_model(run), 1, 0, lr=0.01, weight_decay=-0.1,
+                                        comm="ring")
 
 
 @pytest.mark.parametrize("optimizer", ["zero", "naive_zero"])

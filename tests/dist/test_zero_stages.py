@@ -31,7 +31,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lesson_code import launch, memory, zero_lab
+from lesson_code import launch, memory, zero_exercises, zero_lab
 from lesson_code.ddp_lab import each_run
 from lesson_code.harness.reference import in_one_rank
 from lesson_code.models import count_parameters
@@ -129,7 +129,7 @@ def measure_stages(rank, world_size):
     one_step = ZeroRun(model="gpt", steps=1, bucket_cap_mb=SMALL_BUCKETS)
     ledgers = {name: train_on_rank(rank, world_size, replace(one_step, optimizer=name))["ledger"]
                for name in ("ddp", "zero2", "zero3")}
-    accumulated = {name: zero_lab.accumulation_traffic(rank, world_size,
+    accumulated = {name: zero_exercises.accumulation_traffic(rank, world_size,
                                                        replace(one_step, optimizer=name), (1, 3))
                    for name in ("zero", "zero2")}
     return {"peaks": peaks, "ledgers": ledgers, "accumulated": accumulated,
@@ -259,6 +259,6 @@ def test_the_stage_3_model_gives_each_gather_reduce_scatter_and_free_its_bytes(m
 
 def test_accumulation_traffic_refuses_another_optimizer_and_no_backward_pass():
     with pytest.raises(ValueError, match="'ddp'"):
-        zero_lab.accumulation_traffic(0, 1, ZeroRun(optimizer="ddp"))
+        zero_exercises.accumulation_traffic(0, 1, ZeroRun(optimizer="ddp"))
     with pytest.raises(ValueError, match=r"micro_batches=\(0,\)"):
-        zero_lab.accumulation_traffic(0, 1, ZeroRun(), (0,))
+        zero_exercises.accumulation_traffic(0, 1, ZeroRun(), (0,))
