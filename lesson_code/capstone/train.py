@@ -3,8 +3,10 @@
     1. DDP (lesson 77): broadcast rank 0's initial parameters, so every rank starts equal.
     2. ZeRO-1 (lesson 78): every step, reduce-scatter the gradients, Adam on this rank's shard
        of the fp32 master weights, all-gather the updated parameters.
-    3. Sharded checkpoint (lesson 80): after `checkpoint_step`, each rank writes its shard.
-    4. The loop: forward, backward, the divergence guard, the optimizer, the checkpointer.
+    3. Sharded checkpoint (lesson 80): after each step of `config.save_steps()`, each rank writes
+       its shard and rank 0 the weights, under a verified manifest.
+    4. The divergence guard: a step whose loss is not finite or spikes is rolled back or skipped.
+    5. The loop: forward, backward, the guard, the optimizer, the checkpointer.
 
 The loop itself knows nothing of reduce-scatter or files: it calls `optimizer.step()` and
 `checkpointer.maybe_save(step)`. Run it with `python -m lesson_code.capstone`, or spawn
@@ -39,7 +41,7 @@ from lesson_code.zero import ZeroOptimizer
 
 
 def build(config: CapstoneConfig, rank: int, world_size: int, seed_offset: int = 0):
-    """Model, communicator and optimizer for one rank, composed in the order of the docstring."""
+    """Model, communicator and optimizer for one rank, in the order of the module docstring."""
     torch.manual_seed(config.seed + seed_offset + rank)  # each rank's own RNG stream
     model = MiniGPT(config.gpt).to(current_device())  # built on the CPU: a seed, the same weights on any device
     comm = config.communicator(CommLedger())
@@ -92,8 +94,9 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     ("history"; "records" and "events" hold what this call trained). A step the guard rejects is
     rolled back to the newest checkpoint up to `config.guard_retries` times, then its batch is
     skipped. A step that is due a checkpoint first has its update judged (`guard.check_update`):
-    a rejected update is rolled back, so no checkpoint keeps it. Every checkpoint is reloaded at once into fresh objects and compared with what was
-    saved ("resume_verified"). Rank 0 appends every step and event to out_dir/metrics.jsonl.
+    a rejected update is rolled back, so no checkpoint keeps it. Every checkpoint is reloaded at
+    once into fresh objects and compared with what was saved ("resume_verified"). Rank 0 appends
+    every step and event to out_dir/metrics.jsonl.
     "traffic" is the ring communicator's ledger; the loss all-reduce and the checkpointer's
     collectives call torch.distributed directly and are not in it.
     """
@@ -103,14 +106,14 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
                                 verify=lambda folder, snapshot: verify_resume(
                                     config, folder, snapshot, rank, world_size))  # 3. checkpoints
     guard = DivergenceGuard(config.spike_factor, max_retries=config.guard_retries,
-                            skip_after_rollback=config.skip_after_rollback)
+                            skip_after_rollback=config.skip_after_rollback)  # 4. the guard
     corpus = config.corpus()
     step, records, events, spiked, history = 0, [], [], False, {"records": [], "events": []}
     if start_from is not None:
         step, spiked, history = restore_run_state(load_zero(start_from, model, optimizer), guard)
     log = MetricsLog(Path(config.out_dir) / "metrics.jsonl" if rank == 0 else None, history)
     victim, gradient_bytes = config.victim() == rank, 0
-    while step < config.steps:                                               # 4. the loop
+    while step < config.steps:                                               # 5. the loop
         started = clock()
         optimizer.zero_grad()
         local = forward_backward(config, model, corpus, step, rank, world_size)
@@ -137,8 +140,8 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
                                         disk=CrashingDisk() if crash_in_save else DISK)
                 if victim and step == config.kill_at_step:  # the injected crash (a real SIGKILL)
                     os.kill(os.getpid(), signal.SIGKILL)
-                continue
-            rejected = step  # its update is in the weights: only a rollback removes it
+                continue  # way out 1: the update is kept (and saved, if a checkpoint was due)
+            rejected = step  # way out 2: the update is in the weights; on to the rollback below
             if guard.action(rejected) != "rollback":
                 raise RuntimeError(f"step {rejected}'s update was rejected again after "
                                    f"{guard.max_retries} rollbacks ({reason}): lower the learning rate")
@@ -149,7 +152,8 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
                                                 f"after {guard.max_retries} rollbacks ({reason})"}))
             checkpointer.maybe_save(step, guard.previous,
                                     run_state(config, world_size, guard, spiked, history, records, events))
-            continue
+            continue  # way out 3a: the loss is rejected for good; its batch is skipped
+        # ways out 2 and 3b (a rejected loss, rollbacks left): back to the newest checkpoint
         restored, guard.previous = checkpointer.rollback()
         event = {"event": "rollback", "loss": loss, "reason": reason, "to_step": restored,
                  "at_step": rejected,  # steps trained since the checkpoint: their updates are gone
