@@ -232,6 +232,7 @@ STAGES_LABELS = {
     "usable (90%)": "قابل‌استفاده (۹۰٪)", "stage, bf16 reduction": "مرحله، کاهش bf16",
     "stage, fp32 reduction": "مرحله، کاهش fp32",
     "FSDP2, gradient sync off until the last": "FSDP2، همگام‌سازی گرادیان خاموش تا آخرین میکرودسته",
+    "FSDP2, also set_reshard_after_backward(False)": "FSDP2، با `set_reshard_after_backward(False)` هم",
     "ms, modelled": "میلی‌ثانیه، مدل‌سازی‌شده",
     "all-gather of one layer (bf16)": "گردآوری همگانی یک لایه (bf16)",
     "reduce-scatter of one layer (fp32)": "کاهش و پخش یک لایه (fp32)",
