@@ -58,10 +58,12 @@ class SkipNonFiniteStep(ZeroOptimizer):
     """`ZeroOptimizer` that skips, on every rank alike, a step whose reduced gradient holds an
     inf or NaN (lesson 78, exercise 6): no Adam update, no all-gather, no step count.
 
-    The test reads the global norm, all-reduced from the shards' sums of squares: one inf or NaN
-    on any shard makes it inf or NaN on every rank, so all ranks decide alike (a rank that
-    skipped alone would leave the others waiting in the all-gather). `skipped` counts the
-    skipped steps."""
+    No rank holds the whole reduced gradient, only its shard, so the test reads the global norm,
+    the square root of the all-reduced sum of the shards' squares (exercise 4's clipping needs it
+    anyway): one non-finite element on any shard makes it inf or NaN on every rank, and all ranks
+    take the same decision. A rank that decided alone would leave the others waiting in the
+    all-gather it skips. The norm also overflows for finite elements above about 1e19 in fp32,
+    a step no run should take either. `skipped` counts the skipped steps."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **{**kwargs, "track_grad_norm": True})  # the norm is the test
