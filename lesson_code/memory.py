@@ -174,6 +174,38 @@ def stage3_working_bytes(unit_params: float, precision: Precision = MIXED_ADAM,
     return (2 * precision.params + precision.grads + copy) * unit_params
 
 
+def stage3_peaks(params: float, world_size: int, unit_params: float, activation_bytes: float = 0.0,
+                 precision: Precision = MIXED_ADAM, *, gathered_bytes: float | None = None,
+                 reduce_bytes: float | None = None, step_temp_bytes: float = 0.0) -> dict[str, float]:
+    """A ZeRO-3 rank's bytes at its two peaks, backward's and the optimizer step's (lesson 78a).
+
+    Returns {"states", "backward", "step"}. "states" is `total_bytes("ZeRO-3", ...)`, the shards
+    in `precision`. "backward" adds `activation_bytes` and `stage3_working_bytes` for a unit of
+    `unit_params`, gathered, with its unsharded gradient, in `gathered_bytes` per element (None:
+    `precision.params`, as in the ZeRO paper's 2 + 2 + 12). FSDP2 with
+    `MixedPrecisionPolicy(param_dtype=torch.bfloat16)` keeps fp32 shards (`FP32_ADAM`, 4 + 4 + 8)
+    but gathers in bf16 and computes bf16 gradients: `gathered_bytes=2`. "step" adds, per
+    parameter the rank updates, `choose_stage`'s rule: an fp32 gradient for the master when the
+    sharded gradients are narrower, plus `step_temp_bytes`. The rank fits a device when the larger
+    peak does. Raises ValueError as `stage3_working_bytes` does, for a `gathered_bytes` that is not
+    positive, or for negative `activation_bytes` or `step_temp_bytes`.
+    """
+    if activation_bytes < 0:
+        raise ValueError(f"activation_bytes={activation_bytes!r} is negative: give 0 or more")
+    if gathered_bytes is not None and not gathered_bytes > 0:
+        raise ValueError(f"gathered_bytes={gathered_bytes!r} must be positive: the bytes per "
+                         "element of a gathered unit, such as 2 for bf16")
+    if step_temp_bytes < 0:
+        raise ValueError(f"step_temp_bytes={step_temp_bytes!r} is negative: give 0 for a fused "
+                         "Adam, 4 for torch.optim.Adam's default foreach path")
+    states = total_bytes("ZeRO-3", params, world_size, precision)
+    gathered = precision.params if gathered_bytes is None else gathered_bytes
+    working = stage3_working_bytes(unit_params, Precision(gathered, gathered, 0), reduce_bytes)
+    master_grad = 4.0 if precision.grads < 4 else 0.0
+    return {"states": states, "backward": states + activation_bytes + working,
+            "step": states + (master_grad + step_temp_bytes) * params / world_size}
+
+
 def choose_stage(params: float, world_size: int, device_bytes: float,
                  activation_bytes: float = 0.0, precision: Precision = MIXED_ADAM, *,
                  headroom: float = 0.0, unit_params: float = 0.0,

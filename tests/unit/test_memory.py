@@ -180,6 +180,42 @@ def test_an_fp32_master_step_holds_an_fp32_gradient_even_with_a_fused_adam():
     assert memory.choose_stage(7e9, 8, states + 3.5e9, 3.5e9) == "ZeRO-1"
 
 
+def test_fsdp2_s_fp32_shards_and_bf16_units_fit_70b_on_fewer_ranks_than_the_paper_s_layout():
+    """Llama 2 70B on H200s, fp32 reduction, fused Adam: FSDP2 (fp32 shards, bf16 gathered units
+    and gradients) fits on 10 ranks, where the ZeRO paper's 2 + 2 + 12 needs its fp32 gradient
+    shard for the step; both peak alike in backward."""
+    usable = 0.9 * 143_771 * 2 ** 20
+    activations, layer = 80 * 4096 * 8192 * 2, 856e6
+    fsdp2 = {"precision": memory.FP32_ADAM, "gathered_bytes": 2, "reduce_bytes": 4}
+    peaks = {n: memory.stage3_peaks(70e9, n, layer, activations, **fsdp2) for n in (9, 10)}
+    assert peaks[10] == pytest.approx({"states": 112e9, "backward": 112e9 + activations + 10 * layer,
+                                       "step": 112e9})
+    assert peaks[9]["backward"] > usable > peaks[10]["backward"]  # backward decides: 10 ranks
+    # FSDP2's working set is 2 + 2 + 2 + 4 bytes per element of a unit, not fp32's 4 + 4 + 4 + 4
+    assert memory.stage3_working_bytes(layer, memory.FP32_ADAM, 4) == 16 * layer
+    paper = memory.stage3_peaks(70e9, 10, layer, activations, reduce_bytes=4)
+    assert paper["backward"] == peaks[10]["backward"] and paper["step"] == 140e9 > usable
+    # the paper's layout fits exactly where choose_stage says ZeRO-3 does, with either Adam
+    for n in range(8, 20):
+        for temp in (0, 4):
+            peak = memory.stage3_peaks(70e9, n, layer, activations, reduce_bytes=4,
+                                       step_temp_bytes=temp)
+            verdict = memory.choose_stage(70e9, n, usable / 0.9, activations, headroom=0.1,
+                                          unit_params=layer, reduce_bytes=4, step_temp_bytes=temp)
+            assert (max(peak["backward"], peak["step"]) <= usable) == (verdict == "ZeRO-3"), (n, temp)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"gathered_bytes": 0}, "gathered_bytes=0 must be positive"),
+    ({"step_temp_bytes": -4}, "step_temp_bytes=-4 is negative"),
+    ({"activation_bytes": -1.0}, "activation_bytes=-1.0 is negative"),
+    ({"reduce_bytes": 0}, "reduce_bytes=0 must be positive"),
+])
+def test_stage3_peaks_refuses_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        memory.stage3_peaks(70e9, 8, 856e6, **kwargs)
+
+
 def test_torch_s_fused_adam_kernel_does_not_read_a_bf16_gradient_for_an_fp32_parameter():
     """Why choose_stage counts the fp32 gradient under a fused Adam too."""
     param, grad = torch.zeros(4), torch.ones(4, dtype=torch.bfloat16)
