@@ -19,6 +19,8 @@ in `lesson_code.checkpoint_exercises`.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -118,16 +120,16 @@ def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str,
     checkpoint can make the result match the run that never stopped. `forget_step` sets Adam's
     step count back to 0 after the load, as a checkpoint without it would: lesson 80 shows that
     the run then drifts. Returns the losses, the final parameters and digest, the step it resumed
-    at, and this rank's random-number state right after the load (`rng_state`).
+    at, and this rank's random-number state at the end (`rng_state`), the moment at which
+    `train_with_checkpoints` takes it, so that the two runs compare at the same step.
     """
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=100 + rank), rank, world_size)
     extra = load_zero(folder, model, optimizer)
     if forget_step:
         optimizer.step_count = 0
-    rng_state = torch.get_rng_state()
     losses = train_steps(run, model, optimizer, range(extra["next_step"], run.steps))
     return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),
-            "resumed_at": extra["next_step"], "rng_state": rng_state}
+            "resumed_at": extra["next_step"], "rng_state": torch.get_rng_state()}
 
 
 def start_up_outcomes(rank: int, world_size: int, run: ZeroRun, roots: list[str],
@@ -472,6 +474,28 @@ def save_in_steps(result: dict, lang: str = "en") -> str:
     return language.fill(SAVE_IN_STEPS[language.check_language(lang)], lang,
                          steps=result["save_s"] / result["step_s"],
                          save_ms=1e3 * result["save_s"], step_ms=1e3 * result["step_s"])
+
+
+SHA256_RATE = {
+    "en": "sha256 on one core of this machine, under the load above: {rate:.2f} GB/s "
+          "(the best of {rounds} passes over {mib} MiB)",
+    "fa": "sha256 روی یک هستهٔ این ماشین، زیر بار بالا: {rate:.2f} GB/s "
+          "(بهترینِ {rounds} بار گذر از {mib} MiB)",
+}
+
+
+def sha256_rate(lang: str = "en", mib: int = 64, rounds: int = 3) -> str:
+    """A line of `lang` giving how fast `hashlib.sha256` hashes on one core here, the best of
+    `rounds` passes over `mib` MiB of random bytes: the rate a save or a verifying load pays per
+    byte. Measured live, so it carries the machine's load; the cost model assumes its own."""
+    payload = os.urandom(mib << 20)
+    best = float("inf")
+    for _ in range(rounds):
+        start = clock()
+        hashlib.sha256(payload).digest()
+        best = min(best, clock() - start)
+    return language.fill(SHA256_RATE[language.check_language(lang)], lang,
+                         rate=len(payload) / best / 1e9, rounds=rounds, mib=mib)
 
 
 def shard_layout(manifest: dict) -> list[dict]:

@@ -22,7 +22,7 @@ from lesson_code.checkpoint.shards import flat_layout, shard_name
 from lesson_code.checkpoint.staging import seal, stage, staging_folder
 from lesson_code.checkpoint.tools import (Skipped, latest_checkpoint, prune_checkpoints,
                                           time_lost, young_interval)
-from lesson_code.checkpoint_lab import folder_changes
+from lesson_code.checkpoint_lab import folder_changes, sha256_rate
 
 
 def test_young_interval_balances_the_saves_against_the_work_a_failure_loses():
@@ -34,6 +34,13 @@ def test_young_interval_balances_the_saves_against_the_work_a_failure_loses():
     for bad in (0, -1.0, True, "30"):
         with pytest.raises(ValueError, match="save_s must be a number of seconds above 0"):
             young_interval(bad, 3600.0)
+
+
+def test_the_hashing_rate_is_one_line_per_edition_with_a_positive_rate():
+    english, persian = sha256_rate("en", mib=1, rounds=2), sha256_rate("fa", mib=1, rounds=2)
+    rate = float(english.split(": ")[1].split(" GB/s")[0])
+    assert rate > 0 and "the best of 2 passes over 1 MiB" in english
+    assert "GB/s" in persian and "۱ MiB" in persian and "best" not in persian
 
 
 def test_only_the_shards_past_the_real_elements_count_padding():
