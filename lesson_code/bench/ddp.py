@@ -80,6 +80,23 @@ def summarise(per_rank: list, variants: list[tuple[str, str, float]]) -> pd.Data
     return pd.DataFrame(rows)
 
 
+# `summarise`'s columns that lesson 77 shows, under the names its table of columns explains.
+BOOK_COLUMNS = {"wrapper": "wrapper", "comm": "communicator", "bucket_mb": "bucket MiB",
+                "forward_ms": "forward", "backward_ms": "backward", "wait_ms": "wait",
+                "step_ms": "step", "comm_ms": "comm", "hidden_comm_ms": "comm during backward",
+                "vs_torch_low": "vs torch low", "vs_one_bucket_low": "vs one bucket low",
+                "vs_one_bucket_high": "vs one bucket high"}
+
+
+def book_table(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` (`summarise`'s, as stored) as lesson 77 shows it: the columns of BOOK_COLUMNS,
+    renamed, times in ms to 0.1 ms and ratios to 0.01 (the bucket sizes as they are)."""
+    shown = table[list(BOOK_COLUMNS)].rename(columns=BOOK_COLUMNS)
+    times = [BOOK_COLUMNS[c] for c in BOOK_COLUMNS if c.endswith("_ms")]
+    ratios = [BOOK_COLUMNS[c] for c in BOOK_COLUMNS if c.startswith("vs_")]
+    return shown.round(dict.fromkeys(times, 1) | dict.fromkeys(ratios, 2))
+
+
 def run(world_size: int, out_dir: Path, quick: bool = False,
         into_package: bool = False) -> pd.DataFrame:
     """Time every variant on `world_size` ranks, print the table, write ddp.csv (and store it)."""

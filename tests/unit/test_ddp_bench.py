@@ -48,3 +48,14 @@ def test_comm_before_backward_end_is_the_median_of_each_steps_comm_minus_wait():
     table = ddp_bench.summarise([samples], VARIANTS).set_index("wrapper")
     assert table.loc["naive", "comm_ms"] - table.loc["naive", "wait_ms"] == pytest.approx(100)
     assert table.loc["naive", "hidden_comm_ms"] == pytest.approx(200)
+
+
+def test_the_book_table_renames_the_columns_it_explains_and_rounds_only_times_and_ratios():
+    table = ddp_bench.summarise([timings(0), timings(1)], VARIANTS)
+    table.loc[2, "bucket_mb"] = 0.25  # a size that rounding to 0.1 would change
+    shown = ddp_bench.book_table(table).set_index("wrapper")
+    assert list(shown.columns) == list(ddp_bench.BOOK_COLUMNS.values())[1:]
+    assert shown.loc["bucketed", "bucket MiB"] == 0.25
+    assert shown.loc["naive", "comm during backward"] == table.loc[0, "hidden_comm_ms"]
+    assert (shown.loc["bucketed", "vs one bucket low"], shown.loc["bucketed", "vs one bucket high"]) == (1.0, 1.0)
+    assert shown.loc["bucketed", "vs torch low"] == 0.5 and shown.loc["torch", "step"] == 1500
