@@ -59,7 +59,7 @@ class SkipNonFiniteStep(ZeroOptimizer):
     inf or NaN (lesson 78, exercise 6): no Adam update, no all-gather, no step count.
 
     No rank holds the whole reduced gradient, only its shard, so the test reads the global norm,
-    the square root of the all-reduced sum of the shards' squares (exercise 4's clipping needs it
+    the square root of the all-reduced sum of the shards' squares (gradient clipping needs it
     anyway): one non-finite element on any shard makes it inf or NaN on every rank, and all ranks
     take the same decision. A rank that decided alone would leave the others waiting in the
     all-gather it skips. The norm also overflows for finite elements above about 1e19 in fp32,
