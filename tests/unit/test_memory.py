@@ -191,6 +191,8 @@ def test_fsdp2_s_fp32_shards_and_bf16_units_fit_70b_on_fewer_ranks_than_the_pape
     assert peaks[10] == pytest.approx({"states": 112e9, "backward": 112e9 + activations + 10 * layer,
                                        "step": 112e9})
     assert peaks[9]["backward"] > usable > peaks[10]["backward"]  # backward decides: 10 ranks
+    bf16 = memory.stage3_peaks(70e9, 9, layer, activations, **{**fsdp2, "reduce_bytes": 2})
+    assert round((bf16["backward"] - usable) / GB, 1) == 1.0  # a bf16 reduction: 9 ranks still short
     # FSDP2's working set is 2 + 2 + 2 + 4 bytes per element of a unit, not fp32's 4 + 4 + 4 + 4
     assert memory.stage3_working_bytes(layer, memory.FP32_ADAM, 4) == 16 * layer
     paper = memory.stage3_peaks(70e9, 10, layer, activations, reduce_bytes=4)
