@@ -123,7 +123,7 @@ TABLE_LABELS = {
     "largest difference from one process": "بزرگ‌ترین اختلاف با یک فرایند",
     "max_param_diff, float32": "بیشینهٔ اختلاف پارامتر، `float32`",
     "max_param_diff, bfloat16": "بیشینهٔ اختلاف پارامتر، `bfloat16`",
-    "bound s·lr·N·2⁻⁸·max|g|": "کران `s·lr·N·2⁻⁸·max|g|`",
+    "first-order estimate s·lr·N·2⁻⁸·max|g|": "برآورد مرتبهٔ اول `s·lr·N·2⁻⁸·max|g|`",
     "started during backward": "آغازشده هم‌زمان با گذر برگشت",
     "largest difference from the mean gradient": "بزرگ‌ترین اختلاف با میانگین گرادیان‌ها",
     "gradient all-reduces": "کاهش‌های همگانی گرادیان", "messages sent": "پیام‌های فرستاده‌شده",
