@@ -227,10 +227,12 @@ def choose_stage(params: float, world_size: int, device_bytes: float,
     `torch._fused_adam_` kernel, which reads the gradient in the parameter's dtype (an fp32
     parameter with a bf16 gradient raises "expected scalar type Float but found BFloat16"), and
     autograd refuses a bf16 `.grad` on an fp32 parameter. So the fused step allocates nothing
-    more but still needs the cast gradient; our `ZeroOptimizer.step` makes it with
-    `grad.to(torch.float32)`, DeepSpeed and Megatron-LM keep it for the whole run. An
-    implementation that casts and steps one bucket at a time would hold only a bucket's worth;
-    it is not modelled. `step_temp_bytes` is what the optimizer's kernels allocate on top, per
+    more but still needs the cast gradient. Our `ZeroOptimizer.step` makes it with
+    `grad.to(torch.float32)`, and DeepSpeed's stages 1 and 2 likewise cast the rank's partition
+    inside `step()` and free it after the update (stage_1_and_2.py; it stays only under CPU
+    offload); Megatron-LM keeps its gradient buffer, `main_grad`, for the whole run (fp32 under
+    `--accumulate-allreduce-grads-in-fp32`). An implementation that casts and steps one bucket
+    at a time would hold only a bucket's worth; it is not modelled. `step_temp_bytes` is what the optimizer's kernels allocate on top, per
     parameter they update: 4 for `torch.optim.Adam`'s default multi-tensor (foreach) path, whose
     `torch._foreach_sqrt` copies the fp32 second moment, 0 (the default) for `Adam(fused=True)`.
     Stages 1 and 2 cost no extra traffic in a step of one backward pass, so the first that fits

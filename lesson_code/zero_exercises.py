@@ -112,11 +112,12 @@ class GroupedAdamWZero(ZeroOptimizer):
     """ZeRO-1 with AdamW's decoupled weight decay on two parameter groups, as LLM recipes set them
     (lesson 78, exercise 7): matrices decay, biases and norms (parameters of one dimension) do not.
 
-    A flat shard cuts through parameters, so the group becomes a per-element factor: each rank
-    cuts its shard of a flat vector laid out as the parameters, 1 - lr * weight_decay where the
-    element decays and 1 where it does not. Before each step the master shard is multiplied by
-    it, as torch.optim.AdamW multiplies each decayed parameter before its Adam update (which has
-    no L2 term here). Raises ValueError for a negative weight_decay.
+    A flat shard cuts through parameters, so the group becomes a per-element mask: each rank
+    cuts its shard of a flat boolean vector laid out as the parameters. Before each step the
+    master shard's decayed elements are multiplied by 1 - lr * weight_decay, with the `lr` of
+    that step, as torch.optim.AdamW multiplies each decayed parameter before its Adam update
+    (which has no L2 term here); a schedule sets `lr` between steps. Raises ValueError for a
+    negative weight_decay.
     """
 
     def __init__(self, model, world_size: int, rank: int, lr: float, weight_decay: float,
@@ -125,15 +126,14 @@ class GroupedAdamWZero(ZeroOptimizer):
             raise ValueError(f"weight_decay={weight_decay!r} is negative: give 0 or more, "
                              "such as 0.1")
         super().__init__(model, world_size, rank, lr, **kwargs)
+        self.decoupled_decay = weight_decay
         decays = torch.cat([torch.full((p.numel(),), p.ndim >= 2, device=p.device)
                             for p in self.params])
-        mask = self._padded(decays)[self.start: self.start + self.shard_numel]
-        self.decay_factor = torch.ones_like(self.master)
-        self.decay_factor[mask] = 1 - lr * weight_decay  # rounded to fp32 once, as AdamW's scalar
+        self.decays = self._padded(decays)[self.start: self.start + self.shard_numel]
 
     def step(self) -> None:
-        with torch.no_grad():
-            self.master.mul_(self.decay_factor)  # AdamW: decay the weights before the update
+        with torch.no_grad():  # AdamW: decay the weights, at this step's lr, before the update
+            self.master[self.decays] *= 1 - self.lr * self.decoupled_decay
         super().step()
 
 
@@ -144,26 +144,52 @@ def decay_groups(params, weight_decay: float) -> list[dict]:
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 
-def train_grouped_adamw(rank: int, world_size: int, run: ZeroRun) -> dict:
+def train_grouped_adamw(rank: int, world_size: int, run: ZeroRun,
+                        lrs: tuple[float, ...] | None = None) -> dict:
     """Train `run` with GroupedAdamWZero (decay `run.weight_decay` on matrices only); return the
-    final parameters (float64) and the losses. Collective: call on every rank."""
+    final parameters (float64) and the losses. `lrs` is a schedule, the learning rate of each
+    step (default `run.lr` throughout), set on the optimizer's `lr` before its step: it has no
+    param_groups for a torch scheduler. Collective: call on every rank."""
+    lrs = _schedule(run, lrs)
     model = run_model(run, seed_offset=rank)
     comm = run.communicator()
     broadcast_parameters(model, comm=comm)
-    optimizer = GroupedAdamWZero(model, world_size, rank, lr=run.lr,
+    optimizer = GroupedAdamWZero(model, world_size, rank, lr=lrs[0],
                                  weight_decay=run.weight_decay, comm=comm)
-    losses = train(lambda step: run_loss(run, model, step, rank, world_size), optimizer,
-                   range(run.steps))
+
+    def loss(step):
+        optimizer.lr = lrs[step]
+        return run_loss(run, model, step, rank, world_size)
+    losses = train(loss, optimizer, range(run.steps))
     return {"params": flat_parameters(model), "losses": losses}
 
 
-def adamw_single_process(run: ZeroRun, groups: bool = True) -> dict:
+def adamw_single_process(run: ZeroRun, groups: bool = True,
+                         lrs: tuple[float, ...] | None = None) -> dict:
     """The reference of GroupedAdamWZero on one process and the full batch: torch.optim.AdamW
-    with `decay_groups` (or, with groups=False, one group that decays every parameter). Compute
-    it with `reference.in_one_rank`, as `train_single_process`."""
+    with `decay_groups` (or, with groups=False, one group that decays every parameter), its
+    groups' `lr` set from the schedule `lrs` before each step, as a torch scheduler sets them.
+    Compute it with `reference.in_one_rank`, as `train_single_process`."""
+    lrs = _schedule(run, lrs)
     model = run_model(run)
     params = (decay_groups(model.parameters(), run.weight_decay) if groups
               else [p for p in model.parameters() if p.requires_grad])
-    optimizer = torch.optim.AdamW(params, lr=run.lr, weight_decay=run.weight_decay)
-    losses = train(lambda step: run_loss(run, model, step), optimizer, range(run.steps))
+    optimizer = torch.optim.AdamW(params, lr=lrs[0], weight_decay=run.weight_decay)
+
+    def loss(step):
+        for group in optimizer.param_groups:
+            group["lr"] = lrs[step]
+        return run_loss(run, model, step)
+    losses = train(loss, optimizer, range(run.steps))
     return {"params": flat_parameters(model), "losses": losses}
+
+
+def _schedule(run: ZeroRun, lrs: tuple[float, ...] | None) -> tuple[float, ...]:
+    """`lrs`, checked to give one positive learning rate per step of `run`, or `run.lr` at every
+    step when it is None."""
+    if lrs is None:
+        return (run.lr,) * run.steps
+    if len(lrs) != run.steps or min(lrs) <= 0:
+        raise ValueError(f"lrs={lrs!r} must give one positive learning rate for each of the "
+                         f"run's {run.steps} steps")
+    return tuple(lrs)

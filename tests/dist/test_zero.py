@@ -183,6 +183,21 @@ def test_adamw_parameter_groups_under_zero1_equal_torch_adamw():
                                         comm="ring")
 
 
+def test_grouped_adamw_decays_at_each_step_s_learning_rate():
+    """A schedule that changes lr between steps (warmup, then decay): the decoupled decay uses
+    each step's lr, as torch.optim.AdamW whose groups' lr is changed the same way. A factor
+    frozen at the first lr ends more than 1e-3 away."""
+    run = ZeroRun(weight_decay=0.5, steps=4)
+    lrs = (0.002, 0.05, 0.05, 0.01)
+    results = launch.spawn(zero_exercises.train_grouped_adamw, run, lrs, world_size=3)
+    scheduled = in_one_rank(zero_exercises.adamw_single_process, run, True, lrs)
+    assert (results[0]["params"] - scheduled["params"]).abs().max().item() < 1e-5
+    constant = in_one_rank(zero_exercises.adamw_single_process, run)
+    assert (scheduled["params"] - constant["params"]).abs().max().item() > 1e-3
+    with pytest.raises(ValueError, match="lrs=\\(0.01,\\)"):
+        zero_exercises.adamw_single_process(run, True, (0.01,))
+
+
 @pytest.mark.parametrize("optimizer", ["zero", "naive_zero"])
 def test_state_dict_round_trip_resumes_bit_for_bit(optimizer):
     result = launch.spawn(zero_lab.resume_matches, ZeroRun(optimizer=optimizer), 5,
