@@ -126,10 +126,9 @@ class StorageTracker(TorchDispatchMode):
 
 @contextmanager
 def peaks_on_resize() -> Iterator[dict[str, int]]:
-    """Meanwhile, every StorageTracker running on this thread also takes its peak right after
-    each `torch.UntypedStorage.resize_`, as torch's MemTracker follows resize_ (lesson 78b's
-    exercise 5): a storage grown outside an operation counts at once, not from the next
-    operation that creates a storage. Yields {"resizes": how many resize_ calls it saw}."""
+    """Meanwhile every StorageTracker on this thread also takes its peak right after each
+    `torch.UntypedStorage.resize_`, as torch's MemTracker does (lesson 78b's exercise 5).
+    Yields {"resizes": how many resize_ calls it saw}."""
     original = torch.UntypedStorage.resize_
     seen = {"resizes": 0}
 
