@@ -14,9 +14,9 @@ step may cause at most `max_retries` rollbacks; after that its batch is skipped.
 skips every batch from the checkpoint to the rejected step, as PaLM's training did.
 
     guard = DivergenceGuard(spike_factor=2.0)
-    reason = guard.check(loss)        # None: step; else guard.action(step) says what to do
-    reason = guard.check_update(after, loss)     # before a checkpoint keeps the update
-    step = guard.resume_at(restored, rejected)   # after a rollback: where to read data next
+    verdict = guard.check(loss)       # None: step; else guard.action(number) says what to do
+    verdict = guard.check_update(after, loss)    # before a checkpoint keeps the update
+    step = guard.resume_at(restored, number)     # after a rollback: where to read data next
 """
 
 from __future__ import annotations

@@ -33,9 +33,10 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> dict:
     """Train with DDP + ZeroRedundancyOptimizer; save model and optimizer after `checkpoint_step`.
 
     With `config.max_grad_norm` the gradients are clipped to that global norm before each step
-    (`torch.nn.utils.clip_grad_norm_`). Collective: call on every rank. Returns {"losses": the global mean loss of every step,
-    "params": the final parameters, flat, "moment_bytes": the bytes of Adam's two moments on this
-    rank}. The checkpoint is the folder
+    (`torch.nn.utils.clip_grad_norm_`). Collective: call on every rank. Returns {"losses": the
+    global mean loss of every step, "grad_norms": the global norm of every step's averaged gradient
+    (before clipping, as the capstone logs its grad_norm), "params": the final parameters, flat,
+    "moment_bytes": the bytes of Adam's two moments on this rank}. The checkpoint is the folder
     `out_dir/dcp-step-N`: the model through DCP, and `optimizer.pt`, written by rank 0.
     """
     import torch.distributed.checkpoint as dcp
@@ -62,13 +63,18 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig) -> dict:
             optimizer.consolidate_state_dict(to=0)
             if rank == 0:
                 torch.save(optimizer.state_dict(), folder / "optimizer.pt")
-    def clip() -> None:  # with config.max_grad_norm: torch's clipping of the whole gradient
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    grad_norms = []
+
+    def norm_and_clip() -> None:  # what clip_grad_norm_ does, keeping the norm it computes
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+        grad_norms.append(norm.item())
+        if config.max_grad_norm is not None:
+            torch.nn.utils.clip_grads_with_norm_(model.parameters(), config.max_grad_norm, norm)
     losses = train(step_loss, optimizer, range(config.steps), after_step=after_step,
-                   before_step=None if config.max_grad_norm is None else clip)
+                   before_step=norm_and_clip)
     moments = [t for state in optimizer.optim.state.values()  # this rank's Adam: its parameters only
                for key, t in state.items() if key in ("exp_avg", "exp_avg_sq")]
-    return {"losses": losses, "params": flat_parameters(model.module),
+    return {"losses": losses, "grad_norms": grad_norms, "params": flat_parameters(model.module),
             "moment_bytes": sum(t.untyped_storage().nbytes() for t in moments)}
 
 

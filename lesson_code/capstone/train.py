@@ -1,6 +1,6 @@
 """The capstone's rank function: lessons 77, 78 and 80 composed in one fixed order.
 
-    1. DDP (lesson 77): broadcast rank 0's initial parameters, so every rank starts equal.
+    1. Broadcast (lesson 77): broadcast rank 0's initial parameters, so every rank starts equal.
     2. ZeRO-1 (lesson 78): every step, reduce-scatter the gradients, Adam on this rank's shard
        of the fp32 master weights, all-gather the updated parameters.
     3. Sharded checkpoint (lesson 80): after each step of `config.save_steps()`, each rank writes
@@ -46,7 +46,7 @@ def build(config: CapstoneConfig, rank: int, world_size: int, seed_offset: int =
     model = MiniGPT(config.gpt).to(current_device())  # built on the CPU: a seed, the same weights on any device
     comm = config.communicator(CommLedger())
     if not config.optimizer_before_broadcast:
-        broadcast_parameters(model, comm=comm)                              # 1. DDP
+        broadcast_parameters(model, comm=comm)                         # 1. broadcast
     optimizer = ZeroOptimizer(model, world_size, rank, lr=config.lr, comm=comm,
                               max_grad_norm=config.max_grad_norm, track_grad_norm=True)  # 2. ZeRO-1
     if config.optimizer_before_broadcast:  # the wrong order: the master shards are not rank 0's
@@ -114,15 +114,17 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     log = MetricsLog(Path(config.out_dir) / "metrics.jsonl" if rank == 0 else None, history)
     victim, gradient_bytes = config.victim() == rank, 0
     while step < config.steps:                                               # 5. the loop
-        started = clock()
+        started, number = clock(), step + 1  # the step trained now; steps are numbered from 1
         optimizer.zero_grad()
         local = forward_backward(config, model, corpus, step, rank, world_size)
         loss = global_mean(local)  # the same on every rank, so every rank's guard decides alike
-        reason, rejected = guard.check(loss), step + 1
-        if reason is None:
+        # The loss the guard judges and its verdict (None: accepted); a due checkpoint replaces
+        # both with the judgement of the update, made on the loss after it.
+        judged_loss, verdict = loss, guard.check(loss)
+        if verdict is None:
             gradient_bytes = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
             lr = optimizer.lr
-            if step + 1 == config.lr_spike_step and not spiked:  # steps are numbered from 1
+            if number == config.lr_spike_step and not spiked:
                 optimizer.lr, spiked = lr * config.lr_spike_factor, True  # the injected fault, once
             optimizer.step()
             optimizer.lr = lr
@@ -131,34 +133,34 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
                                       "step_time_s": clock() - started, "lr": lr,
                                       "param_norm": flat_parameters(model).norm().item()}))
             if step in checkpointer.save_after:  # a checkpoint may keep only an update judged good
-                loss = loss_after_update(config, model, corpus, step - 1, rank, world_size)
-                reason = guard.check_update(loss, records[-1]["loss"])
-            if reason is None:
+                judged_loss = loss_after_update(config, model, corpus, step - 1, rank, world_size)
+                verdict = guard.check_update(judged_loss, loss)
+            if verdict is None:
                 crash_in_save = victim and config.kill_during_save and step == config.kill_at_step
-                checkpointer.maybe_save(step, records[-1]["loss"],
+                checkpointer.maybe_save(step, loss,
                                         run_state(config, world_size, guard, spiked, history, records, events),
                                         disk=CrashingDisk() if crash_in_save else DISK)
                 if victim and step == config.kill_at_step:  # the injected crash (a real SIGKILL)
                     os.kill(os.getpid(), signal.SIGKILL)
                 continue  # way out 1: the update is kept (and saved, if a checkpoint was due)
-            rejected = step  # way out 2: the update is in the weights; on to the rollback below
-            if guard.action(rejected) != "rollback":
-                raise RuntimeError(f"step {rejected}'s update was rejected again after "
-                                   f"{guard.max_retries} rollbacks ({reason}): lower the learning rate")
-        elif guard.action(rejected) == "skip":  # rejected after every rollback: its batch is bad
+            # way out 2: the update is in the weights; on to the rollback below
+            if guard.action(number) != "rollback":
+                raise RuntimeError(f"step {number}'s update was rejected again after "
+                                   f"{guard.max_retries} rollbacks ({verdict}): lower the learning rate")
+        elif guard.action(number) == "skip":  # rejected after every rollback: its batch is bad
             step += 1
-            events.append(log.write({"event": "skip", "loss": loss, "reason": reason, "step": step,
+            events.append(log.write({"event": "skip", "loss": loss, "reason": verdict, "step": step,
                                      "message": f"step {step}'s batch skipped: still rejected "
-                                                f"after {guard.max_retries} rollbacks ({reason})"}))
+                                                f"after {guard.max_retries} rollbacks ({verdict})"}))
             checkpointer.maybe_save(step, guard.previous,
                                     run_state(config, world_size, guard, spiked, history, records, events))
             continue  # way out 3a: the loss is rejected for good; its batch is skipped
         # ways out 2 and 3b (a rejected loss, rollbacks left): back to the newest checkpoint
         restored, guard.previous = checkpointer.rollback()
-        event = {"event": "rollback", "loss": loss, "reason": reason, "to_step": restored,
-                 "at_step": rejected,  # steps trained since the checkpoint: their updates are gone
+        event = {"event": "rollback", "loss": judged_loss, "reason": verdict, "to_step": restored,
+                 "at_step": number,  # steps trained since the checkpoint: their updates are gone
                  "undone": list(range(restored + 1, step + 1))}
-        step = guard.resume_at(restored, rejected)  # the checkpoint's, or past the rejected step
+        step = guard.resume_at(restored, number)  # the checkpoint's, or past the rejected step
         if step > restored:  # skip_after_rollback: these steps' batches are never read again
             event["skipped"] = list(range(restored + 1, step + 1))
         events.append(log.write(event))

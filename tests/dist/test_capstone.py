@@ -33,7 +33,8 @@ from lesson_code.capstone.tensor_parallel import (single_rank_gradients, single_
 from lesson_code.experiment import flat_parameters
 from lesson_code.data import batch_for_step
 from lesson_code.harness.reference import in_one_rank
-from tolerances import FLOAT32_RELATIVE, relative_distance
+from tolerances import FLOAT32_RELATIVE, GRAD_NORM_RELATIVE, relative_distance
+from wrong_variants import capstone_with_summed_gradients
 from wrong_resumes import (resume_from_the_first_batch, resume_without_guard_state,
                            resume_without_optimizer_state)
 
@@ -231,19 +232,48 @@ def test_built_before_the_broadcast_the_ranks_agree_but_train_a_patchwork(clean_
     assert relative_distance(results[0]["params"], clean[0]["params"], start) > 1
 
 
-def test_the_default_run_matches_one_process_with_torch_adam(clean_run, tmp_path):
-    # The reference check of lesson 81 for the default, unclipped run: one process trains the
-    # whole global batch with torch.optim.Adam from rank 0's initial weights.
-    config, results = clean_run
-    one = dataclasses.replace(config, out_dir=str(tmp_path), world_size=1,
+@pytest.fixture(scope="module")
+def one_process(clean_run, tmp_path_factory):
+    """The reference of check (r): one process trains the whole global batch with torch.optim.Adam
+    from rank 0's initial weights (the torch twin on a world of one rank)."""
+    config, _ = clean_run
+    one = dataclasses.replace(config, out_dir=str(tmp_path_factory.mktemp("one")), world_size=1,
                               batch_per_rank=config.world_size * config.batch_per_rank)
-    twin = in_one_rank(torch_baseline.run_rank, 0, 1, one)
-    assert len(twin["losses"]) == config.steps
-    assert twin["moment_bytes"] == 8 * results[0]["numel"]  # one rank holds both moments whole
-    assert max(abs(a - b) for a, b in zip(losses(results), twin["losses"])) < 1e-5
-    torch.manual_seed(config.seed)
+    return in_one_rank(torch_baseline.run_rank, 0, 1, one)
+
+
+def gaps_from(results, twin, config):
+    """Check (r)'s three numbers: the largest loss gap, the final parameters' relative distance,
+    the largest relative gap of the gradient norms."""
+    torch.manual_seed(config.seed)  # rank 0's initial model, which the broadcast gives every rank
     start = flat_parameters(MiniGPT(config.gpt))
-    assert relative_distance(results[0]["params"], twin["params"], start) < FLOAT32_RELATIVE
+    norms = [row["grad_norm"] for row in results[0]["records"]]
+    return (max(abs(a - b) for a, b in zip(losses(results), twin["losses"])),
+            relative_distance(results[0]["params"], twin["params"], start),
+            max(abs(a - b) / b for a, b in zip(norms, twin["grad_norms"])))
+
+
+def test_the_default_run_matches_one_process_with_torch_adam(clean_run, one_process):
+    # The reference check (r) of lesson 81 for the default, unclipped run.
+    config, results = clean_run
+    assert len(one_process["losses"]) == len(one_process["grad_norms"]) == config.steps
+    assert one_process["moment_bytes"] == 8 * results[0]["numel"]  # one rank holds both moments whole
+    loss_gap, distance, norm_gap = gaps_from(results, one_process, config)
+    assert loss_gap < 1e-5 and distance < FLOAT32_RELATIVE and norm_gap < GRAD_NORM_RELATIVE
+
+
+def test_r_sees_gradients_summed_where_the_mean_is_due(clean_run, one_process, tmp_path):
+    # A reduce-scatter with op="sum" makes every gradient 4 times too large. Adam divides by the
+    # gradient's scale, so the losses and the final parameters stay within their bounds; only
+    # the gradient norm, 4 times the reference's at every step, shows the bug.
+    config, _ = clean_run
+    summed = launch.spawn(capstone_with_summed_gradients,
+                          dataclasses.replace(config, out_dir=str(tmp_path)), world_size=4)
+    loss_gap, distance, norm_gap = gaps_from(summed, one_process, config)
+    assert loss_gap < 1e-5 and distance < FLOAT32_RELATIVE  # what check (r) compared before
+    assert norm_gap > GRAD_NORM_RELATIVE
+    ratios = [row["grad_norm"] / b for row, b in zip(summed[0]["records"], one_process["grad_norms"])]
+    assert all(abs(ratio - 4) < 1e-3 for ratio in ratios)
 
 
 def test_exercise_5_clipping_across_shards_matches_torch_clipping_in_one_process(clean_run, tmp_path):
@@ -252,11 +282,9 @@ def test_exercise_5_clipping_across_shards_matches_torch_clipping_in_one_process
     one = dataclasses.replace(config, out_dir=str(tmp_path / "one"), world_size=1,
                               batch_per_rank=config.world_size * config.batch_per_rank)
     twin = in_one_rank(torch_baseline.run_rank, 0, 1, one)  # clip_grad_norm_, then Adam
-    assert max(abs(a - b) for a, b in zip(losses(results), twin["losses"])) < 1e-5
+    loss_gap, distance, norm_gap = gaps_from(results, twin, config)
+    assert loss_gap < 1e-5 and distance < FLOAT32_RELATIVE and norm_gap < GRAD_NORM_RELATIVE
     assert max(abs(a - b) for a, b in zip(losses(results), losses(clean))) > 1e-3  # it clipped
-    torch.manual_seed(config.seed)
-    start = flat_parameters(MiniGPT(config.gpt))
-    assert relative_distance(results[0]["params"], twin["params"], start) < FLOAT32_RELATIVE
 
 
 def test_exercise_1_tensor_parallel_attention_matches_one_rank():

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import torch
 
 from lesson_code import ddp_lab, zero_lab
+from lesson_code.capstone import train as capstone_train
 from lesson_code.ddp import BucketedDDP
 from lesson_code.zero import ZeroOptimizer
 from lesson_code.zero3 import Zero3Optimizer
@@ -23,6 +24,14 @@ class OffByOneZero(ZeroOptimizer):
 
     def _reduce_gradient(self, flat_grad):
         return torch.roll(super()._reduce_gradient(flat_grad), 1)
+
+
+class SummedZero(ZeroOptimizer):
+    """ZeRO-1 that reduce-scatters the gradients with op="sum" where the mean is due: a gradient
+    world_size times too large, which Adam almost cancels (it divides by the gradient's scale)."""
+
+    def _reduce_gradient(self, flat_grad):
+        return self.comm.reduce_scatter(flat_grad, op="sum")
 
 
 class OffByOneBuckets(BucketedDDP):
@@ -83,6 +92,12 @@ def replaced(module, name: str, variant):
         yield
     finally:
         setattr(module, name, original)
+
+
+def capstone_with_summed_gradients(rank, world_size, config):
+    """The capstone's run_rank with SummedZero in place of ZeroOptimizer."""
+    with replaced(capstone_train, "ZeroOptimizer", SummedZero):
+        return capstone_train.run_rank(rank, world_size, config)
 
 
 def train_wrong_zero(rank, world_size, run):
