@@ -3,7 +3,8 @@
  * The same arithmetic as lesson_code (tests/book/test_explorers.py compares them on a grid):
  * `chunks` is ring.ring_chunk_indices, `states` is plots.collectives.ring_states, `messages`,
  * `bytesPerRank` and `predict` are collectives.cost_model's, `chooses` is choose.Decisions.choose.
- * The fitted alpha and beta and auto's decisions come from the book's stored times, written into
+ * The times are modelled for the lesson's cluster, one alpha and beta for every algorithm
+ * (cost_model.CLUSTER); auto's decisions come from the book's stored times. Both are written into
  * the page by the book's build (lesson_code.book_build.explorer_data).
  */
 (() => {
@@ -79,11 +80,11 @@
           rank: "rank", chunk: "chunk", sent: "outlined: the chunk each rank sends in this step",
           bytes: "Bytes each rank sends in the whole ring all-reduce, {f} × message",
           algorithm: "algorithm", steps: "messages in a row", perRank: "bytes on the critical path (β term)",
-          time: "modelled time (ms)", auto: "auto runs this", fastest: "fastest by the model",
+          time: "modelled time on the cluster (ms)", auto: "auto runs this", fastest: "fastest by the model",
           chart: "Rows: ranks; columns: chunks; each cell lists the ranks whose data it holds",
           names: { ring: "ring", recursive_doubling: "recursive doubling", halving_doubling: "halving-doubling",
                    naive: "naive (through rank 0)", direct: "direct", shared_memory: "shared memory (one machine)" },
-          fitted: "Modelled, not measured: each row's α and β were fitted to the book's stored times of 4 ranks on 2 cores and are applied here to every N; those times were measured on {date} on this machine: " },
+          fitted: "Times modelled for a cluster, not measured: every row uses the lesson's α = 5 µs and 1/β = 25 GB/s. ★ marks what auto would run, which it decides from the book's stored times of 4 ranks on 2 cores, measured on {date} on this machine: " },
     fa: { title: "کاهش همگانی حلقه‌ای، گام به گام", ranks: "تعداد رتبه‌ها N", size: "اندازهٔ پیام",
           step: "گام کاهش همگانی", previous: "گام قبل", next: "گام بعد", start: "هر رتبه تنسور خودش را دارد",
           reduce_scatter: "کاهش و پخش، گام k = {k} از {t}: رتبهٔ r تکهٔ {f} را به رتبهٔ {next} می‌فرستد و آن رتبه آن را جمع می‌کند",
@@ -91,11 +92,11 @@
           rank: "رتبه", chunk: "تکه", sent: "قاب پررنگ: تکه‌ای که هر رتبه در این گام می‌فرستد",
           bytes: "بایت‌هایی که هر رتبه در کل کاهش همگانی حلقه‌ای می‌فرستد، {f} × پیام",
           algorithm: "الگوریتم", steps: "پیام‌های پشت سر هم", perRank: "بایت روی مسیر بحرانی (جملهٔ β)",
-          time: "زمان بنا بر مدل (میلی‌ثانیه)", auto: "auto این را اجرا می‌کند", fastest: "سریع‌ترین بنا بر مدل",
+          time: "زمان روی خوشه بنا بر مدل (میلی‌ثانیه)", auto: "auto این را اجرا می‌کند", fastest: "سریع‌ترین بنا بر مدل",
           chart: "سطرها رتبه‌ها و ستون‌ها تکه‌ها هستند؛ هر تکه رتبه‌هایی را نشان می‌دهد که داده‌شان در آن است",
           names: { ring: "حلقه", recursive_doubling: "دوبرابرسازی بازگشتی", halving_doubling: "نیم‌سازی و دوبرابرسازی",
                    naive: "ساده‌لوحانه (از راه رتبهٔ ۰)", direct: "مستقیم", shared_memory: "حافظهٔ مشترک (یک دستگاه)" },
-          fitted: "بنا بر مدل، نه اندازه‌گیری‌شده: α و β هر سطر بر زمان‌های ذخیره‌شدهٔ کتاب برای ۴ رتبه روی ۲ هسته برازش شده‌اند و این‌جا برای هر N به کار رفته‌اند؛ آن زمان‌ها در {date} روی این دستگاه اندازه‌گیری شدند: " },
+          fitted: "زمان‌ها بنا بر مدل برای یک خوشه‌اند، نه اندازه‌گیری‌شده: همهٔ سطرها α = ۵ µs و 1/β = ۲۵ GB/s را به کار می‌برند، همان ثابت‌های خوشه در درس. ★ الگوریتمی را نشان می‌دهد که auto اجرا می‌کند؛ auto آن را از زمان‌های ذخیره‌شدهٔ کتاب برای ۴ رتبه روی ۲ هسته انتخاب می‌کند که در {date} روی این دستگاه اندازه‌گیری شدند: " },
   };
   const CELL = 34;
   /* The chunk rank r sends in step k = 1 .. N − 1 of a phase, as the lesson numbers steps (k is
@@ -165,8 +166,8 @@
       const sentBytes = bytesPerRank("all_reduce", nbytes, n);
       facts.replaceChildren(...fact(sentence(t.bytes, { f: "2(N − 1)/N" }, ["f"]),
                                     `${format(sentBytes / 2 ** 20, lang, 3)} MiB`, "bytes"));
-      const times = Object.entries(data.fits).map(([name, [alpha, beta]]) =>
-        [name, predict(data.models[name], nbytes, n, alpha, beta)]);
+      const times = Object.entries(data.models).map(([name, model]) =>
+        [name, predict(model, nbytes, n, ...data.cluster)]);
       const fastest = times.reduce((best, row) => (row[1] < best[1] ? row : best))[0];
       const auto = chooses(data.decisions[String(n)], nbytes);
       const head = element("tr", {}, ...[t.algorithm, t.steps, t.perRank, t.time].map((h) => element("th", {}, h)));

@@ -16,7 +16,7 @@ from lesson_code import ddp_lab
 from lesson_code.bench import capstone as capstone_bench
 from lesson_code.bench import ddp as ddp_bench
 from lesson_code.bench import stored
-from lesson_code.collectives import choose
+from lesson_code.collectives import choose, cost_model
 from lesson_code.models import GPTConfig
 
 RING_WORLD_SIZES = range(2, 17)  # the ranks lesson 76's explorer offers
@@ -24,15 +24,16 @@ RING_WORLD_SIZES = range(2, 17)  # the ranks lesson 76's explorer offers
 
 @lru_cache(maxsize=None)
 def collectives() -> dict:
-    """Lesson 76: each all-reduce algorithm's cost-model name and fitted (alpha, beta) from the
-    book's stored times, auto's decisions for every world size offered, and when and on what
-    machine those times were measured (from the file's comment lines)."""
+    """Lesson 76: each all-reduce algorithm's cost-model name, the modelled cluster's one (alpha,
+    beta) for all of them (`cost_model.CLUSTER`), auto's decisions for every world size offered,
+    which come from the book's stored times, and when and on what machine those times were
+    measured (from the file's comment lines)."""
     costs = choose.stored_costs(choose.STORED)
     with open(choose.STORED, encoding="utf-8") as handle:
         note = [line[2:].strip() for line in handle if line.startswith("# ")]
     return {
         "models": {name: choose.MODEL_NAMES["all_reduce"][name] for name in costs.fits},
-        "fits": {name: [fit.alpha, fit.beta] for name, fit in costs.fits.items()},
+        "cluster": [cost_model.CLUSTER.alpha, cost_model.CLUSTER.beta],
         "decisions": {str(n): {"starts": list(table.starts), "algorithms": list(table.algorithms)}
                       for n in RING_WORLD_SIZES for table in [costs.decisions(n)]},
         "measured": _measured(note),

@@ -1,7 +1,8 @@
 """The alpha-beta cost model of collectives, and nccl-tests bandwidth figures (lesson 76).
 
 A message of n bytes costs alpha + n * beta: alpha is the fixed latency of one message (software,
-wake-ups, the network's round trip), beta the time per byte (1 / bandwidth). A collective is a
+wake-ups, the network's one-way latency; under gloo, whose sender waits for the receiver's notice
+that its receive is posted, a round trip), beta the time per byte (1 / bandwidth). A collective is a
 sequence of such messages, so its time is (messages on the critical path) * alpha + (bytes on the
 critical path) * beta. Arithmetic only (numpy for the fit), no torch and no ranks: lesson 76's
 notebook fits it to the times `lesson_code.collectives_lab.time_primitives` measures. Try it from
@@ -139,6 +140,10 @@ class AlphaBeta:
     def bandwidth(self) -> float:
         """1 / beta, in bytes per second."""
         return math.inf if self.beta == 0 else 1.0 / self.beta
+
+
+CLUSTER = AlphaBeta(alpha=5e-6, beta=1 / 25e9)
+"""The cluster lesson 76 models (assumed, not measured): 5 us a message, 25 GB/s per link."""
 
 
 def fit_alpha_beta(algorithm: str, world_size: int, sizes: list[float],

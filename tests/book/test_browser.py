@@ -530,8 +530,13 @@ def check_explorer_76(explorer, edition: str) -> None:
     assert explorer.locator("dd[data-value=bytes]").inner_text() == f"{shown(sent, edition, 3)} MiB"
     auto = choose.stored_costs(choose.STORED).decisions(8).choose(2 ** 26)
     assert explorer.locator("tr[data-auto=true]").get_attribute("data-algorithm") == auto
-    assert set(explorer_data.collectives()["fits"]) == set(
+    models = explorer_data.collectives()["models"]
+    assert set(models) == set(
         explorer.locator("tr[data-algorithm]").evaluate_all("rows => rows.map(r => r.dataset.algorithm)"))
+    # times modelled with the cluster's one alpha and beta for every algorithm
+    ring_ms = 1e3 * cost_model.predict(models["ring"], 2 ** 26, 8, cost_model.CLUSTER.alpha,
+                                       cost_model.CLUSTER.beta)
+    assert explorer.locator("tr[data-algorithm=ring] td").nth(3).inner_text() == shown(ring_ms, edition, 3)
     step = explorer.locator("input[name=step]")
     step.focus()
     step.press("ArrowUp")

@@ -100,7 +100,9 @@ def test_the_ring_explorer_steps_and_costs_as_lesson_code_does():
                                                 rel=1e-15)
         if n >= 2:
             assert js["auto"] == [costs.decisions(n).choose(nbytes) for nbytes in RING_SIZES]
-    assert data["fits"] == {name: [fit.alpha, fit.beta] for name, fit in costs.fits.items()}
+    # one alpha and beta for every algorithm, the lesson's modelled cluster's, not the stored fits
+    assert data["cluster"] == [cost_model.CLUSTER.alpha, cost_model.CLUSTER.beta] == [5e-6, 1 / 25e9]
+    assert set(data["models"]) == set(costs.fits)
 
 
 def test_the_crash_explorer_shows_the_states_a_real_save_passes_through(tmp_path):
