@@ -249,6 +249,12 @@ STAGES_LABELS = {
     "nodes of 8, fp32 reduction": "شمار گره‌های ۸تایی، کاهش fp32",
     "FSDP2, bf16 gather, fp32 reduction": "FSDP2، گردآوری bf16، کاهش fp32",
     "ZeRO-3 (ours), float32": "ZeRO-3 (کد ما)، float32",
+    "MB allocated": "مگابایتِ تخصیص‌یافته", "before the step": "پیش از گام",
+    "in forward": "در گذر رفت", "in backward": "در گذر برگشت", "in a gather": "در گردآوری",
+    "in a reduce-scatter": "در کاهش و پخش", "in the step": "در گام بهینه‌ساز",
+    "held between steps (MB), lowest rank": "نگه‌داشته میان گام‌ها (مگابایت)، پایین‌ترین رتبه",
+    "peak (MB), lowest rank": "بیشینه (مگابایت)، پایین‌ترین رتبه",
+    "peak (MB), highest rank": "بیشینه (مگابایت)، بالاترین رتبه",
 }
 
 
