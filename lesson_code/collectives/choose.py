@@ -3,7 +3,8 @@
 Short messages cost mostly latency (alpha per step), long ones bandwidth (beta per byte), so no
 one algorithm wins everywhere: recursive doubling takes few steps, the ring and halving-doubling
 move the fewest bytes, the direct algorithms send them in one round, and ranks on one machine can
-skip sending altogether through shared memory (`shared_memory`, two steps).
+skip sending altogether through shared memory (`shared_memory`, whose two barriers through
+rank 0 are 4(N-1) messages in a row).
 `all_reduce(..., algorithm="auto")` expects each algorithm's time from times measured on this
 kind of machine (read between the measured sizes, and beyond them from the alpha-beta model of
 `cost_model` fitted to them), and runs the fastest; `reduce_scatter` and `all_gather` choose

@@ -24,14 +24,15 @@ Formulas (N ranks, n bytes in the tensor):
 | direct reduce-scatter, all-gather | N-1 (in one round) | (N-1)/N * n      |
 | direct all-reduce  | 2(N-1) (two rounds)  | 2(N-1)/N * n               |
 | naive reduce-scatter, all-gather | 2(N-1) (all at rank 0) | (N-1)(N+1)/N * n |
-| shared-memory all-reduce | 2 (barriers)  | 3n copied in memory, none sent |
+| shared-memory all-reduce | 4(N-1) (two barriers) | 3n copied in memory, none sent |
 
 p is the largest power of two <= N; when N is not one (r = N - p > 0), the first 2r ranks fold
 into pairs before the algorithm and unfold after it: one message of n bytes each way (the +2).
 The direct algorithms post their N - 1 messages of a round at once; they are counted as N - 1
 because one rank's link (or here, its CPU) still carries them one after another. The
-shared-memory all-reduce sends no data: its steps are two barriers, and its "bytes" the ones each
-rank copies (its tensor in, its chunk of every slot, the result out), which cost time all the same.
+shared-memory all-reduce sends no data: its messages are its two barriers, each a one-element naive
+all-reduce through rank 0 (2(N-1) messages in a row), and its "bytes" the ones each rank copies (its
+tensor in, its chunk of every slot, the result out), which cost time all the same.
 """
 
 from __future__ import annotations

@@ -57,8 +57,10 @@ class Arena:
     """One group's shared segment: two halves of N + 1 slots of `slot_bytes` each.
 
     Slot r of a half holds rank r's tensor, slot N the result. Calls alternate between the two
-    halves, so a rank may fill its slot for the next call while slower ranks still copy the last
-    result out of the other half: two barriers per call suffice instead of three.
+    halves. A call's two barriers would keep consecutive calls apart in one half as well: after
+    the second no rank reads an input slot, and the next call writes the result slot only after
+    its own first barrier, which no rank passes before every rank has copied the last result out.
+    So the second half is a margin, not a necessity, and it doubles the segment.
     """
 
     mapping: mmap.mmap
