@@ -131,7 +131,7 @@ def token_weighted_gradients(rank: int, world_size: int, seed: int = 0) -> dict[
             "tokens per rank": [int(c.item()) for c in counts]}
 
 
-def cast_allreduce_hook(state: dict, bucket):  # torch checks real, not string, annotations
+def cast_allreduce_hook(state: dict, bucket):  # unannotated: see the docstring's last line
     """A torch DDP communication hook: average each `dist.GradBucket` in `state["dtype"]`, then
     cast back; returns a torch.futures.Future of the bucket's averaged float32 buffer.
 
@@ -141,6 +141,8 @@ def cast_allreduce_hook(state: dict, bucket):  # torch checks real, not string, 
     is there, though gloo all-reduces bfloat16 on the CPU. With float32 it is DDP's own average.
     It also keeps in `state["largest"]` the largest |gradient| of this rank it has reduced.
     Register it with `ddp_model.register_comm_hook({"dtype": torch.bfloat16, "largest": 0.0}, hook)`.
+    No annotations: `register_comm_hook` accepts only the classes `dist.GradBucket` and
+    `Future[Tensor]`, which this module's `from __future__ import annotations` makes strings.
     """
     buffer = bucket.buffer()
     state["largest"] = max(state["largest"], buffer.abs().max().item())
