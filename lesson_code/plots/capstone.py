@@ -51,6 +51,7 @@ TABLE_WORDS = {"fa": {
     "limit": "مرز محافظ",
     "DDP + Adam: 8P": "DDP با Adam: 8P", "DDP + master copy + Adam: 12P": "DDP با رونوشت اصلی و Adam: 12P",
     "largest loss gap": "بیشترین اختلاف زیان‌ها",
+    "largest gradient-norm gap, relative": "بیشترین اختلاف نسبی نُرم گرادیان",
     "largest loss gap to the unclipped run": "بیشترین اختلاف زیان‌ها با اجرای بدون بریدن",
     "broadcast, then optimizer": "نخست بازپخش، سپس بهینه‌ساز",
     "optimizer, then broadcast": "نخست بهینه‌ساز، سپس بازپخش",
