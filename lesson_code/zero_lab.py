@@ -262,7 +262,9 @@ def time_steps(rank: int, world_size: int, run: ZeroRun, warmup: int = 2) -> dic
     this rank sent per step. Collective: call on every rank.
 
     "comm" is the time the communicator's calls themselves took in a step. For "ddp" they run on
-    a background thread during backward (overlapped, lesson 77); for ZeRO-1 the reduce-scatter
+    a background thread as each bucket fills, and backward waits for the last of them (with the
+    default 25 MiB buckets a model under 25 MiB of gradients has one bucket, reduced after the
+    last gradient: no overlap; lesson 77); for ZeRO-1 the reduce-scatter
     and all-gather run inside the optimizer step, so its computation alone is optimizer - comm;
     ZeRO-2 reduce-scatters during backward and ZeRO-3 also gathers during forward and backward.
     NaN for "torch_zero" and "fsdp2", whose gloo calls no ledger sees.
