@@ -39,6 +39,11 @@ def aside_folder(final: Path) -> Path:
     return final.with_name(f".{final.name}.replaced")
 
 
+def deleting_folder(final: Path) -> Path:
+    """Where a prune moves a published checkpoint before deleting it: .step-00000010.deleting."""
+    return final.with_name(f".{final.name}.deleting")
+
+
 def stage(final: Path, disk: Disk = DISK) -> Path:
     """Create an empty staging folder for `final` (an interrupted attempt's is removed); return it."""
     staging = staging_folder(final)

@@ -26,18 +26,19 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import language
-from lesson_code.checkpoint.files import (CheckpointError, ManifestDamagedError, ManifestMissingError,
-                                          read_manifest, read_verified, verify_checkpoint,
-                                          write_file)
+from lesson_code.checkpoint.files import (DISK, CheckpointError, ManifestDamagedError,
+                                          ManifestMissingError, read_manifest, read_verified,
+                                          verify_checkpoint, write_file)
 from lesson_code.checkpoint.lock import LOCK_TIMEOUT_S, held_alone, locked
 from lesson_code.checkpoint.shards import (agree, collective_timeout_s, flat_layout, join_flat,
                                            shard_name)
-from lesson_code.checkpoint.staging import (REPLICATED, recover_step, seal, stage,
-                                            step_folder)
+from lesson_code.checkpoint.staging import (REPLICATED, deleting_folder, recover_step, seal,
+                                            stage, step_folder)
 from lesson_code.harness.validate import require_positive_int
 
 STEP_FOLDER = re.compile(r"^step-(\d{8})$")
 HIDDEN_COPY = re.compile(r"^\.step-(\d{8})\.(tmp|replaced)$")
+BEING_DELETED = re.compile(r"^\.step-\d{8}\.deleting$")  # a prune's; never a candidate
 
 
 class Skipped(str):
@@ -112,9 +113,9 @@ def latest_checkpoint(root: Path | str, *, hashes: bool = True, exclude: Iterabl
 
     It reads without the lock, so a save never waits for it, nor it for a save: a published
     folder is complete and never changed in place, only replaced whole (a save of the same step)
-    or deleted (a prune), and both hold root/.lock alone. So a published folder that fails to
-    verify is looked at again holding the lock shared, which sees it before or after such a
-    change, never half-way: gone, it is dropped; failing again, it is skipped as damaged. A
+    or renamed away to be deleted (a prune), and both hold root/.lock alone. So a published
+    folder that fails to verify is looked at again holding the lock shared, which sees it before
+    or after such a change, never half-way: gone, it is dropped; failing again, it is skipped as damaged. A
     hidden copy that vanished while it was read was published meanwhile (by its save, or by a
     recovery): its step's published folder is looked at instead, the same way. A hidden copy it
     chooses is published under its step's name (recover_step) and that name returned, never a
@@ -284,11 +285,14 @@ def prune_checkpoints(root: Path | str, keep_last: int, *, hashes: bool = True,
     one. With `hashes=False` a checkpoint counts on its manifest and its files' sizes
     (`verify_checkpoint(..., hashes=False)`), a stat per file instead of a read of every byte
     kept, at the price of counting one with a changed byte. Damaged checkpoints newer than those
-    kept stay, for inspection (latest_checkpoint skips them); older ones go. Debris is what interrupted saves left hidden (.step-N.tmp,
-    .step-N.replaced); a complete copy whose step has no folder is first recovered (see
-    recover_checkpoints), never deleted. Holds root/.lock alone (waiting at most `lock_timeout_s`
-    seconds for it) while it hashes and deletes, so a save in progress is left alone and the
-    next save waits for it. Raises ValueError unless keep_last is an int of 1 or more.
+    kept stay, for inspection (latest_checkpoint skips them); older ones go. Debris is what
+    interrupted saves left hidden (.step-N.tmp, .step-N.replaced) and what an interrupted prune
+    left (.step-N.deleting); a complete copy whose step has no folder is first recovered (see
+    recover_checkpoints), never deleted. A published step-N is first renamed to .step-N.deleting
+    (and the rename made durable), then deleted there: a prune stopped half-way leaves a hidden
+    folder that nothing reads, never a step-N with files missing. Holds root/.lock alone (waiting
+    at most `lock_timeout_s` seconds for it) while it hashes and deletes, so a save in progress is
+    left alone and the next save waits for it. Raises ValueError unless keep_last is an int of 1 or more.
     """
     require_positive_int("keep_last", keep_last, "1 or more (keeping none would leave nothing "
                          "to resume from)")
@@ -307,10 +311,18 @@ def prune_checkpoints(root: Path | str, keep_last: int, *, hashes: bool = True,
                 verified += 1
             except CheckpointError:
                 pass  # damaged: kept, and not counted
-        doomed += [folder for _, folder in hidden_copies(root)]
-        for folder in doomed:
+        leftovers = [path for path in Path(root).iterdir()
+                     if path.is_dir() and BEING_DELETED.match(path.name)]
+        for folder in leftovers:  # first: a step-N saved since may be renamed to that name now
             shutil.rmtree(folder)
-    return doomed
+        for folder in doomed:
+            DISK.replace(folder, deleting_folder(folder))
+        if doomed:
+            DISK.fsync_directory(Path(root))
+        debris = [folder for _, folder in hidden_copies(root)]
+        for folder in [deleting_folder(folder) for folder in doomed] + debris:
+            shutil.rmtree(folder)
+    return doomed + debris + leftovers
 
 
 @dataclass

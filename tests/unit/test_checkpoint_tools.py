@@ -20,8 +20,9 @@ from lesson_code.checkpoint.flat_state import FLAT_KEYS
 from lesson_code.checkpoint.lock import locked
 from lesson_code.checkpoint.shards import flat_layout, shard_name
 from lesson_code.checkpoint.staging import seal, stage, staging_folder
-from lesson_code.checkpoint.tools import (Skipped, latest_checkpoint, prune_checkpoints,
-                                          time_lost, young_interval)
+from lesson_code.checkpoint.tools import (Skipped, latest_checkpoint, list_checkpoints,
+                                          prune_checkpoints, recover_checkpoints, time_lost,
+                                          young_interval)
 from lesson_code.checkpoint_lab import folder_changes, sha256_rate
 
 
@@ -57,6 +58,32 @@ def test_folder_changes_name_a_renamed_folder_once():
               ["step-1/", "step-1/a", ".tmp/", ".tmp/b"],
               ["step-1/", "step-1/a", "step-2/", "step-2/b"]]
     assert folder_changes(states) == ["—", "+ .tmp", "+ .tmp/b", "+ step-2; − .tmp"]
+
+
+def test_a_prune_stopped_half_way_leaves_no_published_folder_incomplete(tmp_path, monkeypatch):
+    """A crash while a prune deletes a checkpoint's files (one file gone, then the process dies)
+    must not leave a step-N with files missing: a tool that trusts published names would meet
+    it. The next prune deletes what the stopped one left."""
+    root = tmp_path / "run"
+    for step in (1, 2, 3):
+        one_process_checkpoint(root, step)
+    real_rmtree = shutil.rmtree
+
+    def crash_after_one_file(path, *args, **kwargs):
+        next(entry for entry in sorted(Path(path).iterdir()) if entry.is_file()).unlink()
+        raise OSError("the process died while deleting")
+
+    monkeypatch.setattr(shutil, "rmtree", crash_after_one_file)
+    with pytest.raises(OSError, match="died while deleting"):
+        prune_checkpoints(root, keep_last=1)
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+    for _, folder in list_checkpoints(root):
+        verify_checkpoint(folder)  # every published name is a complete checkpoint
+    assert latest_checkpoint(root) == (step_folder(root, 3), [])
+    assert recover_checkpoints(root) == []  # a half-deleted copy is never published again
+    left = sorted(path.name for path in prune_checkpoints(root, keep_last=1))
+    assert left == [".step-00000001.deleting", ".step-00000002.deleting"]
+    assert sorted(path.name for path in root.iterdir() if path.is_dir()) == ["step-00000003"]
 
 
 def test_a_save_in_progress_is_not_called_interrupted_and_travels_between_processes():
