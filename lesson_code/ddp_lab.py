@@ -294,10 +294,10 @@ class ModelledCluster:
 
     Constants, each an assumption named in the lesson: one GPU per node, so that every step of
     the ring crosses the network; one 200 Gb/s InfiniBand link per GPU (`bandwidth`, 25 GB/s);
-    a latency of `alpha_s` = 15 us per ring step, an optimistic value: NCCL's 2020 tuning model
-    (src/graph/tuning.cc: a ring all-reduce across nodes costs a base 8.4 us plus 9.6 us per
-    network step, 8.4 + 6 * 9.6 = 66 us on 4 nodes, times 1.9 for messages of 16 KiB and more,
-    as every bucket here is) charges 125 us, about 21 us per step;
+    a latency of `alpha_s` = 15 us per ring step, an optimistic value: NCCL 2.30's tuning model
+    (src/graph/tuning.cc: a ring all-reduce across nodes costs a base 8.4 us plus 14.0 us per
+    network step, 8.4 + 6 * 14.0 = 92 us on 4 nodes, times 1.4 on an A100 or newer for large
+    messages, as every bucket here is) charges 129 us, about 22 us per step;
     `sequences` of `gpt.context` tokens per GPU; the backward's floating-point operations
     (`backward_work`) at `flops_per_s`, 125 TFLOP/s (40% of an A100's 312 TFLOP/s bf16 peak);
     gradients are float32, as DDP reduces them under bf16 autocast; `attention` as in
