@@ -243,7 +243,7 @@ def timing(path: str, timeout_s: float) -> Timing:
 CHECKS = (
     Check("all_reduce_sum",
           {"en": "ring_all_reduce(op='sum') equals dist.all_reduce, in place, in every group",
-           "fa": "ring_all_reduce(op='sum') در هر گروه برابر dist.all_reduce است و در جا می‌نویسد"},
+           "fa": "ring_all_reduce(op='sum') در هر گروه برابر dist.all_reduce است و درجا می‌نویسد"},
           {"en": "split with torch.tensor_split(tensor.view(-1), N): chunks may differ by one "
                  "element or be empty; N-1 reduce-scatter steps then N-1 all-gather steps. Pass "
                  "group= to every dist.isend and dist.irecv: their peers are global ranks, so "
