@@ -56,7 +56,7 @@ TABLE_WORDS = {"fa": {
     "broadcast, then optimizer": "نخست بازپخش، سپس بهینه‌ساز",
     "optimizer, then broadcast": "نخست بهینه‌ساز، سپس بازپخش",
     "final parameters, relative distance": "فاصلهٔ نسبی پارامترهای پایانی",
-    "mean time between unexpected stops (h)": "میانگین زمان میان دو توقف ناخواسته (ساعت)",
+    "mean time between unexpected stops (h)": "میانگین زمان میان دو توقف پیش‌بینی‌نشده (ساعت)",
     "save interval, Young (min)": "فاصلهٔ ذخیره با قاعدهٔ یانگ (دقیقه)",
     "time lost to saves and recomputed steps (%)": "زمان ازدست‌رفته در ذخیره‌ها و گام‌های تکراری (درصد)",
     "parameters (GB)": "پارامترها (گیگابایت)", "gradients (GB)": "گرادیان‌ها (گیگابایت)",

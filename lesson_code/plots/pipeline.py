@@ -40,7 +40,7 @@ TABLE_WORDS = {"fa": {
     "computed_by": "حساب‌شده با",
     "max grad diff": "بیشینهٔ اختلاف گرادیان", "bubble, balanced": "حباب، متوازن",
     "bubble, 5 + 3 layers": "حباب، ۵ + ۳ لایه", "micro-batches": "میکرودسته‌ها",
-    "stage 0 under GPipe": "مرحلهٔ ۰ زیر GPipe", "stage 0 under 1F1B": "مرحلهٔ ۰ زیر 1F1B",
+    "stage 0 under GPipe": "مرحلهٔ ۰ در GPipe", "stage 0 under 1F1B": "مرحلهٔ ۰ در 1F1B",
     "balanced": "متوازن", "5 + 3 layers": "۵ + ۳ لایه", "floor": "کف ناترازی",
     # values: the schedules as pipeline.SCHEDULES names them, and the layers of MiniGPT
     "gpipe": "GPipe", "1f1b": "1F1B", "embedding": "لایهٔ جاسازی", "block": "بلوک",
@@ -70,7 +70,7 @@ TABLE_WORDS = {"fa": {
     "stored benchmark, 1F1B": "محک ذخیره‌شده، 1F1B",
     "message at one cut, one sequence": "پیام در یک برش، یک دنباله",
     "forward of one stage of 8, one sequence": "گذر رفتِ یکی از ۸ مرحله، یک دنباله",
-    "ms (modelled)": "میلی‌ثانیه (مدل‌شده)", "P_times_busy": "P (۱ − حباب)",
+    "ms (modelled)": "میلی‌ثانیه (مدل‌سازی‌شده)", "P_times_busy": "P (۱ − حباب)",
     "unsplit_loss": "زیان مدل تقسیم‌نشده", "norm": "نُرم گرادیان",
     "unsplit_norm": "نُرم مدل تقسیم‌نشده", "max_weight_diff": "بیشینهٔ اختلاف وزن",
     "stage_0_own_norm": "نُرم خودِ مرحلهٔ ۰", "stage_1_own_norm": "نُرم خودِ مرحلهٔ ۱",
