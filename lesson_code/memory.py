@@ -174,6 +174,18 @@ def stage3_working_bytes(unit_params: float, precision: Precision = MIXED_ADAM,
     return (2 * precision.params + precision.grads + copy) * unit_params
 
 
+def step_bytes_per_parameter(precision: Precision = MIXED_ADAM, step_temp_bytes: float = 0.0) -> float:
+    """What the optimizer step holds for a while per parameter it updates, beyond the states: an
+    fp32 gradient for the fp32 master when the model's gradients are narrower (`precision.grads`
+    < 4), plus `step_temp_bytes` (4 for torch.optim.Adam's default foreach path, 0 for a fused
+    Adam). `choose_stage` and `stage3_peaks` both charge it. Raises ValueError for a negative
+    `step_temp_bytes`."""
+    if step_temp_bytes < 0:
+        raise ValueError(f"step_temp_bytes={step_temp_bytes!r} is negative: give 0 for a fused "
+                         "Adam, 4 for torch.optim.Adam's default foreach path")
+    return (4.0 if precision.grads < 4 else 0.0) + step_temp_bytes
+
+
 def stage3_peaks(params: float, world_size: int, unit_params: float, activation_bytes: float = 0.0,
                  precision: Precision = MIXED_ADAM, *, gathered_bytes: float | None = None,
                  reduce_bytes: float | None = None, step_temp_bytes: float = 0.0) -> dict[str, float]:
@@ -195,15 +207,12 @@ def stage3_peaks(params: float, world_size: int, unit_params: float, activation_
     if gathered_bytes is not None and not gathered_bytes > 0:
         raise ValueError(f"gathered_bytes={gathered_bytes!r} must be positive: the bytes per "
                          "element of a gathered unit, such as 2 for bf16")
-    if step_temp_bytes < 0:
-        raise ValueError(f"step_temp_bytes={step_temp_bytes!r} is negative: give 0 for a fused "
-                         "Adam, 4 for torch.optim.Adam's default foreach path")
+    per_parameter = step_bytes_per_parameter(precision, step_temp_bytes)
     states = total_bytes("ZeRO-3", params, world_size, precision)
     gathered = precision.params if gathered_bytes is None else gathered_bytes
     working = stage3_working_bytes(unit_params, Precision(gathered, gathered, 0), reduce_bytes)
-    master_grad = 4.0 if precision.grads < 4 else 0.0
     return {"states": states, "backward": states + activation_bytes + working,
-            "step": states + (master_grad + step_temp_bytes) * params / world_size}
+            "step": states + per_parameter * params / world_size}
 
 
 def choose_stage(params: float, world_size: int, device_bytes: float,
@@ -240,21 +249,18 @@ def choose_stage(params: float, world_size: int, device_bytes: float,
     not fit. Raises ValueError for a headroom outside [0, 1), a negative size or a `reduce_bytes`
     that is not positive.
     """
-    if step_temp_bytes < 0:
-        raise ValueError(f"step_temp_bytes={step_temp_bytes!r} is negative: give 0 for a fused "
-                         "Adam, 4 for torch.optim.Adam's default foreach path")
+    per_parameter = step_bytes_per_parameter(precision, step_temp_bytes)
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom={headroom!r} is the fraction of device memory kept free: "
                          "give a number in [0, 1), such as 0.1")
     if activation_bytes < 0:
         raise ValueError(f"activation_bytes={activation_bytes!r} is negative: give 0 or more")
     usable = (1 - headroom) * device_bytes
-    master_grad = 4.0 if precision.grads < 4 else 0.0  # the fp32 gradient the master's step reads
     gathered_unit = stage3_working_bytes(unit_params, precision, reduce_bytes)
     for stage in STAGES:
         working = gathered_unit if stage == "ZeRO-3" else 0.0
         updated = params if stage == "DDP" else params / world_size
-        step_temp = (master_grad + step_temp_bytes) * updated
+        step_temp = per_parameter * updated
         transient = max(activation_bytes + working, step_temp)
         if total_bytes(stage, params, world_size, precision) + transient <= usable:
             return stage
