@@ -1,8 +1,8 @@
-"""Lesson 76's exercise code: the solutions of exercise 6, a broadcast along a chain that forwards
-each piece as soon as it arrives, and of exercise 8, an all-to-all from pairwise messages, each
-with a rank function that checks it against torch.distributed bit for bit.
+"""Page 76b's code (collectives in production): a broadcast along a chain that forwards each piece
+as soon as it arrives, and an all-to-all from pairwise messages, each with a rank function that
+checks it against torch.distributed bit for bit.
 
-The lesson's own rank functions are `lesson_code.collectives_lab`; the solutions' cells run these
+Lesson 76's own rank functions are `lesson_code.collectives_lab`; page 76b's cells run these
 through the launcher, as the lesson does:
 
     from lesson_code import launch, collectives_exercises
@@ -24,7 +24,7 @@ from lesson_code.collectives_lab import builtin_broadcast, make_input
 def chain_broadcast(tensor: torch.Tensor, src: int = 0, pieces: int = 4, *, group=None,
                     ledger: CommLedger | None = None,
                     timeout_s: float = DEFAULT_WAIT_S) -> torch.Tensor:
-    """Exercise 6: copy rank `src`'s `tensor` into `tensor` on every rank, in place, along a chain.
+    """Copy rank `src`'s `tensor` into `tensor` on every rank, in place, along a pipelined chain.
 
     Collective: call on every rank with tensors of the same shape and dtype. Counted from `src`,
     the ranks form a chain 0 -> 1 -> ... -> N-1; the flattened tensor is cut into `pieces`
@@ -56,7 +56,7 @@ def chain_broadcast(tensor: torch.Tensor, src: int = 0, pieces: int = 4, *, grou
 
 def compare_chain_broadcast(rank: int, world_size: int, src: int, numel: int,
                             pieces: int) -> dict:
-    """Exercise 6's chain broadcast of `numel` float32 values from `src`, beside dist.broadcast.
+    """The chain broadcast of `numel` float32 values from `src`, beside dist.broadcast.
 
     Collective: call on every rank. Returns this rank's ledger of the chain broadcast (bytes and
     messages sent and received) and `equal`: whether its result has the same bits as the built-in's.
@@ -70,7 +70,7 @@ def compare_chain_broadcast(rank: int, world_size: int, src: int, numel: int,
 
 def pairwise_all_to_all(tensor: torch.Tensor, *, group=None, ledger: CommLedger | None = None,
                         timeout_s: float = DEFAULT_WAIT_S) -> torch.Tensor:
-    """Exercise 8: `dist.all_to_all_single` from messages, pairwise; returns a new tensor.
+    """`dist.all_to_all_single` from messages, pairwise; returns a new tensor.
 
     Collective: call on every rank with tensors of the same shape and dtype. Cut along its first
     dimension into N chunks, chunk j of this rank's `tensor` goes to rank j, and the result holds
@@ -97,7 +97,7 @@ def pairwise_all_to_all(tensor: torch.Tensor, *, group=None, ledger: CommLedger 
 
 
 def compare_all_to_all(rank: int, world_size: int, rows: int, dtype_name: str = "float32") -> dict:
-    """Exercise 8's pairwise all-to-all of a (rows, 3) tensor, beside dist.all_to_all_single.
+    """The pairwise all-to-all of a (rows, 3) tensor, beside dist.all_to_all_single.
 
     Collective: call on every rank. Returns this rank's ledger of the pairwise all-to-all and
     `equal`: whether its result has the same bits as the built-in's.

@@ -384,6 +384,22 @@ def crossover_bytes(ring: cost_model.AlphaBeta, naive: cost_model.AlphaBeta,
     return max(latency_gap / byte_gap, 0.0)
 
 
+# A timing run's sign of unreliability: a collective's time hardly falls as the tensor grows, so a
+# size this much slower than a larger one shows noise of that order (lesson 76, exercise 5).
+RELIABILITY_SLACK = 1.2
+
+
+def slower_than_larger(seconds: dict[int, float], slack: float = RELIABILITY_SLACK) -> list[int]:
+    """The sizes (bytes, ascending) whose time is over `slack` times the fastest time measured at
+    that size or a larger one. `seconds` maps a tensor's bytes to its time.
+
+    Lesson 76 reads no difference smaller than the largest such inversion from a run.
+    """
+    sizes = sorted(seconds)
+    return [n for i, n in enumerate(sizes)
+            if seconds[n] > slack * min(seconds[m] for m in sizes[i:])]
+
+
 # What lesson 76 prints (the command's report, and lines of the notebook), in each edition;
 # `say` fills them, with numbers by the Persian rule in Persian (`language.fill`).
 SAY = {
@@ -398,6 +414,8 @@ SAY = {
         "crossover_always": "model: ring faster at every size",
         "measured_faster": "measured ring faster at {sizes} bytes",
         "measured_never": "measured ring faster at no size", "then": "; ",
+        "sign": "over {percent}% slower than a larger size: {found}",
+        "sign_at": "{name} at {sizes} bytes", "sign_none": "{name} at no size", "sign_join": "; ",
         "switches": "predicted switches (bytes, from, to): {switches}",
         "switch": "", "worst": "worst ratio of each: {worst}",
         "without": "without shared memory, from 4 MiB up: {low:.2f}x to {high:.2f}x",
@@ -415,6 +433,9 @@ SAY = {
         "crossover_always": "مدل: حلقه در همهٔ اندازه‌ها سریع‌تر است",
         "measured_faster": "اندازه‌گیری: حلقه در {sizes} بایت سریع‌تر بود",
         "measured_never": "اندازه‌گیری: حلقه در هیچ اندازه‌ای سریع‌تر نبود", "then": "؛ ",
+        "sign": "بیش از {percent}٪ کندتر از اندازه‌ای بزرگ‌تر: {found}",
+        "sign_at": "{name} در {sizes} بایت", "sign_none": "{name} در هیچ اندازه‌ای",
+        "sign_join": "؛ ",
         "switches": "نقطه‌های تغییر الگوریتم (پیش‌بینی‌شده): {switches}",
         "switch": "در {nbytes:,} بایت از {before} به {after}", "worst": "بدترین نسبت هر کدام: {worst}",
         "without": "بدون حافظهٔ مشترک، از ۴ MiB به بالا: {low:.2f} تا {high:.2f} برابر",
@@ -450,12 +471,26 @@ def crossover_line(crossover: float, faster_sizes: list[int], lang: str) -> str:
     if not faster_sizes:
         measured = say("measured_never", lang)
     else:
-        sizes = faster_sizes
-        if lang == "fa":
-            shown = [language.number(n, "fa") for n in faster_sizes]
-            sizes = " و ".join(filter(None, (language.listed(shown[:-1], "fa"), shown[-1])))
-        measured = say("measured_faster", lang, sizes=sizes)
+        measured = say("measured_faster", lang, sizes=_sizes(faster_sizes, lang))
     return model + say("then", lang) + measured
+
+
+def _sizes(sizes: list[int], lang: str):
+    """A non-empty list of sizes as `lang` prints it: the list itself in English; in Persian, with
+    its own comma and the last one joined with «و», as Persian prose does."""
+    if lang != "fa":
+        return sizes
+    shown = [language.number(n, "fa") for n in sizes]
+    return " و ".join(filter(None, (language.listed(shown[:-1], "fa"), shown[-1])))
+
+
+def sign_line(found: dict[str, list[int]], lang: str, slack: float = RELIABILITY_SLACK) -> str:
+    """`slower_than_larger`'s sizes of each timed operation ({name: [bytes, ...]}) as a line of
+    `lang`; the names are printed as given (pass them in the page's language)."""
+    parts = [say("sign_at", lang, name=name, sizes=_sizes(sizes, lang)) if sizes
+             else say("sign_none", lang, name=name) for name, sizes in found.items()]
+    found_line = say("sign_join", lang).join(parts)
+    return say("sign", lang, percent=round(100 * (slack - 1)), found=found_line)
 
 
 def hang_line(rank_traceback: str, lang: str) -> str:

@@ -169,7 +169,7 @@ def test_the_lessons_skipped_collective_ends_in_rank_0s_timeout_told_in_both_edi
 
 
 def chain_broadcast_cases(rank, world_size):
-    """Exercise 6's chain broadcast from several sources, piece counts and lengths, and refusals."""
+    """The chain broadcast (page 76b) from several sources, piece counts and lengths, and refusals."""
     results = {case: collectives_exercises.compare_chain_broadcast(rank, world_size, *case)
                for case in ((0, 1001, 4), (2, 1001, 3), (4, 3, 5), (1, 0, 2))}
     errors = []
@@ -195,7 +195,7 @@ def test_the_chain_broadcast_equals_the_builtin_and_sends_each_piece_along_n_min
 
 
 def all_to_all_cases(rank, world_size):
-    """Exercise 8's pairwise all-to-all in two dtypes and a refusal of an uneven first dimension."""
+    """The pairwise all-to-all (page 76b) in two dtypes and a refusal of an uneven first dimension."""
     results = {case: collectives_exercises.compare_all_to_all(rank, world_size, *case)
                for case in ((world_size * 5, "float32"), (world_size, "int64"))}
     with pytest.raises(ValueError) as refused:

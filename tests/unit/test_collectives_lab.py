@@ -54,3 +54,24 @@ def test_a_bfloat16_running_sum_loses_more_as_ranks_are_added_and_a_float32_one_
     # one rounding to bfloat16 at the end: below its unit roundoff 2^-9, whatever the rank count
     assert all(error < 2 ** -9 for error in in_fp32) and in_bf16[1] > 4 * in_fp32[1]
     assert collectives_lab.reduction_error(64, numel=4096) == errors[64]  # same bits every time
+
+
+def test_the_reliability_sign_names_each_size_over_20_percent_slower_than_a_larger_one():
+    times = {1024: 1.3, 4096: 1.0, 65536: 1.25, 1048576: 1.1, 4194304: 2.0}
+    # 1 KiB: 1.3 > 1.2 x 1.0; 64 KiB: 1.25 <= 1.2 x 1.1 = 1.32; 4 KiB and 1 MiB are the fastest
+    assert collectives_lab.slower_than_larger(times) == [1024]
+    assert collectives_lab.slower_than_larger(times, slack=1.1) == [1024, 65536]
+    assert collectives_lab.slower_than_larger({n: float(n) for n in (1, 2, 4)}) == []  # rising
+    assert collectives_lab.slower_than_larger({2: 5.0, 1: 9.0}) == [1]  # order of the keys is not used
+
+
+def test_the_reliability_sign_line_in_both_editions():
+    found = {"ring all_reduce": [4096, 65536], "naive all_reduce": []}
+    assert collectives_lab.sign_line(found, "en") == (
+        "over 20% slower than a larger size: ring all_reduce at [4096, 65536] bytes; "
+        "naive all_reduce at no size")
+    persian = collectives_lab.sign_line({"کاهش همگانی حلقه‌ای": [4096, 65536],
+                                         "کاهش همگانی gloo": []}, "fa")
+    assert persian.startswith("بیش از ۲۰٪ کندتر از اندازه‌ای بزرگ‌تر: ")
+    assert "کاهش همگانی حلقه‌ای در ۴۰۹۶ و ۶۵۵۳۶ بایت؛ " in persian
+    assert persian.endswith("در هیچ اندازه‌ای") and "[" not in persian
