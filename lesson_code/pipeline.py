@@ -13,6 +13,9 @@ isend and irecv one by one). Every message is counted in the communicator's ledg
 - 1F1B: P - s - 1 warm-up forwards, then one forward and one backward in turn, then the remaining
   backwards; a stage stores at most P - s micro-batches' activations.
 
+`gpipe_step` is the same protocol at its simplest, which the lesson shows first: GPipe order,
+activation shapes known in advance, no bookkeeping.
+
 Each stage records timed events (stage, micro-batch, "F" or "B", start, end), from which the
 lesson measures the bubble: the fraction of time a stage sits idle, (P - 1) / (m + P - 1) on equal
 stages, more on unequal ones (`unequal_stage_bubble`).
@@ -126,6 +129,46 @@ def schedule_order(schedule: str, stage: int, num_stages: int,
     return steps + [("B", i) for i in range(m - warmup, m)]
 
 
+def gpipe_step(layers: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+               inputs: torch.Tensor, targets: torch.Tensor, micro_batches: int,
+               activation_shape: tuple[int, ...], group: dist.ProcessGroup | None = None,
+               timeout: timedelta = timedelta(seconds=60)) -> float | None:
+    """One GPipe step of stage `dist.get_rank(group)`: `PipelineStage`'s protocol, no bookkeeping.
+
+    Collective: call on every rank of `group`. Every activation has `activation_shape` (float32).
+    Gradients accumulate in `layers`; returns the mean loss on the last stage, None elsewhere.
+    Raises ValueError when m does not divide the batch, RuntimeError when a wait times out.
+    """
+    stage, last = dist.get_rank(group), dist.get_world_size(group) - 1
+    x_parts = split_micro_batches(inputs, micro_batches)
+    y_parts = split_micro_batches(targets, micro_batches)
+    kept, sends, loss = [], [], 0.0
+    for i in range(micro_batches):  # forwards
+        x = x_parts[i]
+        if stage > 0:
+            x = torch.empty(activation_shape, device=current_device())
+            dist.irecv(x, group=group, group_src=stage - 1).wait(timeout)
+            x.requires_grad_(True)
+        y = layers(x)
+        if stage == last:
+            y = loss_fn(y, y_parts[i]) / micro_batches  # so that the m gradients add up
+            loss += y.item()
+        else:  # not waited for: the next stage receives it when it gets there
+            sends.append(dist.isend(y.detach(), group=group, group_dst=stage + 1))
+        kept.append((x, y))  # the graph and the output, kept for the backward
+    for x, y in kept:  # backwards, in the same order
+        gradient = None
+        if stage < last:
+            gradient = torch.empty_like(y)
+            dist.irecv(gradient, group=group, group_src=stage + 1).wait(timeout)
+        y.backward(gradient)
+        if stage > 0:
+            sends.append(dist.isend(x.grad, group=group, group_dst=stage - 1))
+    for work in sends:
+        work.wait(timeout)
+    return loss if stage == last else None
+
+
 @dataclass
 class PipelineStats:
     """What one stage measured in one step: its events, the most micro-batches it stored at once,
@@ -235,7 +278,7 @@ class PipelineStage:
 
     def _send(self, tensor: torch.Tensor, to: int, key: tuple[str, int]) -> None:
         # Not waited for here: both neighbours may be sending to each other at this moment (exercise
-        # 7), so a send is waited for only once it is known to be received (`_wait_sends`).
+        # 4), so a send is waited for only once it is known to be received (`_wait_sends`).
         # The tensor is kept with its request until then.
         tensor = tensor.contiguous()
         self._traffic.sent(tensor.numel() * tensor.element_size())
@@ -245,7 +288,11 @@ class PipelineStage:
             return
         self._sends.setdefault(key, []).append(
             (dist.isend(tensor, group=self.comm.group, group_dst=to), tensor))
-        # Bytes kept only for a send: not the storage of an output the stage still holds.
+        self._count_kept_bytes()
+
+    def _count_kept_bytes(self) -> None:
+        """Update `stats.peak_sent_bytes`: bytes kept only for sends in flight, not the storage
+        of an output the stage still holds for its backward."""
         stored = {output.untyped_storage().data_ptr() for _, output in self._stored.values()}
         kept = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
                 for works in self._sends.values() for _, t in works}

@@ -1,10 +1,10 @@
-"""Lesson 79's exercise code, and the optional section's: the solutions of exercise 2 (a
-refusal explained in the page's language), exercise 3 (a grid of pipeline replicas, data
-parallelism across the pipelines), exercise 6 (a pipeline whose first and last stage share a tied
-matrix, with the tied unsplit model to check it against) and exercise 7 (two neighbouring stages
-that send to each other at once, with and without waiting for their sends); and torch's
-schedules with several stages per rank (interleaved 1F1B and the zero-bubble ones), their orders
-and the bubble those orders give on ideal stages.
+"""Lesson 79's exercise code and its companion page's (79a): the solutions of lesson 79's
+exercise 2 (a refusal explained in the page's language) and exercise 4 (two neighbouring stages
+that send to each other at once, with and without waiting for their sends), and of 79a's
+exercise 1 (a grid of pipeline replicas, data parallelism across the pipelines) and exercise 3
+(a pipeline whose first and last stage share a tied matrix, with the tied unsplit model to check
+it against); and torch's schedules with several stages per rank (interleaved 1F1B and the
+zero-bubble ones), their orders and the bubble those orders give on ideal stages.
 
 The lesson's main line runs `lesson_code.pipeline_lab`; the cells that use this module run its
 rank functions through the launcher, as the lesson does:
@@ -34,7 +34,7 @@ from lesson_code.runtime.devices import current_device
 
 
 def tied_pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
-    """One step of our pipeline of MiniGPT with its head tied to its token embedding (exercise 6).
+    """One step of our pipeline of MiniGPT, its head tied to its token embedding (79a, exercise 3).
 
     Collective: call on every rank. The first stage holds the embedding's copy of the matrix and
     the last stage the head's copy, given the embedding's values, as one tied matrix would be.
@@ -68,7 +68,7 @@ def tied_pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
 
 def neighbours_exchange(rank: int, world_size: int, wait_for_send: bool,
                         timeout_s: float = 2.0) -> bool:
-    """Exercise 7: two neighbouring stages in 1F1B's steady state, at the moment rank 0 sends
+    """Lesson 79, exercise 4: neighbouring stages in 1F1B's steady state, at the moment rank 0 sends
     an activation to rank 1 while rank 1 sends a gradient back; each then receives the other's.
 
     Collective: call on 2 ranks. A gloo send completes only once the peer has posted the
@@ -115,7 +115,7 @@ def tied_reference_step(run: PipeRun) -> dict:
 
 def data_and_pipeline_step(rank: int, world_size: int, run: PipeRun,
                            data_parallel: int) -> dict:
-    """Exercise 3: `data_parallel` replicas of a pipeline of world/dp stages, on a 2-D grid.
+    """79a, exercise 1: `data_parallel` replicas of a pipeline of world/dp stages, on a 2-D grid.
 
     Collective: call on every rank. Rank r sits at row r // pp (its replica) and column r % pp
     (its stage) of `torch.arange(world).view(dp, pp)`, as picotron orders them. Each row runs

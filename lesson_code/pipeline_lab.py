@@ -31,9 +31,9 @@ from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import RunConfig
 from lesson_code.harness.timing import PhaseClock
 from lesson_code.models import GPTConfig, as_layers, build_model, loss_function
-from lesson_code.pipeline import (SCHEDULES, PipelineStage, bubble_fraction, ideal_timeline,
-                                  imbalance_floor, partition_layers, schedule_order,
-                                  split_micro_batches)
+from lesson_code.pipeline import (SCHEDULES, PipelineStage, bubble_fraction, gpipe_step,
+                                  ideal_timeline, imbalance_floor, partition_layers,
+                                  schedule_order, split_micro_batches)
 from lesson_code.harness.validate import require_choice, require_positive_int
 
 
@@ -206,6 +206,23 @@ def pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
             "peak_sent_bytes": stats.peak_sent_bytes, "traffic": comm.ledger.totals()["pipeline"]}
 
 
+def simple_pipeline_step(rank: int, world_size: int, run: PipeRun) -> dict:
+    """One step of `pipeline.gpipe_step`, the stage without bookkeeping, on MiniGPT (GPipe).
+
+    Collective: call on every rank. Returns this stage's gradients (named as in the unsplit
+    model) and the loss (last stage; None elsewhere). Raises ValueError for a model other than
+    "gpt", whose every activation between stages has the shape (sequences, context, width).
+    """
+    if run.model != "gpt":
+        raise ValueError(f"model={run.model!r}: gpipe_step needs one activation shape between "
+                         "every two stages; pass model='gpt'")
+    module, (start, _) = stage_module(run, rank, world_size)
+    x, y = run.batch(0)
+    shape = (run.batch_size // run.micro_batches, run.gpt.context, run.gpt.n_embd)
+    loss = gpipe_step(module, loss_function(run.model), x, y, run.micro_batches, shape)
+    return {"grads": layer_gradients(module, start), "loss": loss}
+
+
 def ours_and_torch_steps(rank: int, world_size: int, runs: list[PipeRun]) -> list[dict]:
     """For each run, {"ours": `pipeline_step`, "torch": `torch_pipelining_step`}, in one launch.
 
@@ -371,6 +388,11 @@ def fsdp_pipeline_steps(rank: int, world_size: int, run: PipeRun, data_parallel:
             for reshard_after_forward in settings]
 
 
+def simple_pipeline_steps(rank: int, world_size: int, runs: list[PipeRun]) -> list[dict]:
+    """`simple_pipeline_step` for each run in turn (one launch for many checks). Collective."""
+    return [simple_pipeline_step(rank, world_size, run) for run in runs]
+
+
 def pipeline_steps(rank: int, world_size: int, runs: list[PipeRun]) -> list[dict]:
     """`pipeline_step` for each run in turn (one launch for many checks). Collective."""
     return [pipeline_step(rank, world_size, run) for run in runs]
@@ -392,15 +414,11 @@ def compare_with_reference(results: list[dict], reference: dict) -> dict[str, fl
 
 def train_after_flush(rank: int, world_size: int, run: PipeRun, max_norm: float,
                       norm_over: str = "pipeline", lr: float = 0.1) -> dict:
-    """`run.steps` training steps of our pipeline, each finished as the unsplit model's would be.
-
-    Collective: call on every rank. After each step's flush, one all-reduce of each stage's sum
-    of squared gradients gives the whole model's norm, so every stage clips by the factor
-    `clip_grad_norm_` would use (max_norm / (norm + 1e-6), at most 1); each stage's SGD then
-    steps on its own layers, and the last stage's loss is broadcast for logging. Returns the
-    losses and norms (the same on every rank) and this stage's weights, named as in the unsplit
-    model. `norm_over="stage"` skips the all-reduce: the mistake of clipping each stage by its
-    own norm, which makes the stages' updates differ.
+    """`run.steps` steps of our pipeline, each finished as the unsplit model's: clip by the whole
+    model's norm (one all-reduce of each stage's sum of squares), step each stage's SGD, and
+    broadcast the last stage's loss. Collective: call on every rank. Returns the losses and norms
+    (the same on every rank) and this stage's weights, named as in the unsplit model.
+    `norm_over="stage"` skips the all-reduce: the mistake of clipping each stage by its own norm.
     """
     require_choice("norm_over", norm_over, ("pipeline", "stage"))
     comm = run.communicator()

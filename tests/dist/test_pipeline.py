@@ -46,6 +46,23 @@ def test_both_schedules_match_the_unsplit_model(model, stages):
                 assert previous[4] <= begin
 
 
+def test_the_simple_gpipe_step_matches_the_unsplit_model_and_the_stage():
+    # The stage without bookkeeping runs the same operations in GPipe order as PipelineStage,
+    # so both give the same bits; against one process, the 1e-6 of this file's docstring.
+    runs = [PipeRun(schedule="gpipe", micro_batches=m) for m in (1, 2, 4)]
+    simple = launch.spawn(pipeline_lab.simple_pipeline_steps, runs, world_size=4)
+    staged = launch.spawn(pipeline_lab.pipeline_steps, runs, world_size=4)
+    for index, run in enumerate(runs):
+        results = [rank_results[index] for rank_results in simple]
+        check = pipeline_lab.compare_with_reference(results, in_one_rank(reference_step, run))
+        assert check["all_layers_once"] and check["max_grad_diff"] < 1e-6, (run, check)
+        assert check["loss_diff"] < 1e-6 and [r["loss"] for r in results[:-1]] == [None] * 3
+        assert pipeline_lab.max_grad_diff(results, {"grads": {
+            name: g for r in staged for name, g in r[index]["grads"].items()}}) == 0
+    with pytest.raises(ValueError, match="model='mlp'.*pass model='gpt'"):
+        pipeline_lab.simple_pipeline_step(0, 2, PipeRun(model="mlp"))
+
+
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("stages", [2, 4])
 def test_same_gradients_as_torch_distributed_pipelining(schedule, stages):
