@@ -34,7 +34,8 @@ LABELS = {
         "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct (one round)",
         "shared_memory": "shared memory (one machine)",
         "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
-        "model": "lines: the fitted model; points: measured",
+        "model": "solid: measured, joined as auto reads them; dashed: the fitted model",
+        "switch": "auto's switch",
     },
     "fa": {
         "reduce_scatter": "کاهش و پخش، گام {step}", "all_gather": "گردآوری همگانی، گام {step}",
@@ -49,7 +50,8 @@ LABELS = {
         "naive": "ساده‌لوحانه (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "مستقیم (یک دور)",
         "shared_memory": "حافظهٔ مشترک (یک دستگاه)",
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
-        "model": "خط‌ها: مدل برازش‌شده؛ نقطه‌ها: اندازه‌گیری‌شده",
+        "model": "خط پر: اندازه‌گیری‌شده، همان‌گونه که auto می‌خواند؛ خط‌چین: مدل برازش‌شده",
+        "switch": "نقطهٔ تغییر auto",
     },
 }
 
@@ -199,9 +201,12 @@ def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") 
     return _finish(fig, ax, labels["ranks"], labels["busiest"])
 
 
-def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en") -> Figure:
-    """Measured time of every all-reduce algorithm against size (points), log-log, beside the
-    time `costs` (a `choose.AlgorithmCosts`) predicts for it (lines).
+def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en",
+                      switches: list[tuple[int, str, str]] = ()) -> Figure:
+    """Measured time of every all-reduce algorithm against size, log-log: points joined by
+    straight (solid) lines, which is what `choose` reads between measured sizes, beside the
+    time the fit of `costs` (a `choose.AlgorithmCosts`) predicts (dashed), and a vertical line
+    at each of `switches` ((bytes, from, to), as `choose.predicted_switches` gives them).
 
     `rows` are {algorithm, world_size, nbytes, seconds}, as `choose.stored_costs` reads them.
     """
@@ -209,9 +214,11 @@ def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en"
     for name in costs.fits:
         points = sorted((r["nbytes"], r["seconds"]) for r in rows if r["algorithm"] == name)
         sizes = [n for n, _ in points]
-        line, = ax.plot(sizes, [1e3 * t for _, t in points], "o", label=labels[name])
-        ax.plot(sizes, [1e3 * costs.predict(name, n, world_size) for n in sizes], "-",
-                color=line.get_color())
+        line, = ax.plot(sizes, [1e3 * t for _, t in points], "o-", label=labels[name])
+        ax.plot(sizes, [1e3 * costs.predict(name, n, world_size) for n in sizes], "--",
+                color=line.get_color(), alpha=0.6)
+    for index, (nbytes, _, _) in enumerate(switches):
+        ax.axvline(nbytes, color="black", linestyle=":", label=None if index else labels["switch"])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, numticks=20))  # a tick at every decade
@@ -228,6 +235,7 @@ TABLE_LABELS = {
     "nbytes": "بایت‌ها", "op": "عملیات",
     "recursive_doubling": "دوبرابرسازی بازگشتی",
     "halving_doubling": "نیم‌سازی و دوبرابرسازی", "direct": "مستقیم", "N =": "N =",
+    "messages in a row": "پیام‌های پشت سر هم", "bytes per rank / n": "بایت‌های هر رتبه / n",
     "shared_memory": "حافظهٔ مشترک",
     "all_reduce without shared memory": "کاهش همگانی بدون حافظهٔ مشترک",
     "ring all_reduce": "کاهش همگانی حلقه‌ای", "naive all_reduce": "کاهش همگانی ساده‌لوحانه",

@@ -63,7 +63,8 @@ FIGURES = {
     "alpha-beta": lambda lang: collectives.alpha_beta_figure(
         ROWS76, {"ring all_reduce": AlphaBeta(1e-4, 1e-9)}, 4, lang=lang),
     "algorithms": lambda lang: collectives.algorithms_figure(
-        choose.stored_times(), choose.stored_costs(), 4, lang=lang),
+        choose.stored_times(), choose.stored_costs(), 4, lang=lang,
+        switches=choose.predicted_switches(choose.stored_costs(), 4)),
     "busiest rank": lambda lang: collectives.busiest_rank_figure(
         {2: {"ring": 2.0, "naive": 2.0}, 4: {"ring": 3.0, "naive": 6.0}}, lang=lang),
     "overlap": lambda lang: ddp.overlap_timeline_figure([TIMELINE, TIMELINE], lang=lang),
