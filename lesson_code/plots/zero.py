@@ -41,7 +41,7 @@ TABLE_LABELS = {
     "DDP + fp32-master Adam optimizer": "بهینه‌ساز DDP با Adam و وزن‌های اصلی fp32",
     "saving vs DDP (%)": "صرفه‌جویی نسبت به DDP (٪)",
     "torch.optim.AdamW, two groups": "torch.optim.AdamW، دو گروه",
-    "torch.optim.AdamW, decay on all": "torch.optim.AdamW، کاهش وزن روی همه",
+    "torch.optim.AdamW, decay on all": "torch.optim.AdamW، واپاشی وزن روی همه",
     "largest difference, ZeRO-1 with groups": "بیشینهٔ اختلاف، ZeRO-1 با گروه‌ها",
     "largest difference from torch.optim.Adam": "بیشینهٔ قدر مطلق اختلاف پارامترها با torch.optim.Adam",
     **{f"ZeRO-1, N={n}": f"ZeRO-1، N={n}" for n in (1, 2, 3, 4)},

@@ -33,6 +33,7 @@ REJECTED = {  # pattern: (what it was used for, the glossary's word)
     "بی‌صدا": ("silently (a calque)", "بی‌هیچ خطا یا هشداری"),
     "رتبه‌بندی": ("rank (reads as a ranking)", "رتبه"),
     "کد عملیاتی": ("production code (reads as opcode)", "پیاده‌سازی‌های عملیاتی"),
+    "کاهش وزن": ("weight decay (reads as a reduction of the weights)", "واپاشی وزن"),
 }
 SOURCES = sorted([*(p for p in (ROOT / "lesson_code").rglob("*") if p.suffix in (".py", ".tmpl")),
                   *(ROOT / "book" / "static").glob("*.js"), *(ROOT / "book" / "fa").glob("*.md"),
