@@ -1,4 +1,4 @@
-"""Lesson 81, exercise 7: skip a step whose gradient is not finite although its loss is.
+"""Lesson 81a: skip a step whose gradient is not finite although its loss is.
 
 The divergence guard reads only the loss, so a gradient that overflows under a finite loss passes
 it. Lesson 81 reuses lesson 78's exercise 6, `zero_exercises.SkipNonFiniteStep`: it catches such

@@ -1,4 +1,4 @@
-"""Lesson 81, exercise 1: MiniGPT's attention heads split over 2 ranks (tensor parallelism).
+"""Lesson 81a: MiniGPT's attention heads split over 2 ranks (tensor parallelism).
 
 Megatron-LM's split of self-attention: each rank computes the query, key and value projections
 of its own heads only (the rows of the qkv weight that belong to them, "column parallel"), runs

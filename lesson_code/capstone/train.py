@@ -90,15 +90,10 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     """Train `config.steps` steps on this rank; return its records. Collective: every rank.
 
     With `start_from` (a checkpoint folder) it resumes there: `load_zero` restores the tensors and
-    the RNG state, `restore_run_state` the data position, the guard, the spike flag and the history
-    ("history"; "records" and "events" hold what this call trained). A step the guard rejects is
-    rolled back to the newest checkpoint up to `config.guard_retries` times, then its batch is
-    skipped. A step that is due a checkpoint first has its update judged (`guard.check_update`):
-    a rejected update is rolled back, so no checkpoint keeps it. Every checkpoint is reloaded at
-    once into fresh objects and compared with what was saved ("resume_verified"). Rank 0 appends
-    every step and event to out_dir/metrics.jsonl.
-    "traffic" is the ring communicator's ledger; the loss all-reduce and the checkpointer's
-    collectives call torch.distributed directly and are not in it.
+    the RNG state, `restore_run_state` the data position, the guard and the history ("history";
+    "records" and "events" hold what this call trained). Rank 0 appends every step and event to
+    out_dir/metrics.jsonl. "traffic" is the ring communicator's ledger, which does not count the
+    loss all-reduce nor the checkpointer's collectives (they call torch.distributed directly).
     """
     model, comm, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
     checkpointer = Checkpointer(Path(config.out_dir) / "checkpoints", model, optimizer,
@@ -107,63 +102,63 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
                                     config, folder, snapshot, rank, world_size))  # 3. checkpoints
     guard = DivergenceGuard(config.spike_factor, max_retries=config.guard_retries,
                             skip_after_rollback=config.skip_after_rollback)  # 4. the guard
+    faults = InjectedFaults(config, rank)  # the lesson's faults, each off unless config asks
     corpus = config.corpus()
-    step, records, events, spiked, history = 0, [], [], False, {"records": [], "events": []}
+    step, records, events, history = 0, [], [], {"records": [], "events": []}
     if start_from is not None:
-        step, spiked, history = restore_run_state(load_zero(start_from, model, optimizer), guard)
+        step, faults.spiked, history = restore_run_state(load_zero(start_from, model, optimizer), guard)
     log = MetricsLog(Path(config.out_dir) / "metrics.jsonl" if rank == 0 else None, history)
-    victim, gradient_bytes = config.victim() == rank, 0
+    gradient_bytes = 0
+
+    def state() -> dict:  # what a checkpoint saved now holds besides tensors
+        return run_state(config, world_size, guard, faults.spiked, history, records, events)
+
+    def reject(number: int, loss: float, reason: str, updated: bool) -> int:
+        """Roll back, or skip step `number`'s batch; return the data position to train from.
+        `updated`: the step's update is already in the weights (it was judged after it)."""
+        if guard.action(number) == "skip":  # action counts this rejection against the step's retries
+            if updated:  # skipping the batch would keep its update: stop instead
+                raise RuntimeError(f"step {number}'s update was rejected again after "
+                                   f"{guard.max_retries} rollbacks ({reason}): lower the learning rate")
+            events.append(log.write({"event": "skip", "loss": loss, "reason": reason, "step": number,
+                                     "message": f"step {number}'s batch skipped: still rejected "
+                                                f"after {guard.max_retries} rollbacks ({reason})"}))
+            checkpointer.maybe_save(number, guard.previous, state())
+            return number
+        restored, guard.previous = checkpointer.rollback()
+        trained = number if updated else number - 1  # steps since the checkpoint: their updates are gone
+        event = {"event": "rollback", "loss": loss, "reason": reason, "to_step": restored,
+                 "at_step": number, "undone": list(range(restored + 1, trained + 1))}
+        resume = guard.resume_at(restored, number)  # the checkpoint's, or past the rejected step
+        if resume > restored:  # skip_after_rollback: these steps' batches are never read again
+            event["skipped"] = list(range(restored + 1, resume + 1))
+        events.append(log.write(event))
+        return resume
+
     while step < config.steps:                                               # 5. the loop
         started, number = clock(), step + 1  # the step trained now; steps are numbered from 1
         optimizer.zero_grad()
-        local = forward_backward(config, model, corpus, step, rank, world_size)
-        loss = global_mean(local)  # the same on every rank, so every rank's guard decides alike
-        # The loss the guard judges and its verdict (None: accepted); a due checkpoint replaces
-        # both with the judgement of the update, made on the loss after it.
-        judged_loss, verdict = loss, guard.check(loss)
-        if verdict is None:
-            gradient_bytes = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
-            lr = optimizer.lr
-            if number == config.lr_spike_step and not spiked:
-                optimizer.lr, spiked = lr * config.lr_spike_factor, True  # the injected fault, once
-            optimizer.step()
-            optimizer.lr = lr
-            step += 1
-            records.append(log.write({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
-                                      "step_time_s": clock() - started, "lr": lr,
-                                      "param_norm": flat_parameters(model).norm().item()}))
-            if step in checkpointer.save_after:  # a checkpoint may keep only an update judged good
-                judged_loss = loss_after_update(config, model, corpus, step - 1, rank, world_size)
-                verdict = guard.check_update(judged_loss, loss)
-            if verdict is None:
-                crash_in_save = victim and config.kill_during_save and step == config.kill_at_step
-                checkpointer.maybe_save(step, loss,
-                                        run_state(config, world_size, guard, spiked, history, records, events),
-                                        disk=CrashingDisk() if crash_in_save else DISK)
-                if victim and step == config.kill_at_step:  # the injected crash (a real SIGKILL)
-                    os.kill(os.getpid(), signal.SIGKILL)
-                continue  # way out 1: the update is kept (and saved, if a checkpoint was due)
-            # way out 2: the update is in the weights; on to the rollback below
-            if guard.action(number) != "rollback":
-                raise RuntimeError(f"step {number}'s update was rejected again after "
-                                   f"{guard.max_retries} rollbacks ({verdict}): lower the learning rate")
-        elif guard.action(number) == "skip":  # rejected after every rollback: its batch is bad
-            step += 1
-            events.append(log.write({"event": "skip", "loss": loss, "reason": verdict, "step": step,
-                                     "message": f"step {step}'s batch skipped: still rejected "
-                                                f"after {guard.max_retries} rollbacks ({verdict})"}))
-            checkpointer.maybe_save(step, guard.previous,
-                                    run_state(config, world_size, guard, spiked, history, records, events))
-            continue  # way out 3a: the loss is rejected for good; its batch is skipped
-        # ways out 2 and 3b (a rejected loss, rollbacks left): back to the newest checkpoint
-        restored, guard.previous = checkpointer.rollback()
-        event = {"event": "rollback", "loss": judged_loss, "reason": verdict, "to_step": restored,
-                 "at_step": number,  # steps trained since the checkpoint: their updates are gone
-                 "undone": list(range(restored + 1, step + 1))}
-        step = guard.resume_at(restored, number)  # the checkpoint's, or past the rejected step
-        if step > restored:  # skip_after_rollback: these steps' batches are never read again
-            event["skipped"] = list(range(restored + 1, step + 1))
-        events.append(log.write(event))
+        loss = global_mean(forward_backward(config, model, corpus, step, rank, world_size))
+        reason = guard.check(loss)  # the same loss on every rank, so every rank decides alike
+        if reason is not None:  # judged before the update: no weight has changed
+            step = reject(number, loss, reason, updated=False)
+            continue
+        gradient_bytes = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
+        lr = optimizer.lr
+        optimizer.lr = faults.learning_rate(number, lr)
+        optimizer.step()  # reduce-scatter, Adam on this rank's shard, all-gather
+        optimizer.lr, step = lr, number
+        records.append(log.write({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
+                                  "step_time_s": clock() - started, "lr": lr,
+                                  "param_norm": flat_parameters(model).norm().item()}))
+        if step in checkpointer.save_after:  # a checkpoint may keep only an update judged good
+            after = loss_after_update(config, model, corpus, step - 1, rank, world_size)
+            reason = guard.check_update(after, loss)
+            if reason is not None:  # the update is in the weights: roll it back before any save
+                step = reject(number, after, reason, updated=True)
+                continue
+        checkpointer.maybe_save(step, loss, state(), disk=faults.disk(step))
+        faults.after_save(step)
     return {"rank": rank, "records": records, "events": events, "history": history,
             "memory": {"parameters": sum(p.untyped_storage().nbytes() for p in model.parameters()),
                        "gradients": gradient_bytes,
@@ -174,6 +169,41 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             "checkpoints": {s: str(f) for s, f in checkpointer.folders.items()},
             "resume_verified": dict(checkpointer.verified),
             "traffic": comm.ledger.totals()}  # what the ring communicator sent and received
+
+
+@dataclasses.dataclass
+class InjectedFaults:
+    """The faults this lesson injects into a run, each off unless `config` asks for it.
+
+    `learning_rate` multiplies the rate of step `config.lr_spike_step` once; `spiked` records
+    that it fired, so a replay of that step trains normally and a checkpoint keeps the fact.
+    `disk` gives the save after `config.kill_at_step` a disk that dies half-way through
+    (`kill_during_save`); `after_save` kills the victim rank there with a real SIGKILL. The bad
+    batch is `local_batch`'s. Kept here so that `run_rank`'s loop reads as a trainer's would.
+    """
+
+    config: CapstoneConfig
+    rank: int
+    spiked: bool = False
+
+    def learning_rate(self, number: int, lr: float) -> float:
+        """The rate for step `number` (from 1): `lr`, or, once, the spiked rate."""
+        if number == self.config.lr_spike_step and not self.spiked:
+            self.spiked = True
+            return lr * self.config.lr_spike_factor
+        return lr
+
+    def _dies_after(self, step: int) -> bool:
+        return self.config.victim() == self.rank and step == self.config.kill_at_step
+
+    def disk(self, step: int):
+        """The disk the save after `step` writes to: one that crashes half-way, or the real one."""
+        return CrashingDisk() if self.config.kill_during_save and self._dies_after(step) else DISK
+
+    def after_save(self, step: int) -> None:
+        """The injected crash: the victim rank kills its own process after `config.kill_at_step`."""
+        if self._dies_after(step):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def run_state(config: CapstoneConfig, world_size: int, guard: DivergenceGuard, spiked: bool,

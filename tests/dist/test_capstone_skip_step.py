@@ -1,4 +1,4 @@
-"""Lesson 81, exercise 7: a step whose gradient is not finite under a finite loss is skipped.
+"""Lesson 81a: a step whose gradient is not finite under a finite loss is skipped.
 
 One rank writes inf into one gradient element after backward at step 3; the loss the guard reads
 stays finite. Every rank must skip that step alike: no weight changes, Adam's step count does not
