@@ -44,7 +44,7 @@ WORDS = {
                     "{folder}",
         "file": "  {name:26s} {size:>7} بایت  sha256 {digest}…{where}",
         "elements": "  عنصرهای {first} تا {last}",
-        "replicated": "  (تکرارشده)",
+        "replicated": "  (یکسان روی همهٔ رتبه‌ها)",
         "not_finite": "زیان {loss} است و متناهی نیست",
         "spike": "زیان {loss} بیش از {factor} برابر زیان گام قبل ({previous}) است",
     },
