@@ -1,10 +1,9 @@
-"""Lesson 80's exercise solutions, run through `launch.spawn`: exercise 5's `restart_training`, a
-training script that starts up on a crashed run's root and trains on, and exercise 6's
-`BackgroundSaver`, a ZeRO save that holds the training loop up only for a copy of the state and
-writes it from a thread.
+"""Lesson 80a's training script and saver, run through `launch.spawn`: `restart_training`, a
+training script that starts up on a crashed run's root and trains on, and `BackgroundSaver`, a
+ZeRO save that holds the training loop up only for a copy of the state and writes it from a thread.
 
 The lesson's own rank functions are `lesson_code.checkpoint_lab`; its `train_with_checkpoints`
-saves through a `BackgroundSaver` when given the class, which is how exercise 6's cell runs it:
+saves through a `BackgroundSaver` when given the class, which is how lesson 80a's cell runs it:
 
     launch.spawn(checkpoint_lab.train_with_checkpoints, ZeroRun(steps=20), "/tmp/ckpt", [10, 15],
                  BackgroundSaver, world_size=4)  # the same checkpoints, saved in the background
@@ -25,7 +24,7 @@ from lesson_code.zero_lab import ZeroRun
 
 
 def restart_training(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
-    """Exercise 5's solution: a training script's start-up (`checkpoint_lab.start_up`: build the
+    """Lesson 80a's training script: its start-up (`checkpoint_lab.start_up`: build the
     run as a fresh start does, let `tools.resume` load the newest checkpoint under `root` that
     loads, or none), then its training from there up to `run.steps`.
 
@@ -38,15 +37,11 @@ def restart_training(rank: int, world_size: int, run: ZeroRun, root: str) -> dic
 
 
 class BackgroundSaver:
-    """Exercise 6's solution: a ZeRO save that holds the training loop up only for a copy.
+    """A ZeRO save that holds the training loop up only for a copy of the state (lesson 80a).
 
-    `save` copies this rank's state to the CPU and writes the copy with `save_sharded` in a
-    thread while training goes on; the thread's collectives run over a gloo group of its own, so
-    that they cannot interleave with the loop's. Only one save is in flight: `save` first waits
-    for the previous one, and `wait` for the last, re-raising on every rank the error its save
-    raised. Every wait inside a save is bounded, so `wait` is too. Collective: construct on every
-    process of the job (`new_group` must be entered by all), then `save` and `wait` on every rank
-    of the optimizer's group.
+    `save` waits for the save in flight, copies this rank's state to the CPU and writes the copy
+    with `save_sharded` from a thread, over a gloo group of its own; `wait` raises on every rank
+    the error a save raised. Construct on every process of the job (`new_group` needs them all).
     """
 
     def __init__(self, root: Path | str, model, optimizer, timeout_s: float = 120.0):

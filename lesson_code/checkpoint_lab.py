@@ -11,8 +11,8 @@ optimizer hands its shard over as a plain dict (`state_dict`) and takes it back
 
 The notebook and tests run these through `launch.spawn`. Training is lesson 78's ZeRO-1 (a
 `zero_lab.ZeroRun`); checkpoints go under a root folder the caller gives (a temporary one in
-the notebook: files a lesson writes never land in the repository). The exercises' solutions are
-in `lesson_code.checkpoint_exercises`.
+the notebook: files a lesson writes never land in the repository). Lesson 80a's training script
+and background saver are in `lesson_code.checkpoint_exercises`.
 
     launch.spawn(train_with_checkpoints, ZeroRun(steps=20), "/tmp/ckpt", [10], world_size=4)
 """
@@ -88,8 +88,8 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
     long each save held the training loop up ("blocked_s", seconds by step) and this rank's
     random-number state at the end ("rng_state"). Each rank's random stream starts from
     run.seed + rank: its state is saved in the rank's shard, so that the same run writes the
-    same bytes (torch.save into a buffer gives equal states equal bytes). A `saver` class (exercise
-    6's `checkpoint_exercises.BackgroundSaver`) is built as `saver(root, model, optimizer)`; saves
+    same bytes (torch.save into a buffer gives equal states equal bytes). A `saver` class (lesson
+    80a's `checkpoint_exercises.BackgroundSaver`) is built as `saver(root, model, optimizer)`; saves
     then go through its `save(step, extra=...)`, and its `wait()` ends the run.
     """
     torch.manual_seed(run.seed + rank)
@@ -461,16 +461,17 @@ def timed_save(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
 SAVE_IN_STEPS = {
     "en": "one save took as long as {steps:.1f} training steps (rank 0: save {save_ms:.0f} ms, "
           "step {step_ms:.0f} ms)",
-    "fa": "هر ذخیره به اندازهٔ {steps:.1f} گام آموزش طول کشید (رتبهٔ ۰: ذخیره {save_ms:.0f} ms، "
+    "fa": "یک ذخیره به اندازهٔ {steps:.1f} گام آموزش طول کشید (رتبهٔ ۰: ذخیره {save_ms:.0f} ms، "
           "گام {step_ms:.0f} ms)",
 }
 
 
 def save_in_steps(result: dict, lang: str = "en") -> str:
     """A line of `lang` saying how many training steps one save took, from a rank's
-    `timed_save` result: C counted in steps, the unit Young's interval takes. At the lesson's
-    sizes (tens of KB per rank) a save measures fixed latency (fsyncs, collectives, the lock),
-    not bytes, so the number illustrates the method; it is no C for a cluster."""
+    `timed_save` result: C counted in steps (times a step's duration, the seconds Young's interval
+    takes). At the lesson's sizes (tens of KB per rank) a save measures fixed latency (fsyncs,
+    collectives, the lock), not bytes, so the number illustrates the method; it is no C for a
+    cluster."""
     return language.fill(SAVE_IN_STEPS[language.check_language(lang)], lang,
                          steps=result["save_s"] / result["step_s"],
                          save_ms=1e3 * result["save_s"], step_ms=1e3 * result["step_s"])
@@ -479,7 +480,7 @@ def save_in_steps(result: dict, lang: str = "en") -> str:
 SHA256_RATE = {
     "en": "sha256 on one core of this machine, under the load above: {rate:.2f} GB/s "
           "(the best of {rounds} passes over {mib} MiB)",
-    "fa": "sha256 روی یک هستهٔ این ماشین، زیر بار بالا: {rate:.2f} GB/s "
+    "fa": "sha256 روی یک هستهٔ این دستگاه، زیر بار بالا: {rate:.2f} GB/s "
           "(بهترینِ {rounds} بار گذر از {mib} MiB)",
 }
 

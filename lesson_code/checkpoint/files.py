@@ -71,14 +71,14 @@ class CheckpointError(Exception):
 
 def _fact_fa(key: str, value):
     """One fact as a Persian sentence quotes it: «هیچ» for an empty list; a list of reasons
-    (each with its own `explain`) in Persian, joined by «؛»; a list of names, or a Latin name,
-    left to right (names joined by ", " as in the English message); anything else as it is."""
+    (each with its own `explain`) in Persian, joined by «؛»; a list of names, each left to right,
+    joined by «، » as a Persian list; a Latin name left to right; anything else as it is."""
     if isinstance(value, (list, tuple)):
         if not value:
             return "هیچ"
         if all(hasattr(item, "explain") for item in value):
             return "؛ ".join(item.explain("fa") for item in value)
-        return language.isolated(", ".join(map(str, value)))
+        return language.listed([language.isolated(str(item)) for item in value], "fa")
     return language.isolated(value) if key in ISOLATED_FACTS else value
 
 
@@ -185,13 +185,9 @@ class Disk:
         os.fsync(handle)
 
     def write_atomically(self, path: Path, payload: bytes) -> None:
-        """Write `payload` to `path` so that `path` is either absent or complete, never half-written.
-
-        The bytes go to a temporary file in the same folder, are flushed and fsynced, the file
-        is renamed over `path`, and the folder is fsynced. A process killed at any point leaves
-        `path` absent or complete; once this returns, the file and its name also survive a power
-        cut (see `fsync` for macOS). On NFS the server commits a rename before it answers, unless
-        the folder is exported `async`.
+        """Write `payload` to `path` so that `path` is either absent or complete, never half-written;
+        once this returns, the file and its name survive a power cut (see `fsync` for macOS). On
+        NFS the server commits a rename before it answers, unless the folder is exported `async`.
         """
         temporary = partial_path(path)
         with open(temporary, "wb") as handle:

@@ -52,17 +52,13 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
                  replicated: dict[str, torch.Tensor] | None = None,
                  extra: dict | None = None, group=None, disk: Disk = DISK,
                  lock_timeout_s: float = LOCK_TIMEOUT_S) -> Path:
-    """Write this rank's `shard` tensors, and on rank 0 `replicated` and the manifest; publish.
+    """Write this rank's `shard`, and on rank 0 `replicated` and the manifest; publish.
 
-    Collective: call on every rank of a group of `world_size` ranks (gloo or NCCL), each with its
-    own shard and the same `root`, a folder every rank sees. `layout` (JSON) describes the shard,
-    e.g. `flat_layout(P, s, n)`; `extra` (JSON, so its keys load as str; rank 0's is kept) holds
-    what else a resume needs. `disk` does the writes, renames and fsyncs (a fault-injecting one in
-    tests). Rank 0 holds root/.lock from prepare to publish, waiting for it at most
-    `lock_timeout_s` seconds and never more than half the group's collective timeout.
-    Returns root/step-XXXXXXXX. Raises ValueError for a rank or world size that does not fit the
-    group; on every rank the same FolderNotSharedError, TypeError (an `extra` that is not JSON)
-    or CheckpointError naming the file a rank could not write.
+    Collective over `group`; `root` is a folder every rank sees. `layout` and `extra` are JSON
+    (rank 0's `extra` is kept). Rank 0 holds root/.lock from prepare to publish, waiting at most
+    `lock_timeout_s` (and half the group's timeout) for it. Returns root/step-XXXXXXXX. A rank or
+    world size that does not fit the group raises ValueError; a failure on any rank raises the
+    same CheckpointError (or TypeError for an `extra` that is not JSON) on every rank.
     """
     _check_rank(rank, world_size, group)
     lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)

@@ -202,23 +202,11 @@ def _look_again(root: Path, folder: Path, lock_timeout_s: float,
 
 def resume(root: Path | str, load: Callable[[Path], Any], *, group=None,
            lock_timeout_s: float = LOCK_TIMEOUT_S) -> tuple[Path | None, Any, list[Path]]:
-    """A training script's start-up: load the newest checkpoint under `root` that loads, start
-    afresh where there is none, or refuse, alike on every rank. Returns (the folder loaded, what
-    `load` returned, the newer folders whose load failed), or (None, None, []) for a fresh start.
-
-    Collective: call on every rank of `group` before the first step. `load(folder)` is the run's
-    own collective load, which raises the same CheckpointError on every rank for a damaged file
-    (`checkpoint_lab.load_zero` does: each rank hashes the files it reads). Rank 0 alone chooses,
-    so that no two ranks choose differently while a save or a prune changes `root`, and on
-    manifests and sizes only (`latest_checkpoint(..., hashes=False)`): hashing the whole newest
-    checkpoint in one process could outlast the others' wait for its choice. A load that fails
-    adds its folder to those excluded and rank 0 chooses again, the next older one; so the loop
-    ends after at most one try per checkpoint. A root with no checkpoint (none there, or only a
-    save interrupted before its manifest) starts afresh. A root where checkpoints exist and none
-    loads, or where another process is still saving, is refused: every rank raises the same
-    CheckpointError, since a fresh start would train over that root without a word. Rank 0's own
-    failure to look (an unreadable folder, a lock held past `lock_timeout_s`, capped at half the
-    group's collective timeout) reaches every rank the same way.
+    """A training script's start-up, collective over `group`: load the newest checkpoint under
+    `root` that `load` (the run's own collective load) loads, start afresh where there is none,
+    or raise the same CheckpointError on every rank where checkpoints exist and none loads.
+    Returns (the folder loaded, what `load` returned, the newer folders whose load failed), or
+    (None, None, []) for a fresh start.
     """
     lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)
     failed: list[Path] = []
@@ -394,13 +382,9 @@ def reshard(source: Path | str, destination_root: Path | str, world_size: int, *
             lock_timeout_s: float = LOCK_TIMEOUT_S) -> Path:
     """Rewrite the checkpoint in `source` for `world_size` ranks under `destination_root`.
 
-    Every flat-sharded tensor (the shards' layout lists them under "flat") is reassembled in rank
-    order, stripped of its padding, padded again for the new world size and cut into equal
-    shards. The ranks' random-number states: with the same world size each rank keeps its own;
-    with another, every new rank gets `rng_seed`, derived from the old states and its rank.
-    One process holds the flat vectors whole (`join_flat` frees each old slice as it copies it).
-    Verifies every file it reads; holds destination_root/.lock while it writes there (waiting at
-    most `lock_timeout_s` seconds). Raises ValueError for a world size below 1.
+    One process joins each flat tensor (the layout's "flat" list) in rank order, strips its
+    padding, pads it for the new world size and cuts equal shards; with another world size each
+    new rank gets a seed of its own, `rng_seed`. Verifies every file it reads.
     """
     require_positive_int("world_size", world_size, "the number of ranks that will load it, such as 2")
     source = Path(source)

@@ -137,7 +137,7 @@ def test_a_refused_restart_says_in_persian_what_failed_to_load_and_what_was_skip
     refusal = raised(lambda: choose_checkpoint(tmp_path, failed, lock_timeout_s=5.0))
     assert "(load failed: step-00000003, step-00000001; skipped: step-00000002: " in str(refusal)
     told = refusal.explain("fa")
-    assert_persian(told, "(بارگذاری ناکام: \u2066step-00000003, step-00000001\u2069؛ "
+    assert_persian(told, "(بارگذاری ناکام: \u2066step-00000003\u2069، \u2066step-00000001\u2069؛ "
                          "کنارگذاشته: \u2066step-00000002\u2069: ", "روی آن‌ها می‌نوشت")
     (tmp_path / "step-00000002").rmdir()
     assert_persian(raised(lambda: choose_checkpoint(tmp_path, failed, lock_timeout_s=5.0)).explain("fa"),
