@@ -1,5 +1,6 @@
-"""Lesson 79's Persian edition says each thing with one word: the words its figures, tables and
-prose use are the glossary's, and no word of the page means two things on it.
+"""Lesson 79's Persian edition and its optional page 79a say each thing with one word: the words
+their figures, tables and prose use are the glossary's, and no word of a page means two things
+on it.
 
 The lesson cuts a model at its "cuts" («برش»), so gradient clipping cannot be «برش گرادیان»
 there; «رشته» is a thread, so a run of layers is not «رشته‌ای از لایه‌ها»; «رتبه» is a rank, so
@@ -18,7 +19,7 @@ import pandas as pd
 from lesson_code.plots import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE = ROOT / "notebooks" / "fa" / "79-pipeline.ipynb"
+PAGES = [ROOT / "notebooks" / "fa" / name for name in ("79-pipeline.ipynb", "79a-pipeline-production.ipynb")]
 OFF_PAGE = {  # pattern: (why, the word to use)
     "بنچمارک": ("benchmark", "محک"),
     "سطل": ("bucket", "باکت"),
@@ -38,9 +39,9 @@ def off_page_words(text: str) -> list[str]:
             for found in re.finditer(pattern, text)]
 
 
-def test_the_persian_page_uses_one_word_per_meaning():
-    cells = json.loads(PAGE.read_text())["cells"]
-    found = [f"{cell['id']}: {word}" for cell in cells if cell["cell_type"] == "markdown"
+def test_the_persian_pages_use_one_word_per_meaning():
+    found = [f"{page.name} {cell['id']}: {word}" for page in PAGES
+             for cell in json.loads(page.read_text())["cells"] if cell["cell_type"] == "markdown"
              for word in off_page_words("".join(cell["source"]))]
     assert not found, found
 
