@@ -15,10 +15,10 @@ from lesson_code.plots import FIGURE_WIDTH, number, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
-    "en": {"ranks": "ranks N (simulated)", "held": "MB held per rank",
+    "en": {"ranks": "ranks N (simulated)", "held": "MB of model state per rank",
            "sent": "MB sent per rank per step", "measured": "measured",
            "formula": "formula", "title": "MiniGPT, {p} million parameters: points measured, lines the formula"},
-    "fa": {"ranks": "تعداد رتبه‌ها N (شبیه‌سازی‌شده)", "held": "مگابایت نگه‌داشته در هر رتبه",
+    "fa": {"ranks": "تعداد رتبه‌ها N (شبیه‌سازی‌شده)", "held": "مگابایت وضعیت مدل در هر رتبه",
            "sent": "مگابایت فرستادهٔ هر رتبه در هر گام", "measured": "اندازه‌گیری‌شده",
            "formula": "فرمول", "title": "MiniGPT با {p} میلیون پارامتر (نقطه‌ها: اندازه‌گیری‌شده؛ خط‌ها: فرمول)"},
 }
@@ -31,9 +31,9 @@ TABLE_LABELS = {
     "peak in the step GB": "بیشینهٔ حافظه در گام (گیگابایت)",
     "peak during setup GB": "بیشینهٔ حافظه هنگام راه‌اندازی (گیگابایت)",
     # scale_lab.sweep_summary
-    "MB held": "نگه‌داشته (مگابایت)", "formula MB": "فرمول (مگابایت)",
+    "MB model state": "وضعیت مدل (مگابایت)", "formula MB": "فرمول (مگابایت)",
     "MB sent": "فرستاده (مگابایت)", "formula MB sent": "فرستاده طبق فرمول (مگابایت)",
-    "matches": "هم‌خوان", "held GB": "نگه‌داشته (گیگابایت)",
+    "formula's tensors exact": "تنسورهای فرمول، دقیق", "held GB": "نگه‌داشته (گیگابایت)",
     "MB peak in the step": "بیشینهٔ حافظه در گام (مگابایت)",
     "MB peak during setup": "بیشینهٔ حافظه هنگام راه‌اندازی (مگابایت)",
     # scale_lab.check_summary
@@ -49,7 +49,8 @@ TABLE_LABELS = {
     "made before the step GB": "پدیدآمده پیش از گام (گیگابایت)",
     "made in the forward GB": "پدیدآمده در گذر رفت (گیگابایت)",
     "made in the backward GB": "پدیدآمده در گذر برگشت (گیگابایت)",
-    "made in the optimizer GB": "پدیدآمده در گام بهینه‌ساز (گیگابایت)",
+    "made in the optimizer GB": "پدیدآمده در بخشِ بهینه‌ساز (گیگابایت)",
+    "peak at": "تابعِ در حال اجرا در بیشینه",
     # scale_lab.pipelined.summary
     "layers per stage, fewest": "کمترین شمار لایه در یک مرحله",
     "layers per stage, most": "بیشترین شمار لایه در یک مرحله",

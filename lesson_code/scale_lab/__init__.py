@@ -172,7 +172,7 @@ def sweep(run: ScaleRun = ScaleRun(), world_sizes=SWEEP_SIZES, strategies=tuple(
     the padded shard `padded_shard` computes from the model and N, not the optimizer's) and
     `matches` (every part of counted equals expected);
     `formula` (memory.total_bytes: weights, gradients and optimizer state), `peak` (bytes live at once during
-    the step) and `setup_peak`; `sent` (bytes this rank sent in the step) beside
+    the step) with `peak_in` (its phase) and `setup_peak`; `sent` (bytes this rank sent in the step) beside
     `formula_sent` (memory.traffic_per_step, exact ring factor), `messages_sent`, `padding`
     (elements of this rank's shards that are padding), `shard_numel` (elements of its
     optimizer state: the padded shard, or every parameter) and `scalar_reads` (values read
@@ -193,7 +193,8 @@ def sweep(run: ScaleRun = ScaleRun(), world_sizes=SWEEP_SIZES, strategies=tuple(
                     "counted": sum(counted.values()), "expected": sum(expected.values()),
                     "matches": counted == expected,
                     "formula": memory.total_bytes(strategy, parameters, world_size, precision),
-                    "peak": row["peak"], "setup_peak": row["setup_peak"], "sent": row["sent"],
+                    "peak": row["peak"], "peak_in": row["peak_in"],
+                    "setup_peak": row["setup_peak"], "sent": row["sent"],
                     "formula_sent": memory.traffic_per_step(strategy, parameters, world_size,
                                                             dtype_bytes),
                     "messages_sent": row["messages_sent"], "padding": row["padding"],
@@ -264,24 +265,28 @@ def peak_summary(table: pd.DataFrame) -> pd.DataFrame:
     """The step's peak of each strategy of `paper_table` taken apart (GB): the bytes live at the
     peak by the phase that made their storage (made before the step, while building, and still
     there; made in the forward: the activations not yet freed; in the backward; in the
-    optimizer's step)."""
+    optimizer's step), the peak, and the innermost of the course's functions running at it
+    (the last of `peak_at`)."""
     shown = pd.DataFrame({label: table[f"at_peak_{phase}_GB"].round(2)
                           for phase, label in PEAK_PARTS.items()})
     shown["peak in the step GB"] = table.peak_GB.round(2)
+    shown["peak at"] = table.peak_at.str.split(" > ").str[-1]
     return shown
 
 
 def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
     """A `sweep` as a table to show, one row per (N, strategy): MB of model state held after
     the step beside the formula's, MB and messages sent in the step beside the formula's MB,
-    whether what the formulas count matches the formula over the rank's real shard, and the MB
+    whether the tensors the formulas count hold exactly the formula over the rank's real shard
+    (`matches`, shown as "formula's tensors exact"), and the MB
     live at once at the peak of the step and while building (all a rank holds: model state,
     buffers, activations, temporaries)."""
     shown = pd.DataFrame({
         "N": table.N, "strategy": table.strategy,
-        "MB held": (table.model_states / 1e6).round(2), "formula MB": (table.formula / 1e6).round(2),
+        "MB model state": (table.model_states / 1e6).round(2),
+        "formula MB": (table.formula / 1e6).round(2),
         "MB sent": (table.sent / 1e6).round(2), "formula MB sent": (table.formula_sent / 1e6).round(2),
-        "messages sent": table.messages_sent, "matches": table.matches,
+        "messages sent": table.messages_sent, "formula's tensors exact": table.matches,
         "MB peak in the step": (table.peak / 1e6).round(2),
         "MB peak during setup": (table.setup_peak / 1e6).round(2)})
     return shown.set_index(["N", "strategy"])

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--stages {max(args.stages)}: the pipeline's model has {layers} layers, "
                      f"one per stage at most: pass numbers of stages up to {layers}")
     lang, started, ok = args.lang, time.perf_counter(), True
-    lines = report.header(lang)
+    lines = report.header(lang, pipeline="pipeline" not in args.skip)
     if "sweep" not in args.skip:
         run = scale_lab.ScaleRun()
         table = scale_lab.sweep(run, args.world_sizes)

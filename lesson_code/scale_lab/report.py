@@ -15,16 +15,17 @@ from lesson_code.bench import stored as bench_stored
 
 SAY = {
     "en": {
-        "title": "Lesson 78 at scale: the course's DDP, ZeRO stages 1-3 and pipeline, "
-                 "unchanged, on simulated ranks in one process",
+        "title": "Lesson 78 at scale: the course's DDP and ZeRO stages 1-3, unchanged, on "
+                 "simulated ranks in one process",
         "measures": "Measured: the bytes each rank keeps (parameters, gradients, optimizer "
                     "state, buffers), read from its tensors' storage; the most it holds at "
                     "once in a step; the bytes and messages it sends, from its ledger.",
         "cannot": "Not measured: time, bandwidth, contention, or the buffers NCCL and gloo "
                   "allocate for themselves. DDP and ZeRO ranks are simulated one at a time in "
                   "torch's fake process group (what a rank receives is not real) with tensors "
-                  "on the meta device (shapes and bytes, no memory, no values); pipeline "
-                  "stages run as threads of this process that pass real activations.",
+                  "on the meta device (shapes and bytes, no memory, no values).",
+        "pipeline_threads": "Lesson 79's pipeline runs too: its stages are threads of this process "
+                    "that pass real activations.",
         "sweep": "MiniGPT of {parameters:,} parameters ({dtype} weights and gradients, fp32 "
                  "master copy and moments), one step, the last rank of N ranks. MB held after "
                  "the step (parameters, gradients, optimizer state), measured / formula:",
@@ -83,7 +84,7 @@ SAY = {
         },
     },
     "fa": {
-        "title": "درس ۷۸ در مقیاس بزرگ: DDP، مرحله‌های ۱ تا ۳ ZeRO و پایپلاینِ همین درس‌ها، بی‌هیچ "
+        "title": "درس ۷۸ در مقیاس بزرگ: DDP و مرحله‌های ۱ تا ۳ ZeROِ همین درس‌ها، بی‌هیچ "
                  "تغییری، روی رتبه‌های شبیه‌سازی‌شده در یک فرایند",
         "measures": "اندازه‌گیری‌شده: بایت‌هایی که هر رتبه نگه می‌دارد (پارامترها، گرادیان‌ها، "
                     "وضعیت بهینه‌ساز، بافرها) که از حافظهٔ زیرین تنسورهایش خوانده می‌شود؛ بیشترین "
@@ -93,8 +94,9 @@ SAY = {
                   "NCCL و gloo برای خودشان تخصیص می‌دهند. رتبه‌های DDP و ZeRO یکی‌یکی در گروه "
                   "فرایند «`fake`» در PyTorch شبیه‌سازی می‌شوند (آنچه یک رتبه دریافت می‌کند واقعی "
                   "نیست) و تنسورهایشان روی دستگاه «`meta`» است (شکل و بایت دارند، نه حافظه و نه "
-                  "مقدار)؛ مرحله‌های پایپلاین رشته‌های همین فرایندند و فعال‌سازی‌های واقعی "
-                  "را به هم می‌دهند.",
+                  "مقدار).",
+        "pipeline_threads": "پایپلاینِ درس ۷۹ هم اجرا می‌شود: مرحله‌هایش رشته‌های همین فرایندند و "
+                    "فعال‌سازی‌های واقعی را به هم می‌دهند.",
         "sweep": "MiniGPT با {parameters:,} پارامتر (وزن‌ها و گرادیان‌های {dtype}، رونوشت "
                  "اصلی fp32 و گشتاورهای fp32)، یک گام، آخرین رتبه از N رتبه. مگابایت نگه‌داشته پس "
                  "از گام (پارامترها، گرادیان‌ها، وضعیت بهینه‌ساز)، اندازه‌گیری / فرمول:",
@@ -160,9 +162,11 @@ def say(key: str, lang: str, **values) -> str:
     return language.fill(SAY[language.check_language(lang)][key], lang, **values)
 
 
-def header(lang: str) -> list[str]:
-    """What the lab is, what it measures and what it cannot."""
-    return [say("title", lang), say("measures", lang), say("cannot", lang)]
+def header(lang: str, pipeline: bool = True) -> list[str]:
+    """What the lab is, what it measures and what it cannot; with `pipeline`, that lesson 79's
+    pipeline runs too, and how."""
+    lines = [say("title", lang), say("measures", lang), say("cannot", lang)]
+    return lines + [say("pipeline_threads", lang)] if pipeline else lines
 
 
 def stored_description(run) -> str:

@@ -321,7 +321,7 @@ def test_the_zero_papers_table_from_running_code():
     assert "ZeroOptimizer.__init__" in zero1.setup_peak_at
     assert (table.loc[["ZeRO-2", "ZeRO-3"], "peak_in"] == "backward").all()
     parts = scale_lab.peak_summary(table)
-    assert list(parts.columns) == [*scale_lab.PEAK_PARTS.values(), "peak in the step GB"]
+    assert list(parts.columns) == [*scale_lab.PEAK_PARTS.values(), "peak in the step GB", "peak at"]
     assert set(scale.table(parts, "fa").columns) <= set(scale.TABLE_LABELS.values())
     # Each rank builds the whole model in float32 before it shards it (zero_lab.run_model).
     assert (table.setup_peak_GB >= 4 * parameters / 1e9).all()
@@ -418,6 +418,9 @@ def test_the_command_reports_what_it_measures_and_what_it_cannot(lang, capsys):
     assert scale_lab_command.main(["--world-sizes", "1,4", "--skip", "paper,pipeline",
                                    "--lang", lang]) == 0
     out = capsys.readouterr().out
+    # the pipeline's sentence only where the pipeline runs
+    assert report.header(lang)[:3] == report.header(lang, pipeline=False)
+    assert report.header(lang)[3] not in out and len(report.header(lang)) == 4
     if lang == "en":
         assert "Not measured: time, bandwidth" in out and "fake process group" in out
         assert "every rank held exactly the formula over its real shard" in out and ": True" in out
