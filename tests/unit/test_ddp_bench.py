@@ -59,3 +59,6 @@ def test_the_book_table_renames_the_columns_it_explains_and_rounds_only_times_an
     assert shown.loc["naive", "comm during backward"] == table.loc[0, "hidden_comm_ms"]
     assert (shown.loc["bucketed", "vs one bucket low"], shown.loc["bucketed", "vs one bucket high"]) == (1.0, 1.0)
     assert shown.loc["bucketed", "vs torch low"] == 0.5 and shown.loc["torch", "step"] == 1500
+    # each ratio with its median and its range, so that no round's extreme stands alone
+    assert (shown.loc["bucketed", "vs torch"], shown.loc["bucketed", "vs torch high"]) == (1.0, 1.5)
+    assert shown.loc["naive", "vs one bucket"] == table.loc[0, "vs_one_bucket"]
