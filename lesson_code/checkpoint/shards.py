@@ -64,10 +64,11 @@ def save_sharded(root: Path | str, shard: dict[str, torch.Tensor], *, step: int,
     lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)
     final = step_folder(root, step)
     staging = staging_folder(final)
-    with contextlib.ExitStack() as lock:
+    # rank 0's _begin enters root/.lock into `held`; it is released when this block ends
+    with contextlib.ExitStack() as held:
         began, failure = None, None
         if rank == 0:
-            began, failure = _attempt(lambda: _begin(final, extra, lock, disk, lock_timeout_s),
+            began, failure = _attempt(lambda: _begin(final, extra, held, disk, lock_timeout_s),
                                       "prepare", final.parent)
         began, verdict = _gather((began, _verdict(failure)), group)[0]
         _raise_agreed([verdict], failure)
