@@ -49,21 +49,21 @@ def plain_ring_all_reduce(tensor: torch.Tensor, timeout_s: float = 60.0) -> torc
     Collective: call on every rank of the default group. The same schedule and additions as
     `collectives.ring_all_reduce`, without its ledger, pieces, NCCL batching or checks.
     """
-    rank, n, wait = dist.get_rank(), dist.get_world_size(), timedelta(seconds=timeout_s)
-    chunks = torch.tensor_split(tensor.view(-1), n)  # views: the sums land in `tensor`
+    rank, N, wait = dist.get_rank(), dist.get_world_size(), timedelta(seconds=timeout_s)
+    chunks = torch.tensor_split(tensor.view(-1), N)  # views: the sums land in `tensor`
 
     def ring_step(send: torch.Tensor, recv: torch.Tensor) -> None:
-        receiving = dist.irecv(recv, src=(rank - 1) % n)  # from the left neighbour
-        sending = dist.isend(send, dst=(rank + 1) % n)  # to the right neighbour
+        receiving = dist.irecv(recv, src=(rank - 1) % N)  # from the left neighbour
+        sending = dist.isend(send, dst=(rank + 1) % N)  # to the right neighbour
         receiving.wait(wait)
         sending.wait(wait)
 
-    for k in range(1, n):  # reduce-scatter: pass partial sums right, add our own copy
-        received = torch.empty_like(chunks[(rank - k - 1) % n])
-        ring_step(chunks[(rank - k) % n], received)
-        chunks[(rank - k - 1) % n].add_(received)
-    for k in range(1, n):  # all-gather: pass the complete chunks right, keep them
-        ring_step(chunks[(rank - k + 1) % n], chunks[(rank - k) % n])
+    for k in range(1, N):  # reduce-scatter: pass partial sums right, add our own copy
+        received = torch.empty_like(chunks[(rank - k - 1) % N])
+        ring_step(chunks[(rank - k) % N], received)
+        chunks[(rank - k - 1) % N].add_(received)
+    for k in range(1, N):  # all-gather: pass the complete chunks right, keep them
+        ring_step(chunks[(rank - k + 1) % N], chunks[(rank - k) % N])
     return tensor
 
 
