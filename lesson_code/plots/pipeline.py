@@ -59,6 +59,8 @@ TABLE_WORDS = {"fa": {
     "model state, Adam in mixed precision": "وضعیت مدل، Adam با دقت ترکیبی",
     "bf16 weights ZeRO-3 gathers per pass": "وزن‌های bf16 که ZeRO-3 در هر گذر گرد می‌آورد",
     "bf16 activations at one cut, per sequence": "فعال‌سازی‌های bf16 در یک برش، برای هر دنباله",
+    "ZeRO-3 rank, sent per step: 2 all-gathers, 1 reduce-scatter": "هر رتبهٔ ZeRO-3، ارسال در هر گام: ۲ گردآوری همگانی و ۱ کاهش و پخش",
+    "pipeline stage, sent per step: activations and gradients": "هر مرحلهٔ پایپلاین، ارسال در هر گام: فعال‌سازی‌ها و گرادیان‌ها",
     "one micro-batch of one sequence": "یک میکرودسته با یک دنباله",
     "GPipe, m = 32": "GPipe، m = ۳۲", "1F1B, stage 0 of 8": "1F1B، مرحلهٔ ۰ از ۸",
     "model state of one stage of 8": "وضعیت مدلِ یکی از ۸ مرحله",
@@ -149,20 +151,26 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
 
 def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en",
                   floors: dict[int, dict[int, float]] | None = None,
-                  models: dict[int, dict[int, float]] | None = None) -> Figure:
+                  models: dict[int, dict[int, float]] | None = None,
+                  ranges: dict[int, dict[int, tuple[float, float]]] | None = None) -> Figure:
     """Measured bubble against m (points) beside (P - 1)/(m + P - 1) (lines), for each P.
 
     `measured[P][m]` is the measured idle fraction with P stages and m micro-batches;
+    `ranges[P][m]`, when given, its (lowest, highest) over the measured steps (error bars);
     `floors[P][m]`, when given, the measured imbalance floor (dotted); `models[P][m]`, when
-    given, the bubble `pipeline.unequal_stage_bubble` predicts from it (dashed).
+    given, a modelled bubble, such as 1F1B's `pipeline.ideal_timeline` of unequal stages (dashed).
     """
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.8))
     for stages, by_m in sorted(measured.items()):
         ms = sorted(by_m)
         line, = ax.plot(ms, [theoretical_bubble(stages, m) for m in ms], "-",
                         label=labels["formula"].format(p=number(stages, lang)))
-        ax.plot(ms, [by_m[m] for m in ms], "o", color=line.get_color(),
-                label=labels["measured"].format(p=number(stages, lang)))
+        spread = None
+        if ranges and stages in ranges:  # distances below and above each point
+            spread = [[by_m[m] - ranges[stages][m][0] for m in ms],
+                      [ranges[stages][m][1] - by_m[m] for m in ms]]
+        ax.errorbar(ms, [by_m[m] for m in ms], yerr=spread, fmt="o", capsize=3,
+                    color=line.get_color(), label=labels["measured"].format(p=number(stages, lang)))
         for lines, style, key in ((models, "--", "model"), (floors, ":", "floor")):
             if lines and stages in lines:
                 ax.plot(ms, [lines[stages][m] for m in ms], style, color=line.get_color(),

@@ -75,7 +75,8 @@ FIGURES = {
         STAGE3, memory.stage3_step(UNITS78A, 2), lang=lang),
     "gantt": lambda lang: pipeline.gantt_figure({"GPipe": EVENTS, "1F1B": EVENTS}, lang=lang),
     "bubble": lambda lang: pipeline.bubble_figure({2: {1: 0.5, 4: 0.2}}, lang=lang,
-                                                  floors={2: {1: 0.05, 4: 0.02}}),
+                                                  floors={2: {1: 0.05, 4: 0.02}},
+                                                  ranges={2: {1: (0.49, 0.52), 4: (0.15, 0.25)}}),
     "save timeline": lambda lang: checkpoint.save_timeline_figure(SAVES, lang=lang),
     "reshard layout": lambda lang: checkpoint.reshard_layout_figure(LAYOUTS, 6, lang=lang),
     "loss": lambda lang: capstone.loss_curve_figure(
