@@ -70,10 +70,13 @@ def test_torchs_profiler_puts_the_real_peaks_where_the_tracker_does(check):
 
 def test_ranks_on_threads_average_the_gradients_as_the_real_ranks_do(check):
     """The averaged gradient each rank holds after the step (DDP's whole .grad, ZeRO's shard):
-    bitwise the real ranks' under ZeRO (the same ring, the same order), and under DDP, whose
-    threads all-reduce with torch's threaded group in another order than gloo, within the
-    rounding of a sum of N bfloat16 numbers, N - 1 roundings of relative size eps at most.
-    A gradient summed instead of averaged would end N - 1 = 3 away."""
+    bitwise the real ranks' under ZeRO (the same ring, the same order). Under DDP the threads
+    all-reduce with torch's threaded group in another order than gloo. Higham's bound on the
+    two sums, 2 (N - 1) u = (N - 1) eps of bfloat16 times sum_r |g_r,i|, holds element by
+    element; the checked quantity is a norm ratio relative to the result, which that bound
+    does not cover where the ranks' gradients cancel. So (N - 1) eps = 0.023 is an empirical
+    threshold: 8x the 0.0029 measured on 4 ranks, and far below the N - 1 = 3 that a gradient
+    summed instead of averaged gives."""
     world_size = 4
     bound = (world_size - 1) * torch.finfo(torch.bfloat16).eps
     assert (check.grad_distance < bound).all(), check.grad_distance
