@@ -39,6 +39,11 @@ from lesson_code.harness.validate import require_positive_int
 STEP_FOLDER = re.compile(r"^step-(\d{8})$")
 HIDDEN_COPY = re.compile(r"^\.step-(\d{8})\.(tmp|replaced)$")
 BEING_DELETED = re.compile(r"^\.step-\d{8}\.deleting$")  # a prune's; never a candidate
+# The faults of a checkpoint's own files: `resume` falls back to an older checkpoint on these only.
+# Any other (another world size, a format this code does not read, a read error) would fail an
+# older checkpoint alike, or throw away the training since the newest, so it is raised instead.
+DAMAGE = frozenset({"manifest_missing", "checksum_unreadable", "manifest_changed", "not_json",
+                    "step_mismatch", "shard_missing", "shard_size", "shard_changed"})
 
 
 class Skipped(str):
@@ -206,7 +211,8 @@ def resume(root: Path | str, load: Callable[[Path], Any], *, group=None,
     `root` that `load` (the run's own collective load) loads, start afresh where there is none,
     or raise the same CheckpointError on every rank where checkpoints exist and none loads.
     Returns (the folder loaded, what `load` returned, the newer folders whose load failed), or
-    (None, None, []) for a fresh start.
+    (None, None, []) for a fresh start. Only a damaged checkpoint (a fault in DAMAGE) is passed
+    over for an older one; any other error of the load is raised on every rank as it is.
     """
     lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)
     failed: list[Path] = []
@@ -224,8 +230,10 @@ def resume(root: Path | str, load: Callable[[Path], Any], *, group=None,
             return None, None, failed
         try:
             return Path(choice[0]), load(Path(choice[0])), failed
-        except CheckpointError:  # raised alike on every rank: rank 0 chooses the next older one
-            failed.append(Path(choice[0]))
+        except CheckpointError as error:  # raised alike on every rank
+            if error.fault not in DAMAGE:
+                raise  # not damage (another world size, a read error): see DAMAGE
+            failed.append(Path(choice[0]))  # rank 0 chooses the next older one
 
 
 def choose_checkpoint(root: Path, failed: list[Path], lock_timeout_s: float) -> str | None:

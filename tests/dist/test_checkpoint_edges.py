@@ -29,7 +29,7 @@ from lesson_code.checkpoint.files import read_manifest, write_file, write_manife
 from lesson_code.checkpoint.lock import locked
 from lesson_code.checkpoint.staging import seal, stage, staging_folder
 from lesson_code.checkpoint.tools import (latest_checkpoint, list_checkpoints, prune_checkpoints,
-                                          recover_checkpoints)
+                                          recover_checkpoints, reshard)
 from lesson_code.collectives.comm import Communicator
 from lesson_code.zero import ZeroOptimizer
 from lesson_code.zero_lab import ZeroRun, run_loss, run_model
@@ -173,6 +173,36 @@ def test_a_restart_resumes_starts_afresh_or_refuses_alike_on_every_rank(two_chec
                                        "load failed": [three.name]}
     refusal = found["all damaged"]["refused"]
     assert "no checkpoint loads" in refusal and two.name in refusal and three.name in refusal
+
+
+def test_a_restart_refuses_rather_than_falls_back_when_the_checkpoint_is_not_at_fault(
+        two_checkpoints, tmp_path):
+    """tools.resume passes over a damaged checkpoint only: a checkpoint saved by another number
+    of ranks, or a read that fails with an OSError, is raised on every rank as it is (with its
+    own advice: reshard, check the disk), not taken for damage, which would load an older step or
+    end with "no checkpoint loads"."""
+    roots = {name: tmp_path / name for name in ("saved by 1 rank", "read error")}
+    for step in (2, 3):
+        reshard(step_folder(two_checkpoints, step), roots["saved by 1 rank"], 1)
+    shutil.copytree(two_checkpoints, roots["read error"])
+    newest = step_folder(roots["read error"], 3)
+    (newest / shard_name(1, 2)).unlink()
+    (newest / shard_name(1, 2)).mkdir()  # rank 1's read raises IsADirectoryError, an OSError
+    manifest = read_manifest(newest)
+    for entry in manifest["files"]:
+        if entry["name"] == shard_name(1, 2):  # a size that passes the choice's stat
+            entry["bytes"] = (newest / shard_name(1, 2)).stat().st_size
+    write_manifest(newest, manifest)
+    outcomes = launch.spawn(checkpoint_lab.start_up_outcomes, ZeroRun(steps=3),
+                            [str(root) for root in roots.values()], world_size=2, timeout_s=120)
+    assert outcomes[0] == outcomes[1]
+    found = dict(zip(roots, outcomes[0]))
+    assert all(outcome["loads"] is None and outcome["load failed"] is None
+               for outcome in found.values())
+    assert "saved by 1 ranks" in found["saved by 1 rank"]["refused"]
+    assert "reshard it first" in found["saved by 1 rank"]["refused"]
+    assert "could not read" in found["read error"]["refused"]
+    assert "Is a directory" in found["read error"]["refused"]
 
 
 def test_latest_checkpoint_does_not_wait_for_a_save_in_progress(two_checkpoints, tmp_path):
