@@ -332,6 +332,11 @@ class CheckpointPolicy:
     another, which would then wait in a different collective until the group's timeout). So
     `should_save` makes the ranks of `group` agree whenever the clock rule is on and a process
     group is initialised (see there).
+
+    A save can also be asked for, by a signal that reaches one rank (a preemption warning):
+    with `on_request=True`, `signal.signal(signal.SIGTERM, policy.request_save)` on every rank;
+    `should_save` then agrees on it too, and sets `requested` on every rank, so that all of them
+    save at the same step and can stop after it.
     """
 
     every_steps: int | None = None
@@ -339,10 +344,18 @@ class CheckpointPolicy:
     keep_last: int = 2
     last_save_time: float = field(default_factory=time.monotonic)
     group: Any = field(default=None, repr=False)  # the ranks that save together; None: all
+    on_request: bool = False  # True: a rank may call request_save, so should_save is collective
+    requested: bool = False  # this rank was asked; after should_save, any rank was
 
     def __post_init__(self):
-        if self.every_steps is None and self.every_seconds is None:
-            raise ValueError("give every_steps, every_seconds or both: the policy would never save")
+        if self.every_steps is None and self.every_seconds is None and not self.on_request:
+            raise ValueError("give every_steps, every_seconds, on_request=True or several: the "
+                             "policy would never save")
+
+    def request_save(self, *_signal) -> None:
+        """Ask for a save after the current step. Only sets a flag, so it may be a signal handler
+        (it takes the handler's two arguments); needs `on_request=True` to reach the other ranks."""
+        self.requested = True
 
     def should_save(self, step: int, now: float | None = None) -> bool:
         """True if the checkpoint after `step` (counted from 1) is due; resets the clock if so.
@@ -351,16 +364,20 @@ class CheckpointPolicy:
         rank of `group` after every step. The ranks all-reduce "due by my clock" with MAX, so all
         save at the step where the first of them finds it due (Megatron-LM agrees on its
         time-based exit the same way). `now` (seconds, default time.monotonic()) is this rank's
-        clock.
+        clock. With `on_request=True` it is collective too, and a save requested on any rank is
+        due on all of them, each left with `requested` set.
         """
         now = time.monotonic() if now is None else now
         by_clock = self.every_seconds is not None and now - self.last_save_time >= self.every_seconds
-        if self.every_seconds is not None and dist.is_available() and dist.is_initialized():
+        agreeing = self.every_seconds is not None or self.on_request
+        if agreeing and dist.is_available() and dist.is_initialized():
             device = "cuda" if dist.get_backend(self.group) == "nccl" else "cpu"
-            flag = torch.tensor([int(by_clock)], device=device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
-            by_clock = bool(flag.item())
-        due = (self.every_steps is not None and step % self.every_steps == 0) or by_clock
+            flags = torch.tensor([int(by_clock), int(self.requested)], device=device)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+            by_clock, anyone = (bool(flag) for flag in flags.tolist())
+            self.requested = self.requested or anyone  # or a signal during the all-reduce
+        due = ((self.every_steps is not None and step % self.every_steps == 0) or by_clock
+               or self.requested)
         if due:
             self.last_save_time = now
         return due
