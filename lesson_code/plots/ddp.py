@@ -154,6 +154,7 @@ TABLE_LABELS = {
     "GPUs": "تعداد GPUها", "step, model (ms)": "گام، مدل (ms)",
     "efficiency, model": "کارایی مقیاس‌پذیری، مدل", "speed-up, model": "تسریع، مدل",
     "backward + wait, measured (ms)": "گذر برگشت + انتظار، اندازه‌گیری‌شده (ms)",
+    "step, measured (ms)": "گام، اندازه‌گیری‌شده (ms)",
     "key biases": "بایاس‌های کلید", "other parameters": "پارامترهای دیگر",
     "vs one process": "در برابر یک فرایند", "ours vs torch": "پوشانندهٔ ما در برابر DDP در PyTorch",
     "query bias": "بایاس پرسش", "key bias": "بایاس کلید", "value bias": "بایاس مقدار",
