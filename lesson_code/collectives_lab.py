@@ -95,8 +95,10 @@ def broadcast_ledger(rank: int, world_size: int, src: int, numel: int) -> dict[s
 
 def reduction_error(contributions: int, numel: int = 65536, seed: int = 0) -> dict[str, float]:
     """Relative error of a gradient sum over `contributions` ranks, added one at a time as a ring
-    adds them, with the running sum kept in bfloat16, or kept in float32 and rounded to bfloat16
-    once at the end; both against the exact (float64) sum of the same bfloat16 gradients.
+    adds them: with the running sum kept in bfloat16; in float32 with the result rounded to
+    bfloat16 once at the end (that rounding is then all the error); and in float32 throughout, as
+    an fp32 reduction feeding an fp32 optimizer does. All against the exact (float64) sum of the
+    same bfloat16 gradients.
 
     The gradients are uniform in [-1, 1), rounded to bfloat16: uniform draws and IEEE additions
     give the same bits on every machine. Error = ||sum - exact|| / ||exact||.
@@ -110,7 +112,8 @@ def reduction_error(contributions: int, numel: int = 65536, seed: int = 0) -> di
         in_fp32 += grad.float()
     return {name: ((total.double() - exact).norm() / exact.norm()).item()
             for name, total in (("running sum in bfloat16", in_bf16),
-                                ("running sum in float32", in_fp32.to(torch.bfloat16)))}
+                                ("float32, result rounded to bfloat16", in_fp32.to(torch.bfloat16)),
+                                ("float32 throughout", in_fp32))}
 
 
 def skip_a_collective(rank: int, world_size: int, timeout_s: float = 2.0) -> str:

@@ -262,7 +262,9 @@ TABLE_LABELS = {
     "parameters, 2 all-gathers": "پارامترها، ۲ گردآوری همگانی", "total": "کل",
     "on the network": "روی شبکه", "bytes only": "فقط بایت‌ها", "with latencies": "با تأخیرها",
     "ms per step, median of 4 to 256 KiB": "میلی‌ثانیه در هر گام، میانهٔ ۴ تا ۲۵۶ KiB",
-    "running sum in bfloat16": "جمع جاری با bfloat16", "running sum in float32": "جمع جاری با float32",
+    "running sum in bfloat16": "جمع جاری با bfloat16",
+    "float32, result rounded to bfloat16": "با float32، نتیجه گرد‌شده به bfloat16",
+    "float32 throughout": "سراسر با float32",
     "stored run": "اجرای ذخیره‌شده", "this run": "این اجرا",
 }
 
