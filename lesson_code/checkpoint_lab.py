@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from lesson_code.checkpoint.files import DISK, CheckpointError, Disk
 from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights,
                                                load_flat_state, save_flat_state)
 from lesson_code.checkpoint.shards import load_sharded
-from lesson_code.checkpoint.tools import resume
+from lesson_code.checkpoint.tools import CheckpointPolicy, resume
 from lesson_code.runtime.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
 from lesson_code.zero_lab import (ZeroRun, build_optimizer, gathered_parameters, parameter_digest,
@@ -198,6 +199,31 @@ def resume_with_dropout(rank: int, world_size: int, run: ZeroRun, root: str,
             torch.manual_seed(run.seed + rank)
         runs[name] = train_steps(run, model, optimizer, range(saved_at, run.steps))
     return runs
+
+
+def save_on_signal(rank: int, world_size: int, signalled: int = 2, during: int = 3,
+                   steps: int = 5) -> dict:
+    """A preemption warning that reaches one rank: a policy that saves every 100 steps or on
+    request, its `request_save` the handler of SIGUSR1 on every rank, and SIGUSR1 sent to rank
+    `signalled` alone during step `during`. Each rank stops after the first requested save and
+    returns whether it received the signal and after which step it saved (None: never).
+
+    Collective: call on every rank (from its main thread, where Python runs signal handlers).
+    """
+    policy = CheckpointPolicy(every_steps=100, on_request=True)
+    previous = signal.signal(signal.SIGUSR1, policy.request_save)
+    saved = None
+    try:
+        for step in range(1, steps + 1):
+            if rank == signalled and step == during:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            if policy.should_save(step) and saved is None:
+                saved = step  # a script would save here
+            if policy.requested:
+                break  # then stop: the job is being preempted
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    return {"signal received": rank == signalled, "saves after step": saved}
 
 
 def round_trip(rank: int, world_size: int, run: ZeroRun, root: str) -> dict[str, bool]:

@@ -43,6 +43,7 @@ TABLE_WORDS = {"fa": {
     "change": "تغییر", "loads": "بارگذاری می‌شود", "skipped": "کنارگذاشته‌ها",
     "contents of the root": "محتوای پوشهٔ ریشه", "latest complete": "آخرین چکپوینت کامل",
     "saves": "ذخیره می‌کند",
+    "signal received": "سیگنال را گرفت", "saves after step": "ذخیره پس از گام",
     "elements": "عنصرها", "from byte": "آغاز در فایل (بایت)",
     "continued from step 2": "ادامه از چکپوینت گام ۲",
     "nothing saved": "هنوز چیزی ذخیره نشده", "first save interrupted": "نخستین ذخیره نیمه‌کاره ماند",

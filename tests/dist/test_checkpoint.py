@@ -2,9 +2,7 @@
 
 import hashlib
 import json
-import os
 import shutil
-import signal
 
 import pytest
 import torch
@@ -251,27 +249,11 @@ def test_a_clock_policy_makes_every_rank_save_at_the_same_step():
     assert decisions == [[False, True, False, False, True]] * 3
 
 
-def signal_decisions(rank, world_size):
-    """A policy that saves every 100 steps or on request; SIGUSR1 reaches rank 2 alone, during
-    step 3. Returns, per step, (should_save, requested) until a requested save."""
-    policy = CheckpointPolicy(every_steps=100, on_request=True)
-    previous = signal.signal(signal.SIGUSR1, policy.request_save)
-    decisions = []
-    try:
-        for step in range(1, 6):
-            if rank == 2 and step == 3:
-                os.kill(os.getpid(), signal.SIGUSR1)
-            decisions.append((policy.should_save(step), policy.requested))
-            if policy.requested:
-                break  # saved, then stop: the job is being preempted
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
-    return decisions
-
-
 def test_a_signal_on_one_rank_makes_every_rank_save_at_the_same_step():
-    decisions = launch.spawn(signal_decisions, world_size=3, timeout_s=60)
-    assert decisions == [[(False, False), (False, False), (True, True)]] * 3
+    """SIGUSR1 reaches rank 2 alone, during step 3: every rank saves after step 3, and stops."""
+    decisions = launch.spawn(checkpoint_lab.save_on_signal, 2, 3, world_size=3, timeout_s=60)
+    assert [d["saves after step"] for d in decisions] == [3, 3, 3]
+    assert [d["signal received"] for d in decisions] == [False, False, True]
 
 
 def test_keep_last_k_and_the_clock_policy(saved, tmp_path):
