@@ -70,8 +70,8 @@ TABLE_WORDS = {"fa": {
     "bytes_received": "بایت‌های دریافتی",
     "MiniGPT, 4 ranks: reduce-scatter and all-gather (µs)": "MiniGPT، ۴ رتبه: کاهش و پخش، سپس گردآوری همگانی (میکروثانیه)",
     "MiniGPT, 4 ranks: two one-number all-reduces (µs)": "MiniGPT، ۴ رتبه: دو کاهش همگانیِ یک‌عددی (میکروثانیه)",
-    "7B, 64 ranks: reduce-scatter and all-gather of bf16 gradients (s)":
-        "۷ میلیارد پارامتر، ۶۴ رتبه: کاهش و پخش، سپس گردآوری همگانیِ گرادیان‌های bf16 (ثانیه)",
+    "7B, 64 ranks: reduce-scatter of bf16 gradients and all-gather of bf16 parameters (s)":
+        "۷ میلیارد پارامتر، ۶۴ رتبه: کاهش و پخشِ گرادیان‌های bf16، سپس گردآوری همگانیِ پارامترهای bf16 (ثانیه)",
     "7B, 64 ranks: compute of 65,536 tokens at 400 TFLOP/s (s)":
         "۷ میلیارد پارامتر، ۶۴ رتبه: محاسبهٔ ۶۵٬۵۳۶ توکن با ۴۰۰ ترافلاپ بر ثانیه (ثانیه)",
     "fastest run (s)": "سریع‌ترین اجرا (ثانیه)", "slowest run (s)": "کندترین اجرا (ثانیه)",
