@@ -46,9 +46,9 @@ class Peers:
         self.world_size = dist.get_world_size(group)
         self.timeout = timedelta(seconds=timeout_s)
         self.counter = counter
-        # Under NCCL a send may wait on the GPU until its receive is posted, and a receive queued
-        # before a send on one stream blocks that send: each step's messages are posted as one
-        # group there (batch_isend_irecv). gloo runs them one by one (its batches can hang).
+        # Under NCCL a send may wait on the GPU until its receive is posted: each step's messages
+        # are posted there as one group (batch_isend_irecv), in which the order of sends and
+        # receives cannot deadlock. gloo runs them one by one (its batches can hang).
         self.batched = dist.get_backend(group) == "nccl"
 
     def global_rank(self, group_rank: int) -> int:

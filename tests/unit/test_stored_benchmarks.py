@@ -2,6 +2,7 @@
 
 import datetime
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -61,3 +62,12 @@ def test_the_bytes_sent_per_step_are_stored_in_mb_of_ten_to_the_six() -> None:
     formula = [memory.traffic_per_step(stage, parameters, n, dtype_bytes=4) / 1e6
                for n, stage, parameters in zip(stages.index, stages["stage"], stages["parameters"])]
     assert stages["MB_sent_per_step"].tolist() == pytest.approx(formula, rel=1e-12)
+
+
+def test_the_pipeline_step_ratios_lesson_79_quotes_are_the_stored_ones() -> None:
+    # Lesson 79 gives, for each number of micro-batches m, the stored step time of 4 stages over
+    # that of 2 stages; a new table comes with a new reading of it.
+    table = pd.read_csv(Path(stored.STORED) / "measured_pipeline_bubble.csv", comment="#")
+    steps = table.set_index(["P", "m"])["step_s"]
+    ratios = (steps.loc[4] / steps.loc[2]).round(2)
+    assert ratios.to_dict() == {1: 1.03, 2: 1.34, 4: 0.9, 8: 0.98, 16: 0.97}
