@@ -24,6 +24,10 @@ from lesson_code.harness.files import replacing
 
 CSV = "notebooks/run-times.csv"
 COLUMNS = ("notebook", "seconds", "machine", "date", "code_hash")
+# The longest a cell may go without output before the run stops with a TimeoutError: the lessons'
+# own waits are bounded, but a kernel that dies or stops answering would otherwise be waited for
+# without end. Lesson 81's crash runs take a few minutes on a loaded 2-core machine.
+CELL_TIMEOUT_S = 1800
 
 
 def notebook_hash(path: Path) -> str:
@@ -64,12 +68,13 @@ def machine() -> str:
 def execute(notebook: Path, root: Path) -> dict[str, str]:
     """Run `notebook` in place in its folder with the environment's jupyter; its CSV row.
 
-    Raises subprocess.CalledProcessError (after jupyter printed the failing cell) if a cell fails.
+    Raises subprocess.CalledProcessError (after jupyter printed the failing cell) if a cell fails
+    or goes CELL_TIMEOUT_S seconds without output.
     """
     jupyter = Path(sys.executable).with_name("jupyter")
     start = time.monotonic()
-    subprocess.run([str(jupyter), "execute", "--inplace", notebook.name],
-                   cwd=notebook.parent, check=True)
+    subprocess.run([str(jupyter), "execute", "--inplace", f"--timeout={CELL_TIMEOUT_S}",
+                    notebook.name], cwd=notebook.parent, check=True)
     seconds = time.monotonic() - start
     return {"notebook": notebook.resolve().relative_to(root / "notebooks").as_posix(),
             "seconds": f"{seconds:.0f}", "machine": machine(),
