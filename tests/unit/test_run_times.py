@@ -75,3 +75,16 @@ def test_a_missing_notebook_is_refused_before_running_anything(tmp_path, monkeyp
     assert run_times.main(["notebooks/en/nope.ipynb"]) == 2
     assert "notebooks/en/78-zero.ipynb" in capsys.readouterr().err
     assert not (tmp_path / run_times.CSV).exists() and not os.listdir(tmp_path)
+
+
+def test_every_lesson_notebook_is_recorded_with_the_hash_of_its_code_as_stored():
+    # A row whose hash is not the notebook's makes `make book` execute that notebook itself
+    # instead of showing its stored outputs: a notebook executed, then edited, then committed.
+    root = Path(__file__).resolve().parents[2]
+    rows = run_times.read(root / run_times.CSV)
+    notebooks = sorted(p.relative_to(root / "notebooks").as_posix()
+                       for p in (root / "notebooks").glob("*/*.ipynb"))
+    assert sorted(rows) == notebooks
+    stale = [name for name in notebooks
+             if run_times.notebook_hash(root / "notebooks" / name) != rows[name]["code_hash"]]
+    assert stale == [], f"run `python -m lesson_code.book_build.run_times` on {stale}"
