@@ -45,6 +45,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -109,6 +110,24 @@ class CourseForkServer(forkserver.ForkServer):
         running = self._forkserver_pid if restartable else None
         if running != self.sources_of:
             self.sources_of, self.sources = running, source_fingerprint(package_sources(modules))
+
+    def connect_to_new_process(self, fds):
+        """Multiprocessing's request for a new process, once the caller is known to have room for
+        the files it opens. Multiprocessing opens a socket to the server, then one pipe, then
+        another: a caller out of files (a notebook that leaked many) fails midway, the pipe
+        opened first stays open in the caller for good, and the request cut short ends the
+        server (its read of the request meets EOF), which refuses the next runs until it is
+        gone. Opening as many files first, and closing them, makes that a clean OSError."""
+        spare: list[int] = []
+        try:
+            for _ in range(2):
+                spare.extend(os.pipe())
+            with socket.socket(socket.AF_UNIX):
+                pass
+        finally:
+            for fd in spare:
+                os.close(fd)
+        return super().connect_to_new_process(fds)
 
     def stop(self) -> None:
         """Stop the server: close its alive pipe, which ends it, and reap it, killing it after

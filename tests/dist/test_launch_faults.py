@@ -215,16 +215,20 @@ def test_a_rank_that_fails_to_start_leaves_no_pipe_open(tmp_path):
     """Out of file descriptors (a notebook that leaked many), a rank's process.start() raises:
     the ends of that rank's result pipe are closed by then, not left open for as long as
     something holds the error, as a notebook holds the last one. Each limit on open files is
-    tried, from the files open now up, until a run starts."""
+    tried, from the files open now up, until a run starts. Once it has, the caller holds the
+    files it held before (multiprocessing's own request for a process, out of files midway,
+    leaves a pipe open) and the fork server is the one it had (a request cut short ends it)."""
     code = textwrap.dedent("""
         import gc, os, resource, traceback
         from lesson_code import launch
+        from lesson_code.runtime import fork_server
         import test_launch_faults as t
 
         def open_files():
             return set(os.listdir("/dev/fd"))
 
         launch.spawn(t.print_and_return, world_size=2)  # the fork server runs
+        server, before = fork_server.SERVER._forkserver_pid, open_files()
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         for limit in range(len(open_files()), len(open_files()) + 60):
             resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
@@ -242,6 +246,8 @@ def test_a_rank_that_fails_to_start_leaves_no_pipe_open(tmp_path):
             del error
             gc.collect()
             print(limit, in_start, sorted(held - open_files()))
+        print("left open:", sorted(open_files() - before))
+        print("same server:", fork_server.SERVER._forkserver_pid == server)
     """)
     completed = run_python(code, tmp_path, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -249,6 +255,8 @@ def test_a_rank_that_fails_to_start_leaves_no_pipe_open(tmp_path):
     assert any(in_start == "True" for _, in_start, _ in tried), completed.stdout
     held_by_the_error = [(limit, files) for limit, _, files in tried if files != "[]"]
     assert not held_by_the_error, held_by_the_error
+    assert "left open: []" in completed.stdout, completed.stdout[-2000:]
+    assert "same server: True" in completed.stdout, completed.stdout[-2000:] + completed.stderr[-2000:]
 
 
 @pytest.mark.parametrize("function", ["work", "test_launch_faults.print_and_return"])
