@@ -23,22 +23,25 @@ from lesson_code.zero_exercises import SkipNonFiniteStep
 
 
 def skip_nonfinite_gradient(rank: int, world_size: int, config: CapstoneConfig,
-                            bad_step: int = 3) -> dict:
-    """Train `config.steps` steps with `SkipNonFiniteStep`; at step `bad_step` (from 1) rank 0
-    writes inf into one gradient element after backward, so the loss stays finite.
+                            bad_step: int = 3, bad_rank: int = 0) -> dict:
+    """Train `config.steps` steps with `SkipNonFiniteStep`; at step `bad_step` (from 1) rank
+    `bad_rank` writes inf into one gradient element after backward, so the loss stays finite.
 
     Collective: every rank. Returns one record per step (loss, Adam's step count after it,
-    whether the weights changed) and the final parameters.
+    whether the weights changed) and the final parameters. Raises ValueError for a step or a
+    rank the run does not have.
     """
     if not 1 <= bad_step <= config.steps:
         raise ValueError(f"bad_step={bad_step} is not a step of this run (1 to {config.steps})")
+    if not 0 <= bad_rank < world_size:
+        raise ValueError(f"bad_rank={bad_rank} is not a rank of this run (0 to {world_size - 1})")
     model, comm, _ = build(config, rank, world_size)  # the broadcast; its ZeroOptimizer is replaced
     optimizer = SkipNonFiniteStep(model, world_size, rank, lr=config.lr, comm=comm)
     corpus, records = config.corpus(), []
     for step in range(config.steps):
         optimizer.zero_grad()
         loss = global_mean(forward_backward(config, model, corpus, step, rank, world_size))
-        if step + 1 == bad_step and rank == 0:  # the injected fault: one element, one rank
+        if step + 1 == bad_step and rank == bad_rank:  # the injected fault: one element, one rank
             next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = math.inf
         before = flat_parameters(model).clone()
         optimizer.step()

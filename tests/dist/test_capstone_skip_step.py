@@ -29,6 +29,20 @@ def test_a_nonfinite_gradient_is_skipped_on_every_rank_before_the_step_count_mov
         assert torch.equal(result["params"], results[0]["params"])
 
 
+def test_any_rank_s_shard_decides_for_every_rank(tmp_path):
+    config = CapstoneConfig(steps=5, checkpoint_step=5, out_dir=str(tmp_path))
+    results = launch.spawn(skip_nonfinite_gradient, config, 5, 2, world_size=4)  # rank 2, step 5
+    for result in results:
+        assert result["skipped"] == 1
+        assert [row["optimizer_step"] for row in result["records"]] == [1, 2, 3, 4, 4]
+        assert torch.equal(result["params"], results[0]["params"])
+
+
 def test_a_bad_step_outside_the_run_is_refused_with_its_value():
     with pytest.raises(ValueError, match="bad_step=7"):
         skip_nonfinite_gradient(0, 1, CapstoneConfig(steps=5, checkpoint_step=5), bad_step=7)
+
+
+def test_a_bad_rank_outside_the_run_is_refused_with_its_value():
+    with pytest.raises(ValueError, match="bad_rank=4"):
+        skip_nonfinite_gradient(0, 4, CapstoneConfig(steps=5, checkpoint_step=5), bad_rank=4)
