@@ -264,3 +264,45 @@ STAGES_LABELS = {
 def stages_table(table, lang: str):
     """A table of lesson 78a to show in edition `lang` (`localized`, with `STAGES_LABELS` too)."""
     return translate(table, {"fa": {**TABLE_LABELS, **STAGES_LABELS}}, lang)
+
+
+# Lesson 78c: one decoder layer's backward beside its traffic, modelled (`cost_model.predict`).
+OVERLAP_LABELS = {
+    "en": {"time": "ms, modelled", "compute": "computation", "network": "network cards",
+           "layer": "layer {i}", "gather": "all-gather (bf16)", "reduce": "reduce-scatter (fp32)",
+           "backward": "backward", "held": "Held whole in layer {i}'s backward: {gb} GB"},
+    "fa": {"time": "میلی‌ثانیه، مدل‌سازی‌شده", "compute": "محاسبه", "network": "کارت‌های شبکه",
+           "layer": "لایهٔ {i}", "gather": "گردآوری همگانی (bf16)", "reduce": "کاهش و پخش (fp32)",
+           "backward": "گذر برگشت", "held": "نگه‌داشتهٔ کامل در گذر برگشت لایهٔ {i}: {gb} گیگابایت"},
+}
+
+
+def layer_overlap_figure(backward_ms: float, gather_ms: float, reduce_ms: float, unit_params: float,
+                         reduce_bytes: float = 4, layer: int = 41, lang: str = "en") -> Figure:
+    """Three decoder layers' backward (`layer` + 1, `layer`, `layer` - 1) on the computation's
+    lane, and under each the traffic it hides: the next layer's all-gather, then the finished
+    layer's reduce-scatter, one after the other since both use the same network cards. The title
+    gives what stage 3 holds whole meanwhile, `memory.stage3_working_bytes` of a bf16 unit of
+    `unit_params`: (2 + 2 + 2 + `reduce_bytes`) bytes per parameter. Times modelled, in ms."""
+    labels, fig, ax = start_figure(OVERLAP_LABELS, lang, figsize=(FIGURE_WIDTH, 3.2))
+    colours = {"backward": ACTION_COLOURS["compute"], "gather": ACTION_COLOURS["gather"],
+               "reduce": ACTION_COLOURS["reduce-scatter"]}
+    for k, name in enumerate((layer + 1, layer, layer - 1)):
+        start = k * backward_ms
+        ax.barh(1, backward_ms, left=start, height=0.6, color=colours["backward"], edgecolor="white")
+        ax.text(start + backward_ms / 2, 1, labels["layer"].format(i=number(name, lang)), ha="center",
+                va="center", color="white", fontsize=11)
+        ax.barh(0, gather_ms, left=start, height=0.6, color=colours["gather"])
+        ax.barh(0, reduce_ms, left=start + gather_ms, height=0.6, color=colours["reduce"])
+    held = memory.stage3_working_bytes(unit_params, memory.Precision(2, 2, 0), reduce_bytes)
+    ax.set_title(labels["held"].format(i=number(layer, lang),
+                                        gb=number(round(held / 1e9, 1), lang)))
+    ax.set_yticks([0, 1], [labels["network"], labels["compute"]])
+    ax.set_ylim(-0.5, 1.5)
+    ax.set_xlim(0, 3 * backward_ms)
+    ax.set_xlabel(labels["time"])
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()]
+    fig.legend(handles, [labels[part] for part in colours], loc="lower center", ncol=3,
+               markerfirst=lang != "fa")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
