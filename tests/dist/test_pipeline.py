@@ -215,12 +215,15 @@ def test_schedule_orders():
 
 def test_1f1b_steady_state_waits_for_messages_unless_one_more_forward_is_in_flight():
     # A message time d on every edge between stages: GPipe waits only in the fill and the drain,
-    # 2 (P - 1) d; 1F1B's last two stages wait on each other, so every steady-state micro-batch
-    # adds about 2 d. One more warm-up forward on every stage but the last removes that wait.
+    # 2 (P - 1) d; in 1F1B, stage s waits 2 k d every k + 1 micro-batches (k = P - 1 - s), so the
+    # loop through stage 0 adds 2 (P - 1) d / P per micro-batch. One more warm-up forward on every
+    # stage but the last removes that wait.
     p, m, f, b, d = 8, 32, 1.0, 2.0, 0.02
     assert pipeline_lab.message_delay("gpipe", p, m, f, b, d) == pytest.approx(2 * (p - 1) * d)
     plain = pipeline_lab.message_delay("1f1b", p, m, f, b, d)
     assert plain > 2 * (p - 1) * d + (m - p) * d
+    assert pipeline_lab.message_delay("1f1b", p, 2 * m, f, b, d) - plain == pytest.approx(
+        m * 2 * (p - 1) / p * d)
     assert pipeline_lab.message_delay("1f1b", p, m, f, b, d, extra_warmup=1) == pytest.approx(
         2 * (p - 1) * d)
     assert pipeline_lab.message_delay("1f1b", p, m, f, b, 0.0) == 0.0
