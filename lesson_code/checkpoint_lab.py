@@ -263,14 +263,17 @@ def crash_during_save(rank: int, world_size: int, run: ZeroRun, root: str,
               disk=CrashingDisk() if rank == crash_rank else DISK)
 
 
-def save_ours_and_dcp(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
+def save_ours_and_dcp(rank: int, world_size: int, run: ZeroRun, root: str,
+                      lowest_rank: bool = False) -> dict:
     """Save the same ZeRO state with our format and with torch.distributed.checkpoint (DCP).
 
     Collective: call on every rank. Returns both folders. DCP gets each rank's shard under
     rank-specific keys, so it writes them as distinct items, and the model's state dict, which
-    every rank holds and DCP's planner writes once, each tensor by one rank.
+    every rank holds and DCP's planner writes once, each tensor by one rank: the least loaded
+    holder by default, the lowest holder with `lowest_rank` (`dedup_save_to_lowest_rank=True`).
     """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import DefaultSavePlanner
 
     model, optimizer = build_optimizer(run, run_model(run), rank, world_size)
     train_steps(run, model, optimizer, range(1))
@@ -278,7 +281,8 @@ def save_ours_and_dcp(rank: int, world_size: int, run: ZeroRun, root: str) -> di
     ours = save_zero(Path(root) / "ours", model, optimizer, step=1, extra={"next_step": 1})
     dcp_state = {f"rank{rank}.{key}": state[key] for key in FLAT_KEYS}
     dcp_state["model"] = model.state_dict()
-    dcp.save(dcp_state, checkpoint_id=str(Path(root) / "dcp"))
+    dcp.save(dcp_state, checkpoint_id=str(Path(root) / "dcp"),
+             planner=DefaultSavePlanner(dedup_save_to_lowest_rank=lowest_rank))
     return {"ours": str(ours), "dcp": str(Path(root) / "dcp")}
 
 
