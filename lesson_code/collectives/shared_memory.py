@@ -44,7 +44,7 @@ from lesson_code.collectives.ring import (check_op, contiguous_in_place, naive_a
                                           peers_for)
 
 SHM_DIR = Path("/dev/shm")
-# The largest segment one group maps (2 halves of N + 1 slots); larger tensors go direct.
+# The largest segment one group maps (N + 1 slots); larger tensors go direct.
 LIMIT_BYTES = 1 << 30
 # A segment takes at most this share of the free space of SHM_DIR.
 FREE_SHARE = 0.5
@@ -54,26 +54,23 @@ PREFIX = "lesson_code-"  # a segment's file: lesson_code-<creator's process id>-
 
 @dataclass
 class Arena:
-    """One group's shared segment: two halves of N + 1 slots of `slot_bytes` each.
+    """One group's shared segment: N + 1 slots of `slot_bytes` each.
 
-    Slot r of a half holds rank r's tensor, slot N the result. Calls alternate between the two
-    halves. A call's two barriers would keep consecutive calls apart in one half as well: after
-    the second no rank reads an input slot, and the next call writes the result slot only after
-    its own first barrier, which no rank passes before every rank has copied the last result out.
-    So the second half is a margin, not a necessity, and it doubles the segment.
+    Slot r holds rank r's tensor, slot N the result. Every call uses the same slots: a call's two
+    barriers keep consecutive calls apart. After the second no rank reads an input slot, and the
+    next call writes the result slot only after its own first barrier, which no rank passes
+    before every rank has copied the last result out. (A one-shot variant, with one
+    synchronization a call, would need two sets of slots to alternate between.)
     """
 
     mapping: mmap.mmap
     slot_bytes: int
     slots: int
-    calls: int = field(default=0)
 
     def views(self, dtype: torch.dtype, numel: int) -> list[torch.Tensor]:
-        """The N + 1 slots of this call's half as flat tensors of `numel` elements of `dtype`."""
-        half, self.calls = self.calls % 2, self.calls + 1
-        first = half * self.slots
+        """The N + 1 slots as flat tensors of `numel` elements of `dtype`."""
         return [torch.frombuffer(self.mapping, dtype=dtype, count=numel,
-                                 offset=(first + slot) * self.slot_bytes)
+                                 offset=slot * self.slot_bytes)
                 for slot in range(self.slots)]
 
 
@@ -186,7 +183,7 @@ def _everyone(flag: bool, peers: Peers) -> bool:
 def _new_arena(slot_bytes: int, peers: Peers) -> Arena | None:
     """Collective: a segment for slots of `slot_bytes`, mapped on every rank, or None on all."""
     slots = peers.world_size + 1
-    nbytes = 2 * slots * slot_bytes
+    nbytes = slots * slot_bytes
     created = _create_segment(nbytes) if peers.rank == 0 else None
     box = [created[0] if created else None]
     try:  # from its creation on: a broadcast that fails (a peer gone) must not keep the file

@@ -66,6 +66,19 @@ def test_without_room_every_rank_falls_back_to_the_direct_algorithm_and_agrees()
         assert rows[-1]["arena"] is False
 
 
+def reduce_under_limit(rank, world_size, limit_bytes):
+    shared_memory.LIMIT_BYTES = limit_bytes
+    tensor = torch.full((1000,), float(rank))
+    shared_memory.shared_memory_all_reduce(tensor)
+    return {"value": tensor[0].item(), "arena": shared_memory.has_arena()}
+
+
+def test_a_segment_is_one_slot_per_rank_and_one_for_the_result():
+    """Two ranks, 1 MiB slots: 3 MiB is enough (the segment once held twice that, in halves)."""
+    per_rank = launch.spawn(reduce_under_limit, 3 << 20, world_size=2)
+    assert all(result == {"value": 1.0, "arena": True} for result in per_rank)
+
+
 def segment_files():
     return {name for name in os.listdir(shared_memory.SHM_DIR) if name.startswith("lesson_code-")}
 
