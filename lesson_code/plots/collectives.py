@@ -261,6 +261,7 @@ TABLE_LABELS = {
     "sharding": "شاردبندی",
     "parameters, 2 all-gathers": "پارامترها، ۲ گردآوری همگانی", "total": "کل",
     "on the network": "روی شبکه", "bytes only": "فقط بایت‌ها", "with latencies": "با تأخیرها",
+    "with latencies, 32 units": "با تأخیرها، ۳۲ واحد",
     "ms per step, median of 4 to 256 KiB": "میلی‌ثانیه در هر گام، میانهٔ ۴ تا ۲۵۶ KiB",
     "running sum in bfloat16": "جمع جاری با bfloat16",
     "float32, result rounded to bfloat16": "با float32، نتیجه گرد‌شده به bfloat16",
