@@ -19,6 +19,7 @@ LABELS = {
            "time": "time since the step began (ms)", "rank": "rank",
            "comm model": "bucket all-reduce (modelled link)", "modelled rank": "modelled rank",
            "modelled": "modelled, not measured",
+           "lane": "{mb} MiB buckets", "time model": "time since the backward began (ms)",
            "ms": "ms per step\n(bars: each phase's median, stacked; line: range of the rounds' steps)",
            "variant": "variant (bucket size in MiB)", "naive": "naive", "bucketed": "bucketed",
            "torch": "torch DDP", "ring": "ring", "builtin": "built-in"},
@@ -27,6 +28,7 @@ LABELS = {
            "ready": "باکت آماده", "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)",
            "comm model": "کاهش همگانی باکت (پیوند مدل‌شده)", "modelled rank": "رتبهٔ مدل‌شده",
            "modelled": "مدل‌شده، نه اندازه‌گیری‌شده",
+           "lane": "باکت‌های {mb} MiB", "time model": "زمان از آغاز گذر برگشت (ms)",
            "rank": "رتبه",
            "ms": "میلی‌ثانیه در هر گام\n(میله: میانهٔ هر بخش، روی هم؛ خط: بازهٔ گام‌های دورها)",
            # No parentheses around «MiB»: its left-to-right isolate would split the pair.
@@ -37,10 +39,12 @@ COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "chec
            "comm": "#ff9f4a", "optimizer": "#2ca02c"}
 
 
-def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: bool = False) -> Figure:
+def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: bool = False,
+                            lanes: list[str] | None = None) -> Figure:
     """One lane pair per rank: compute (forward, backward, wait and, when the timeline has it,
-    the check and copy-back) above, bucket reductions below. With `modelled`, one timeline of
-    `ddp_lab.overlap_model`, titled and labelled as a model (its link, a modelled rank)."""
+    the check and copy-back) above, bucket reductions below. With `modelled`, timelines of
+    `ddp_lab.overlap_model`, titled and labelled as a model (its link, a modelled rank, or
+    `lanes`: one name per timeline)."""
     labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.6 + 0.9 * len(timelines)))
     comm = labels["comm model"] if modelled else labels["comm"]
     for rank, timeline in enumerate(timelines):
@@ -55,16 +59,31 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
                     label=comm if rank == 0 and bucket["bucket"] == 0 else None)
             ax.plot(1e3 * bucket["ready"], y + 0.5, "k|", markersize=10,
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
-    lanes = ([labels["modelled rank"]] if modelled else
-             [language.numbered(labels["rank"], rank, lang) for rank in range(len(timelines))])
+    if lanes is None:
+        lanes = ([labels["modelled rank"]] if modelled else
+                 [language.numbered(labels["rank"], rank, lang) for rank in range(len(timelines))])
     ax.set_yticks([rank * 2.5 + 0.5 for rank in range(len(timelines))], lanes)
     if modelled:
         ax.set_title(labels["modelled"])
     ax.invert_yaxis()
-    ax.set_xlabel(labels["time"])
+    ax.set_xlabel(labels["time model" if modelled else "time"])
     legend_below(ax, ncol=2)
     fig.tight_layout()
     return fig
+
+
+def bucket_size_timelines_figure(models: dict[float, dict], lang: str = "en") -> Figure:
+    """One modelled lane pair per bucket size: `models` maps a bucket cap (MiB) to what
+    `ddp_lab.overlap_model` returns for it. Each lane shows the backward, the exposed wait after
+    it, and every bucket's all-reduce on the modelled link, with the moment its bucket is ready."""
+    timelines = []
+    for model in models.values():
+        end = model["backward_s"] + model["exposed_s"]
+        timelines.append({"backward": (0.0, model["backward_s"]), "wait": (model["backward_s"], end),
+                          "buckets": [{**bucket, "bucket": index}
+                                      for index, bucket in enumerate(model["buckets"])]})
+    lanes = [LABELS[lang]["lane"].format(mb=f"{mb:g}") for mb in models]
+    return overlap_timeline_figure(timelines, lang, modelled=True, lanes=lanes)
 
 
 def variant_label(row, labels: dict[str, str], lang: str) -> str:
