@@ -17,6 +17,8 @@ rank functions through the launcher, as the lesson does:
 
 from __future__ import annotations
 
+import itertools
+
 import traceback
 from datetime import timedelta
 
@@ -158,12 +160,13 @@ def deferred_weight_grads(order: list[tuple[int, str, int]]) -> int:
                for j, (stage, kind, micro) in enumerate(order))
 
 
-def modelled_bubble(orders: list[list[tuple[int, str, int]]], virtual: int) -> float:
-    """The idle fraction of the step that torch's `orders` (one `torch_order` per rank) give on
-    ideal stages with free messages: each rank runs its order one action at a time, each as
-    soon as its input exists; a rank's `virtual` stages share its layers equally, so a stage's
-    forward, I and W each take 1 / virtual and a full backward 2 / virtual (a backward twice a
-    forward, split evenly between I and W). The idle fraction is 1 - busy / (ranks x step).
+def modelled_events(orders: list[list[tuple[int, str, int]]],
+                    virtual: int) -> list[tuple[int, int, str, int, float, float]]:
+    """The actions of torch's `orders` (one `torch_order` per rank) on ideal stages with free
+    messages, as (rank, stage, kind, micro-batch, start, end): each rank runs its order one
+    action at a time, each as soon as its input exists; a rank's `virtual` stages share its
+    layers equally, so a stage's forward, I and W each take 1 / virtual and a full backward
+    2 / virtual (a backward twice a forward, split evenly between I and W).
 
     Forward i of stage s needs forward i of s - 1; the backward (B, or I) of s needs its own
     forward and the backward of s + 1; W needs its own I. Raises ValueError for orders that
@@ -172,6 +175,7 @@ def modelled_bubble(orders: list[list[tuple[int, str, int]]], virtual: int) -> f
     last = max(stage for order in orders for stage, _, _ in order)
     done: dict[tuple[int, str, int], float] = {}  # (stage, F / B / W, micro-batch) -> end
     free, position = [0.0] * len(orders), [0] * len(orders)
+    events = []
     while any(position[r] < len(order) for r, order in enumerate(orders)):
         moved = False
         for rank, order in enumerate(orders):
@@ -182,14 +186,60 @@ def modelled_bubble(orders: list[list[tuple[int, str, int]]], virtual: int) -> f
                          else [(stage, "F", micro)] + ([(stage + 1, "B", micro)] if stage < last else []))
                 if any(need not in done for need in needs):
                     break
-                free[rank] = max([free[rank]] + [done[need] for need in needs]) + cost[kind]
+                start = max([free[rank]] + [done[need] for need in needs])
+                free[rank] = start + cost[kind]
                 done[(stage, "W" if kind == "W" else "F" if kind == "F" else "B", micro)] = free[rank]
+                events.append((rank, stage, kind, micro, start, free[rank]))
                 position[rank] += 1
                 moved = True
         if not moved:
             raise ValueError(f"these orders deadlock: ranks stop at actions {position}")
-    busy = sum(cost[kind] for order in orders for _, kind, _ in order)
-    return 1 - busy / (len(orders) * max(free))
+    return events
+
+
+def modelled_bubble(orders: list[list[tuple[int, str, int]]], virtual: int) -> float:
+    """The idle fraction of the step that torch's `orders` give on ideal stages with free
+    messages (`modelled_events`): 1 - busy / (ranks x step)."""
+    events = modelled_events(orders, virtual)
+    busy = sum(end - start for *_, start, end in events)
+    return 1 - busy / (len(orders) * max(end for *_, end in events))
+
+
+def modelled_peak_held(order: list[tuple[int, str, int]], virtual: int) -> float:
+    """The most micro-batches of a rank's layers that `order` keeps activations of at once: a
+    forward adds 1 / virtual, a whole backward (B) frees it, and a split backward frees it only
+    at its W (the W still needs the layer's input and output gradient)."""
+    change = {"F": 1 / virtual, "B": -1 / virtual, "I": 0.0, "W": -1 / virtual}
+    return max(itertools.accumulate(change[kind] for _, kind, _ in order))
+
+
+def compare_schedules(torch_orders: list[list[dict]], micro_batches: int):
+    """Lesson 79a's comparison of the course's 1F1B with torch's schedules, on ideal stages with
+    free messages: `torch_orders` is `torch_schedule_orders`' answer on every rank (2 stages
+    each). Returns ({schedule: `modelled_events`}, a table with, per schedule, its stages per
+    rank, modelled idle fraction, the most micro-batches of a rank's layers held on rank 0 and
+    on the last rank (`modelled_peak_held`), and the boundaries between stages on two ranks that
+    each micro-batch crosses each way)."""
+    import pandas as pd
+
+    from lesson_code.pipeline import schedule_order
+
+    ranks = len(torch_orders)
+    plain = [[(s, kind, i) for kind, i in schedule_order("1f1b", s, ranks, micro_batches)]
+             for s in range(ranks)]
+    runs = {"1F1B": (plain, 1, list(range(ranks)))}
+    for k, first in enumerate(torch_orders[0]):
+        rank_of = [rank for stage in range(2 * ranks) for rank, results in enumerate(torch_orders)
+                   if stage in results[k]["stages"]]
+        runs[first["schedule"]] = ([results[k]["order"] for results in torch_orders], 2, rank_of)
+    events = {name: modelled_events(orders, v) for name, (orders, v, _) in runs.items()}
+    table = pd.DataFrame({name: {
+        "stages_per_rank": v, "modelled_idle": modelled_bubble(orders, v),
+        "held_on_rank_0": modelled_peak_held(orders[0], v),
+        "held_on_last_rank": modelled_peak_held(orders[-1], v),
+        "messages_each_way": sum(a != b for a, b in zip(rank_of, rank_of[1:]))}
+        for name, (orders, v, rank_of) in runs.items()}).T.rename_axis("schedule")
+    return events, table.astype({"stages_per_rank": int, "messages_each_way": int})
 
 
 # torch's schedules that give each rank several stages, and where rank r's stages sit among

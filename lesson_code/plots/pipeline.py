@@ -21,13 +21,21 @@ LABELS = {
            "measured": "measured, P = {p}", "formula": "(P − 1)/(m + P − 1), P = {p}",
            "floor": "imbalance floor, P = {p}", "model": "model of unequal stages, P = {p}",
            "panel": "{name}: a step of {span} ms, bubble {bubble}",
-           "panel_slots": "{name}: a step of {span} slots, bubble {bubble}"},
+           "panel_slots": "{name}: a step of {span} slots, bubble {bubble}",
+           "rank": "rank", "I": "backward, input's gradient (I)", "W": "backward, weights' gradient (W)",
+           "later": "the rank's later stage (hatched)",
+           "rank_slots": "time (slots: a forward of all a rank's layers takes 1)",
+           "panel_rank": "{name}: a step of {span} slots, idle {bubble}"},
     "fa": {"stage": "مرحله", "time": "زمان (میلی‌ثانیه)", "slots": "زمان (بازه‌ها: هر گذر رفت ۱ بازه و هر گذر برگشت ۲ بازه)", "F": "گذر رفت", "B": "گذر برگشت",
            "micro": "تعداد میکرودسته‌ها m", "bubble": "حباب (کسر زمان بیکاری)",
            "measured": "اندازه‌گیری‌شده، P = {p}", "formula": "(P − 1)/(m + P − 1)، P = {p}",
            "floor": "کف ناترازی، P = {p}", "model": "مدل مرحله‌های نابرابر، P = {p}",
            "panel": "{name}: گامی {span} میلی‌ثانیه‌ای، حباب {bubble}",
-           "panel_slots": "{name}: گامی {span} بازه‌ای، حباب {bubble}"},
+           "panel_slots": "{name}: گامی {span} بازه‌ای، حباب {bubble}",
+           "rank": "رتبه", "I": "گذر برگشت، گرادیان ورودی (I)", "W": "گذر برگشت، گرادیان وزن‌ها (W)",
+           "later": "مرحلهٔ بعدیِ رتبه (هاشورخورده)",
+           "rank_slots": "زمان (بازه‌ها: گذر رفتِ همهٔ لایه‌های یک رتبه ۱ بازه)",
+           "panel_rank": "{name}: گامی {span} بازه‌ای، بیکاری {bubble}"},
 }
 # Table labels of the Persian edition (the English labels are the keys).
 TABLE_WORDS = {"fa": {
@@ -77,7 +85,9 @@ TABLE_WORDS = {"fa": {
     "unsplit_norm": "نُرم مدل تقسیم‌نشده", "max_weight_diff": "بیشینهٔ اختلاف وزن",
     "stage_0_own_norm": "نُرم خودِ مرحلهٔ ۰", "stage_1_own_norm": "نُرم خودِ مرحلهٔ ۱",
     "own_norm_weight_diff": "بیشینهٔ اختلاف وزن، هر مرحله با نُرم خودش",
-    "held_on_rank_0": "میکرودسته‌های نگه‌داشته روی رتبهٔ ۰", "whole_stages_held": "معادل مرحله‌های کامل",
+    "held_on_rank_0": "میکرودسته‌های نگه‌داشته روی رتبهٔ ۰", "held_on_last_rank": "میکرودسته‌های نگه‌داشته روی رتبهٔ آخر",
+    "stages_per_rank": "مرحله‌ها در هر رتبه", "modelled_idle": "سهم بیکاری (مدل‌سازی‌شده)",
+    "messages_each_way": "پیام‌ها در هر جهت برای هر میکرودسته", "whole_stages_held": "معادل مرحله‌های کامل",
     "tied gradient, sent by each stage": "گرادیان ماتریس مشترک، فرستادهٔ هر مرحله",
     "activation gradients, sent by the last stage": "گرادیان فعال‌سازی‌ها، فرستادهٔ مرحلهٔ آخر",
     "bytes per step": "بایت در هر گام", "GB": "گیگابایت",
@@ -115,7 +125,7 @@ def table(frame, lang: str = "en"):
     return translate(frame, TABLE_WORDS, lang)
 
 
-COLOURS = {"F": "#8fbbd9", "B": "#1f77b4"}
+COLOURS = {"F": "#8fbbd9", "B": "#1f77b4", "I": "#ff7f0e", "W": "#2ca02c"}
 
 
 def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = False) -> Figure:
@@ -146,6 +156,38 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
     fig.legend(handles, [labels["F"], labels["B"]], loc="lower center", ncol=2,
                markerfirst=lang != "fa")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def rank_gantt_figure(runs: dict[str, list[tuple]], lang: str = "en") -> Figure:
+    """One Gantt panel per schedule, a row per rank: the events of
+    `pipeline_exercises.modelled_events`, (rank, stage, kind, micro-batch, start, end), in its
+    slots (a forward of all a rank's layers takes 1). A box per F, B, I or W, hatched when it
+    belongs to a stage after the rank's first. The panels share one time axis; each title gives
+    its step's length and its idle fraction, 1 - busy / (ranks x step)."""
+    labels, fig, axes = start_figure(LABELS, lang, len(runs), 1, figsize=(FIGURE_WIDTH, 1.4 + 1.5 * len(runs)),
+                                     squeeze=False, sharex=True)
+    kinds = []
+    for ax, (title, events) in zip(axes[:, 0], runs.items()):
+        ranks = sorted({e[0] for e in events})
+        first = {rank: min(e[1] for e in events if e[0] == rank) for rank in ranks}
+        span = max(e[5] for e in events)
+        idle = 1 - sum(e[5] - e[4] for e in events) / (len(ranks) * span)
+        ax.set_title(labels["panel_rank"].format(name=title, span=language.number(span, lang, "g"),
+                                                 bubble=language.number(idle, lang, ".2f")))
+        for rank, stage, kind, _, start, end in events:
+            ax.barh(rank, end - start, left=start, height=0.7, color=COLOURS[kind], edgecolor="white",
+                    linewidth=0.5, hatch="///" if stage != first[rank] else None)
+            kinds += [kind] if kind not in kinds else []
+        ax.set_yticks(ranks, [language.numbered(labels["rank"], r, lang) for r in ranks])
+        ax.invert_yaxis()
+    axes[-1, 0].set_xlabel(labels["rank_slots"])
+    shown = [k for k in "FBIW" if k in kinds]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in shown]
+    handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="#999999", edgecolor="white", hatch="///"))
+    fig.legend(handles, [labels[k] for k in shown] + [labels["later"]], loc="lower center", ncol=2,
+               markerfirst=lang != "fa")
+    fig.tight_layout(rect=(0, 0.05 + 0.04 * ((len(handles) + 1) // 2), 1, 1))
     return fig
 
 

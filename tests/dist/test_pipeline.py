@@ -444,6 +444,11 @@ def test_zero_bubble_orders_defer_weight_gradients_on_later_ranks():
     bubbles = [pipeline_exercises.modelled_bubble([results[k]["order"] for results in per_rank], 2)
                for k in range(3)]
     assert bubbles == pytest.approx([3 / 19, 3 / 51, 3 / 51], rel=1e-12), bubbles
+    # Activations held, in micro-batches of a rank's layers: an I frees nothing until its W, so
+    # the zero-bubble orders hold 1F1B's peak (P = 4) on every rank; interleaving holds 5.5 on rank 0.
+    peaks = [[pipeline_exercises.modelled_peak_held(results[k]["order"], 2) for results in per_rank]
+             for k in range(3)]
+    assert peaks == [[5.5, 4.5, 3.5, 2.5], [4, 4, 4, 4], [4, 4, 4, 4]]
 
 
 def test_the_modelled_bubble_of_one_stage_per_rank_is_the_formula_and_a_deadlock_is_refused():
@@ -454,6 +459,11 @@ def test_the_modelled_bubble_of_one_stage_per_rank_is_the_formula_and_a_deadlock
                       for stage in range(num_stages)]
             assert pipeline_exercises.modelled_bubble(orders, 1) == pytest.approx(
                 theoretical_bubble(num_stages, micro_batches), rel=1e-12)
+    events = pipeline_exercises.modelled_events(orders, 1)  # 1F1B, 3 stages, 5 micro-batches
+    assert len(events) == 3 * 2 * 5 and min(e[4] for e in events) == 0.0
+    assert max(e[5] for e in events) == pytest.approx(3 * (5 + 3 - 1))  # (m + P - 1)(f + b)
+    assert all(end - start == (1.0 if kind == "F" else 2.0) for _, _, kind, _, start, end in events)
+    assert pipeline_exercises.modelled_peak_held(orders[0], 1) == 3
     backward_first = [[(0, "B", 0), (0, "F", 0)], [(1, "F", 0), (1, "B", 0)]]
     with pytest.raises(ValueError, match="deadlock"):
         pipeline_exercises.modelled_bubble(backward_first, 1)
