@@ -25,6 +25,12 @@ ROWS76 = [{"op": op, "nbytes": n, "seconds": 1e-4 + n * 1e-9, "repeats": 1}
 TIMELINE = {"forward": (0.0, 0.001), "backward": (0.001, 0.003), "wait": (0.003, 0.0035),
             "buckets": [{"bucket": 0, "ready": 0.002, "start": 0.002, "end": 0.0025},
                         {"bucket": 1, "ready": 0.003, "start": 0.003, "end": 0.0034}]}
+# overlap_model's answers for two bucket caps (MiB): one bucket, and two.
+MODELS = {32: {"backward_s": 0.003, "exposed_s": 0.001, "buckets": [
+               {"bytes": 8, "ready": 0.003, "start": 0.003, "end": 0.004}]},
+          0.5: {"backward_s": 0.003, "exposed_s": 0.0, "buckets": [
+               {"bytes": 4, "ready": 0.001, "start": 0.001, "end": 0.002},
+               {"bytes": 4, "ready": 0.002, "start": 0.002, "end": 0.003}]}}
 # Two variants of the stored benchmark's table (milliseconds; torch DDP keeps no wait).
 PHASES = pd.DataFrame([
     {"wrapper": "naive", "comm": "ring", "bucket_mb": float("nan"), "forward_ms": 1.0,
@@ -69,6 +75,7 @@ FIGURES = {
         {2: {"ring": 2.0, "naive": 2.0}, 4: {"ring": 3.0, "naive": 6.0}}, lang=lang),
     "overlap": lambda lang: ddp.overlap_timeline_figure([TIMELINE, TIMELINE], lang=lang),
     "phases": lambda lang: ddp.phase_breakdown_figure(PHASES, lang=lang),
+    "bucket sizes": lambda lang: ddp.bucket_size_timelines_figure(MODELS, lang=lang),
     "stages": lambda lang: zero.stages_figure(7.5e9, [2, 4, 8], lang=lang),
     "zero memory": lambda lang: zero.measured_memory_figure(MEMORY, MEMORY, 25, lang=lang),
     "stage 3 timeline": lambda lang: zero.stage3_timeline_figure(
@@ -245,4 +252,18 @@ def test_a_modelled_timeline_says_it_is_a_model(lang):
     labels = ddp.LABELS[lang]
     assert {labels["modelled"], labels["modelled rank"], labels["comm model"]} <= words
     assert labels["comm"] not in words and labels["forward"] not in words
+    plt.close("all")
+
+
+def test_bucket_size_timelines_name_each_lane_by_its_cap():
+    """Lesson 77a draws overlap_model at several bucket caps: one lane per cap, named by it, each
+    with its backward, its exposed wait (none where the buckets end with the backward) and one
+    all-reduce bar per bucket."""
+    figure = ddp.bucket_size_timelines_figure(MODELS, lang="en")
+    ax = figure.axes[0]
+    assert [tick.get_text() for tick in ax.get_yticklabels()] == ["32 MiB buckets", "0.5 MiB buckets"]
+    assert ax.get_title() == ddp.LABELS["en"]["modelled"]
+    assert ax.get_xlabel() == ddp.LABELS["en"]["time model"]
+    widths = sorted(round(bar.get_width(), 6) for bar in ax.patches)
+    assert widths == [0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0]  # ms: 2 backwards, 2 waits, 3 buckets
     plt.close("all")
