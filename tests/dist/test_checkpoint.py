@@ -303,3 +303,19 @@ def test_dcp_reshards_our_flat_vectors_at_load_and_async_save_keeps_the_state_of
     chunks = checkpoint_lab.dcp_chunks(destination, "master")
     assert [(c["start"], c["elements"]) for c in chunks] == [
         (0, 1731), (1731, 1731), (3462, 1731), (5193, 1729)]  # real elements, padding stripped
+
+
+def test_dcp_places_the_shared_model_tensors_on_the_least_loaded_holder_or_on_the_lowest(tmp_path):
+    """DCP's default dedup keeps every model tensor (which all 4 ranks hold) off rank 0, whose own
+    vectors are counted first; lowest_rank=True (dedup_save_to_lowest_rank) puts them all on rank
+    0, whose file then carries exactly the bytes the other ranks' files carried beyond their own."""
+    files, sizes = {}, {}
+    for lowest in (False, True):
+        saved = launch.spawn(checkpoint_lab.save_ours_and_dcp, ZeroRun(model="gpt"),
+                             str(tmp_path / str(lowest)), lowest, world_size=4)[0]
+        files[lowest] = [row["model tensors"] for row in checkpoint_lab.dcp_files(saved["dcp"])]
+        sizes[lowest] = [(tmp_path / str(lowest) / "dcp" / f"__{r}_0.distcp").stat().st_size
+                         for r in range(4)]
+    assert files[False][0] == 0 and min(files[False][1:]) > 0
+    assert files[True] == [sum(files[False]), 0, 0, 0]
+    assert sizes[True][1:] == [sizes[False][0]] * 3 and sum(sizes[True]) == sum(sizes[False])
