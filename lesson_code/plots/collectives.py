@@ -31,7 +31,7 @@ LABELS = {
         "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds;\n"
                       "outlined = sent this step",
         "fit": "{op}: α = {alpha:.0f} µs, 1/β = {bw:.0f} MB/s",
-        "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct (one round)",
+        "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct exchange",
         "shared_memory": "shared memory (one machine)",
         "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
         "model": "solid: measured, joined as auto reads them; dashed: the fitted model",
@@ -47,7 +47,7 @@ LABELS = {
         # the formulas isolated left to right, in Latin digits as every formula of a figure
         # (libraqm reorders Persian digits inside an isolate): "α = 1955 µs" keeps its order
         "fit": "{op}: \u2066α = {alpha:.0f} µs\u2069، \u20661/β = {bw:.0f} MB/s\u2069",
-        "naive": "ساده‌لوحانه (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "مستقیم (یک دور)",
+        "naive": "ساده‌لوحانه (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "تبادل مستقیم",
         "shared_memory": "حافظهٔ مشترک (یک دستگاه)",
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
         "model": "خط پر: اندازه‌گیری‌شده، همان‌گونه که auto می‌خواند؛ خط‌چین: مدل برازش‌شده",
