@@ -139,7 +139,7 @@ FAULTS = {
     "shard_changed": "چکیدهٔ sha256 فایل {path} برابر {digest} است ولی مانیفست {recorded} را ثبت "
                      "کرده: بایت‌هایش پس از ذخیره تغییر کرده‌اند",
     "world_size": "{path} را {saved} رتبه ذخیره کرده‌اند ولی `world_size` برابر {world_size} است: "
-                  "نخست آن را بازشاردبندی کنید، با `reshard`",
+                  "نخست آن را بازشاردبندی کنید، مثلاً با `{call}`",
     "staging_not_seen": "رتبهٔ ۰ پوشهٔ {path} را برای این ذخیره ساخت ولی رتبهٔ {rank} آن را "
                         "نمی‌بیند: " + SHARED_FOLDER_FA,
     "different_views": "رتبه‌ها در {path} چکپوینت یکسانی نمی‌بینند: " + SHARED_FOLDER_FA,

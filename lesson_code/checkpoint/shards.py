@@ -200,11 +200,12 @@ def load_sharded(folder: Path | str, *, rank: int, world_size: int, replicated: 
 def _read_rank(folder: Path, rank: int, world_size: int, replicated: bool) -> tuple:
     manifest = read_manifest(folder)
     if manifest["world_size"] != world_size:
+        call = f"reshard({str(folder)!r}, dst, {world_size})"  # the fix, in both languages
         raise WorldSizeMismatchError(
             f"{folder / MANIFEST} was saved by {manifest['world_size']} ranks, but world_size is "
-            f"{world_size}: reshard it first, e.g. reshard({str(folder)!r}, dst, {world_size})",
+            f"{world_size}: reshard it first, e.g. {call}",
             path=folder / MANIFEST, fault="world_size", saved=manifest["world_size"],
-            world_size=world_size)
+            world_size=world_size, call=call)
     entries = {entry["name"]: entry for entry in manifest["files"]}
     shard = read_verified(folder, entries[shard_name(rank, world_size)])
     both = read_verified(folder, entries[REPLICATED]) if replicated and REPLICATED in entries else {}
