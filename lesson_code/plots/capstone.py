@@ -1,9 +1,11 @@
 """Figures of lesson 81: the loss curve drawn from the run's metrics (the rows of metrics.jsonl,
 read with capstone.report.read_metrics), the memory profile of every rank, and a run killed
-part-way and continued beside one that never stopped (capstone.crash.crash_and_continue).
+part-way and continued beside one that never stopped (capstone.crash.crash_and_continue), and
+lesson 81a's time lost against the save interval in Young's model.
 
     loss_curve_figure(read_metrics("capstone-run/metrics.jsonl"), lang="fa")
     crash_figure(crash_and_continue("/tmp/lesson81-crash"), lang="fa")
+    young_figure(mtbf_s=11135.0, saves_s=(30, 5), lang="fa")
 """
 
 from __future__ import annotations
@@ -21,13 +23,17 @@ LABELS = {
            "optimizer": "optimizer state", "formula": "12P/N", "diverged": "rejected step (loss {loss:.0f})",
            "never_stopped": "never stopped", "killed": "killed after step {step}",
            "continued": "run again: continued from step {step}", "crash": "a rank killed",
-           "resume": "checkpoint it continued from"},
+           "resume": "checkpoint it continued from", "save": "a save of {save} s",
+           "young": "Young's interval", "interval": "save interval T (min), modelled",
+           "lost": "time lost (%)"},
     "fa": {"step": "گام", "loss": "زیان", "rollback": "بازگشت به چکپوینت", "rank": "رتبه",
            "bytes": "بایت در هر رتبه", "parameters": "پارامترها", "gradients": "گرادیان‌ها",
            "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N", "diverged": "گام ردشده (زیان {loss:.0f})",
            "never_stopped": "اجرای بی‌وقفه", "killed": "کشته‌شده پس از گام {step}",
            "continued": "اجرای دوباره: ادامه از گام {step}", "crash": "کشته شدن یک رتبه",
-           "resume": "چکپوینتی که اجرا از آن ادامه یافت"},
+           "resume": "چکپوینتی که اجرا از آن ادامه یافت", "save": "ذخیرهٔ {save} ثانیه‌ای",
+           "young": "فاصلهٔ یانگ", "interval": "فاصلهٔ ذخیره T (دقیقه)، برآوردشده",
+           "lost": "زمان ازدست‌رفته (درصد)"},
 }
 
 # Table labels of the Persian edition (the English labels are the keys).
@@ -121,6 +127,26 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
     ax.set_ylabel(labels["loss"])
     if any(r.get("event") for r in rows):
         legend(ax)
+    fig.tight_layout()
+    return fig
+
+
+def young_figure(mtbf_s: float, saves_s: tuple[float, ...] = (30,), lang: str = "en") -> Figure:
+    """Young's model, not a measurement: the time lost (%) against the save interval T from 1
+    to 60 minutes, one curve per save time C in `saves_s`, each minimum, T = sqrt(2 C M), marked."""
+    from lesson_code.checkpoint.tools import time_lost, young_interval
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
+    minutes = [quarter / 4 for quarter in range(4, 4 * 60 + 1)]
+    for index, save_s in enumerate(saves_s):
+        lost = [100 * time_lost(60 * t, save_s, mtbf_s) for t in minutes]
+        line, = ax.plot(minutes, lost, label=number(labels["save"].format(save=save_s), lang))
+        best = young_interval(save_s, mtbf_s)
+        ax.plot(best / 60, 100 * time_lost(best, save_s, mtbf_s), "o", color=line.get_color(),
+                label=labels["young"] if index == 0 else None)
+    ax.set_ylim(0, 4 * 100 * time_lost(young_interval(max(saves_s), mtbf_s), max(saves_s), mtbf_s))
+    ax.set_xlabel(labels["interval"])
+    ax.set_ylabel(labels["lost"])
+    legend(ax)
     fig.tight_layout()
     return fig
 

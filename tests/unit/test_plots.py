@@ -100,6 +100,7 @@ FIGURES = {
          {"event": "rollback", "to_step": 1, "at_step": 3, "loss": 129.0}], lang=lang),
     "capstone memory": lambda lang: capstone.memory_profile_figure(CAPSTONE, lang=lang),
     "crash and resume": lambda lang: capstone.crash_figure(CRASH, lang=lang),
+    "young": lambda lang: capstone.young_figure(11135.0, (30, 5), lang=lang),
 }
 
 
