@@ -8,7 +8,10 @@ From these the trace gives the bytes live at any moment since the block began, t
 for any moment, which marked range allocated the bytes live then.
 
 Counted: storage that torch's allocator hands out for tensors on one device, on the thread that
-entered the block and on autograd's threads (the profiler follows backward there). Not counted:
+entered the block and on autograd's threads (the profiler follows backward there), including a
+kernel's scratch: storage an operation allocates and frees before it returns (oneDNN's bfloat16
+matrix products on a CPU with AVX-512 take some; other CPUs' kernels take none), which
+`peak(..., scratch=False)` leaves out. Not counted:
 memory outside torch's allocator (gloo's own buffers, Python objects; on a GPU the allocator's
 cache, since these are allocated bytes, not reserved ones), threads the profiler does not follow
 (a ThreadPoolExecutor's, where lesson 77's bucketed DDP reduces), and whatever was allocated
@@ -44,6 +47,7 @@ class Allocation:
     nbytes: int
     allocated_ns: int
     freed_ns: int | None
+    scratch: bool = False  # freed before the operation that allocated it returned
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,8 @@ class AllocationTrace:
         self.device = torch.device(device)
         self.allocations: list[Allocation] = []
         self.ranges: list[Range] = []
-        self._times: list[int] = []     # when the live total changed, in order
-        self._totals: list[int] = []    # the live total right after each of those times
+        # {scratch counted: (when the live total changed, in order; the total right after)}
+        self._series: dict[bool, tuple[list[int], list[int]]] = {True: ([], []), False: ([], [])}
         self._profiler: torch.profiler.profile | None = None
 
     def __enter__(self) -> "AllocationTrace":
@@ -94,20 +98,24 @@ class AllocationTrace:
             self._read(self._profiler.profiler.kineto_results.experimental_event_tree())
         self._profiler = None
 
-    def live_at(self, time_ns: int) -> int:
-        """Bytes allocated in the trace and not yet freed at `time_ns` (its changes included)."""
-        index = bisect.bisect_right(self._times, time_ns)
-        return self._totals[index - 1] if index else 0
+    def live_at(self, time_ns: int, scratch: bool = True) -> int:
+        """Bytes allocated in the trace and not yet freed at `time_ns` (its changes included);
+        without kernels' scratch when `scratch` is False."""
+        times, totals = self._series[scratch]
+        index = bisect.bisect_right(times, time_ns)
+        return totals[index - 1] if index else 0
 
-    def peak(self, start_ns: int | None = None, end_ns: int | None = None) -> tuple[int, int]:
+    def peak(self, start_ns: int | None = None, end_ns: int | None = None,
+             scratch: bool = True) -> tuple[int, int]:
         """(most bytes live at once, the first time it was reached) between the two times
-        (default: the whole trace)."""
-        start_ns = self._times[0] if start_ns is None else start_ns
-        end_ns = self._times[-1] if end_ns is None else end_ns
-        best = (self.live_at(start_ns), start_ns)
-        first = bisect.bisect_right(self._times, start_ns)
-        last = bisect.bisect_right(self._times, end_ns)
-        for time_ns, total in zip(self._times[first:last], self._totals[first:last]):
+        (default: the whole trace); without kernels' scratch when `scratch` is False."""
+        times, totals = self._series[scratch]
+        start_ns = times[0] if start_ns is None else start_ns
+        end_ns = times[-1] if end_ns is None else end_ns
+        best = (self.live_at(start_ns, scratch), start_ns)
+        first = bisect.bisect_right(times, start_ns)
+        last = bisect.bisect_right(times, end_ns)
+        for time_ns, total in zip(times[first:last], totals[first:last]):
             if total > best[0]:
                 best = (total, time_ns)
         return best
@@ -118,10 +126,10 @@ class AllocationTrace:
 
     def series(self, start_ns: int, end_ns: int) -> list[tuple[int, int]]:
         """(time, bytes live) at `start_ns` and at every change up to `end_ns`."""
-        first = bisect.bisect_right(self._times, start_ns)
-        last = bisect.bisect_right(self._times, end_ns)
-        return [(start_ns, self.live_at(start_ns)),
-                *zip(self._times[first:last], self._totals[first:last])]
+        times, totals = self._series[True]
+        first = bisect.bisect_right(times, start_ns)
+        last = bisect.bisect_right(times, end_ns)
+        return [(start_ns, self.live_at(start_ns)), *zip(times[first:last], totals[first:last])]
 
     def live_by_range(self, time_ns: int, since_ns: int | None = None) -> dict[str, int]:
         """Bytes live at `time_ns`, by the innermost marked range that allocated them (the
@@ -142,36 +150,52 @@ class AllocationTrace:
         return min(inside, key=lambda r: r.end_ns - r.start_ns).name if inside else BEFORE
 
     def _read(self, roots) -> None:
-        """Collect this device's allocations (paired with their frees by address) and the
-        user-marked ranges from the profiler's event tree."""
+        """Collect this device's allocations (paired with their frees by address, each marked
+        as scratch when freed before the end of the innermost operation that allocated it) and
+        the user-marked ranges from the profiler's event tree."""
         events, stack = [], list(roots)
         while stack:
             node = stack.pop()
             stack.extend(node.children)
             if node.tag == _EventType.Allocation and self._on_device(node.extra_fields.device):
                 events.append((node.start_time_ns, node.extra_fields.ptr,
-                               node.extra_fields.alloc_size))
+                               node.extra_fields.alloc_size, _operation_end(node)))
             elif (node.tag == _EventType.TorchOp
                   and node.extra_fields.scope == RecordScope.USER_SCOPE):
                 self.ranges.append(Range(node.name, node.start_time_ns, node.end_time_ns))
         self.ranges.sort(key=lambda r: r.start_ns)
         events.sort(key=lambda event: event[0])
-        open_blocks: dict[int, tuple[int, int]] = {}  # address -> (bytes, allocated at)
+        # address -> (bytes, allocated at, end of the operation that allocated it)
+        open_blocks: dict[int, tuple[int, int, int | None]] = {}
         closed = []
-        for time_ns, address, nbytes in events:
+        for time_ns, address, nbytes, operation_end in events:
             if nbytes > 0:
-                open_blocks[address] = (nbytes, time_ns)
+                open_blocks[address] = (nbytes, time_ns, operation_end)
             elif address in open_blocks:  # frees of blocks allocated before the trace: unknown
-                size, allocated = open_blocks.pop(address)
-                closed.append(Allocation(size, allocated, time_ns))
+                size, allocated, operation_end = open_blocks.pop(address)
+                closed.append(Allocation(size, allocated, time_ns, scratch=operation_end
+                                         is not None and time_ns <= operation_end))
         self.allocations = sorted(closed + [Allocation(size, allocated, None)
-                                            for size, allocated in open_blocks.values()],
+                                            for size, allocated, _ in open_blocks.values()],
                                   key=lambda block: block.allocated_ns)
-        changes = sorted([(b.allocated_ns, b.nbytes) for b in self.allocations] +
-                         [(b.freed_ns, -b.nbytes) for b in self.allocations if b.freed_ns])
-        self._times = [time_ns for time_ns, _ in changes]
-        self._totals = list(itertools.accumulate(change for _, change in changes))
+        for scratch in (True, False):
+            blocks = [b for b in self.allocations if scratch or not b.scratch]
+            changes = sorted([(b.allocated_ns, b.nbytes) for b in blocks] +
+                             [(b.freed_ns, -b.nbytes) for b in blocks if b.freed_ns])
+            self._series[scratch] = ([time_ns for time_ns, _ in changes],
+                                     list(itertools.accumulate(change for _, change in changes)))
 
     def _on_device(self, device: torch.device) -> bool:
         return device.type == self.device.type and (
             self.device.index is None or device.index in (None, -1, self.device.index))
+
+
+def _operation_end(node) -> int | None:
+    """When the innermost operator (an aten op, not a user-marked range nor autograd's node)
+    around the profiler event `node` ended; None outside every operator."""
+    parent = node.parent
+    while parent is not None:
+        if parent.tag == _EventType.TorchOp and parent.extra_fields.scope == RecordScope.FUNCTION:
+            return parent.end_time_ns
+        parent = parent.parent
+    return None

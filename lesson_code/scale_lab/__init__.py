@@ -335,8 +335,9 @@ def compare_with_real(run: ScaleRun = CHECK_RUN, world_size: int = 4,
     `peak_difference` (simulated - real), and the phase each peak fell in (`peak_in`,
     `real_peak_in`); `real_peak` beside `profiler_peak`, the real rank's step peak as torch's
     profiler saw it (a second instrument: what torch's allocator allocates on the rank's own
-    thread; it never sees the batch's targets allocated, which the tracker counts from the
-    forward on, and it sees allocations no operation returns). A bfloat16 run's peaks may
+    thread, without kernels' scratch, which the tracker cannot see; it never sees the batch's
+    targets allocated, which the tracker counts from the forward on, and it sees small
+    allocations no operation returns). A bfloat16 run's peaks may
     differ when activations are live at the peak: torch's meta kernel keeps LayerNorm's mean
     and 1/std in float32, as its CUDA kernel does, where its CPU kernel keeps them in bfloat16
     (2 bytes more per token for each, for each LayerNorm).
