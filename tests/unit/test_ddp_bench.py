@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from lesson_code.bench import ddp as ddp_bench
+from lesson_code.bench import ddp as ddp_bench, stored
 
 VARIANTS = [("naive", "ring", 4.0), ("torch", "builtin", 4.0),
             ("bucketed", "ring", ddp_bench.ONE_BUCKET_MB)]
@@ -62,3 +62,24 @@ def test_the_book_table_renames_the_columns_it_explains_and_rounds_only_times_an
     # each ratio with its median and its range, so that no round's extreme stands alone
     assert (shown.loc["bucketed", "vs torch"], shown.loc["bucketed", "vs torch high"]) == (1.0, 1.5)
     assert shown.loc["naive", "vs one bucket"] == table.loc[0, "vs_one_bucket"]
+
+
+def test_lesson_77s_text_matches_the_stored_run():
+    """The claims lesson 77's benchmark section makes of measured_ddp.csv, checked on the stored
+    table as the page shows it; a new stored run that changes them must change the text too."""
+    bench = ddp_bench.book_table(stored.load("ddp")[0])
+    ours = bench.query("wrapper == 'bucketed' and communicator == 'ring'").set_index("bucket MiB")
+    one = ours.index.max()  # the control: one bucket that holds every gradient, no overlap
+    naive = bench.query("wrapper == 'naive'").iloc[0]
+    level = bench[(bench["wrapper"] == "bucketed") & (bench["bucket MiB"] != 0.25)]  # 4 MiB, control
+    assert naive["vs torch low"] > 1  # the naive wrapper: slower than PyTorch's DDP in every round
+    assert level["vs torch"].tolist() == [1.01, 1.01, 0.98]  # level with PyTorch's DDP, within the noise:
+    assert ((level["vs torch low"] < 1) & (level["vs torch high"] > 1)).all()  # faster in some rounds
+    assert (ours.drop(one)["comm during backward"] > ours.drop(one)["comm"] / 2).all()
+    assert ours.loc[4, "vs one bucket"] == 1.03  # overlap (ring against ring): no saving
+    assert bench.query("communicator == 'builtin'")["vs one bucket"].eq(1.02).all()
+    assert ours.loc[4, "vs one bucket low"] < 1 < ours.loc[4, "vs one bucket high"]
+    assert 0 < ours.loc[one, "wait"] - ours.loc[4, "wait"] < ours.loc[4, "backward"] - ours.loc[one, "backward"]
+    assert ours.loc[0.25, "vs one bucket low"] > 1 and ours["backward"].idxmax() == 0.25  # 0.25 MiB: slower
+    assert (ours.loc[one, "wait"], ours.loc[4, "wait"]) == (60.0, 24.9)  # the warning box's numbers
+    assert (ours.loc[one, "backward"], ours.loc[4, "backward"]) == (341.6, 377.5)
