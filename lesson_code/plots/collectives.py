@@ -28,8 +28,8 @@ LABELS = {
         "rank": "rank", "chunk": "chunk", "size": "tensor size (bytes)",
         "busbw": "bus bandwidth (MB/s)", "time": "time (ms)", "ranks": "ranks N",
         "busiest": "bytes through the busiest rank (× tensor size)",
-        "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds;\n"
-                      "outlined = sent this step",
+        "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds, Σ = all;\n"
+                      "outlined = sent this step to the rank below (mod {n})",
         "fit": "{op}: α = {alpha:.0f} µs, 1/β = {bw:.0f} MB/s",
         "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct exchange",
         "shared_memory": "shared memory (one machine)",
@@ -42,8 +42,8 @@ LABELS = {
         "rank": "رتبه", "chunk": "تکه", "size": "اندازهٔ تنسور",  # its ticks say KiB, MiB
         "busbw": "پهنای باند گذرگاه (MB/s)", "time": "زمان (ms)", "ranks": "تعداد رتبه‌ها N",
         "busiest": "بایت‌های عبوری از پرکارترین رتبه (× اندازهٔ تنسور)",
-        "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه آمده است؛\n"
-                      "قاب پررنگ = ارسال در همین گام",
+        "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه آمده است، Σ = همه؛\n"
+                      "قاب پررنگ = ارسال در همین گام به رتبهٔ پایینی (به پیمانهٔ {n})",
         # the formulas isolated left to right, in Latin digits as every formula of a figure
         # (libraqm reorders Persian digits inside an isolate): "α = 1955 µs" keeps its order
         "fit": "{op}: \u2066α = {alpha:.0f} µs\u2069، \u20661/β = {bw:.0f} MB/s\u2069",
@@ -120,7 +120,8 @@ def ring_schedule_table(world_size: int, phase: str = "reduce_scatter") -> pd.Da
 
 
 def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
-    """Grid per ring step (rows: ranks, columns: chunks), coloured by contributions held."""
+    """Grid per ring step (rows: ranks, columns: chunks), coloured by contributions held;
+    a complete chunk shows a sum sign, a partial sum the ranks it holds."""
     frames = ring_states(world_size)
     steps = world_size - 1
     labels, fig, axes = start_figure(LABELS, lang, 2, steps, figsize=(FIGURE_WIDTH, 0.6 + 2 * FIGURE_WIDTH / steps),
@@ -133,8 +134,12 @@ def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
                 held = state[rank][chunk]
                 ax.add_patch(Rectangle((chunk, rank), 1, 1, facecolor=colours(
                     0.15 + 0.7 * len(held) / world_size), edgecolor="white"))
-                ax.text(chunk + 0.5, rank + 0.5, "".join(str(r) for r in sorted(held)),
-                        ha="center", va="center", fontsize=11)
+                # a complete chunk is a sum sign: only partial sums name their ranks
+                complete = len(held) == world_size
+                ax.text(chunk + 0.5, rank + 0.5,
+                        "Σ" if complete else "".join(str(r) for r in sorted(held)),
+                        ha="center", va="center", fontsize=13 if complete else 10,
+                        color="white" if complete else "black")
         for rank, chunk in sent:
             ax.add_patch(Rectangle((chunk + 0.05, rank + 0.05), 0.9, 0.9, fill=False,
                                    edgecolor="darkred", linewidth=2))

@@ -81,6 +81,7 @@ FIGURES = {
     "stage 3 timeline": lambda lang: zero.stage3_timeline_figure(
         STAGE3, memory.stage3_step(UNITS78A, 2), lang=lang),
     "layer overlap": lambda lang: zero.layer_overlap_figure(35.8, 4.1, 8.1, 856e6, lang=lang),
+    "four moves": lambda lang: zero.four_moves_figure(4, lang=lang),
     "gantt": lambda lang: pipeline.gantt_figure({"GPipe": EVENTS, "1F1B": EVENTS}, lang=lang),
     "rank gantt": lambda lang: pipeline.rank_gantt_figure(
         {"1F1B": [(0, 0, "F", 0, 0.0, 1.0), (1, 1, "F", 0, 1.0, 2.0), (1, 1, "B", 0, 2.0, 4.0),
@@ -268,3 +269,13 @@ def test_bucket_size_timelines_name_each_lane_by_its_cap():
     widths = sorted(round(bar.get_width(), 6) for bar in ax.patches)
     assert widths == [0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0]  # ms: 2 backwards, 2 waits, 3 buckets
     plt.close("all")
+
+
+def test_the_ring_figure_marks_complete_chunks_with_a_sum_sign():
+    """Only partial sums name their ranks: a complete chunk's four digits overflow its cell."""
+    fig = collectives.ring_schedule_figure(4, lang="en")
+    cells = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+    assert cells[2].count("Σ") == 4  # after the reduce-scatter: the diagonal is complete
+    assert cells[-1] == ["Σ"] * 16  # after the all-gather: every chunk on every rank
+    assert not any("0123" in text for panel in cells for text in panel)
+    plt.close(fig)
