@@ -306,3 +306,63 @@ def layer_overlap_figure(backward_ms: float, gather_ms: float, reduce_ms: float,
                markerfirst=lang != "fa")
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
+
+
+# Lesson 78: ZeRO-1's optimizer step as four moves on one flat vector, rank by rank.
+MOVES_LABELS = {
+    "en": {"rank": "rank",
+           "flatten": "1. flatten: each rank's whole gradient of its own data (model's dtype)",
+           "reduce": "2. reduce-scatter: rank r keeps its shard, averaged (model's dtype)",
+           "adam": "3. Adam on the shard, in fp32: master copy and two moments",
+           "gather": "4. all-gather: every rank gets the whole updated model (model's dtype)",
+           "elements": "N shards of S = ⌈Ψ/N⌉ elements; the last ends in zero padding (hatched)",
+           "shard": "shard"},
+    "fa": {"rank": "رتبه",
+           "flatten": "۱. تخت‌سازی: هر رتبه گرادیان کامل دادهٔ خودش را دارد (نوع دادهٔ مدل)",
+           "reduce": "۲. کاهش و پخش: رتبهٔ r شارد خودش را، میانگین‌گرفته، نگه می‌دارد (نوع دادهٔ مدل)",
+           "adam": "۳. Adam روی شارد، در fp32: رونوشت اصلی و دو گشتاور",
+           "gather": "۴. گردآوری همگانی: هر رتبه کل مدلِ به‌روزشده را می‌گیرد (نوع دادهٔ مدل)",
+           "elements": "شاردها: N تا، هر کدام S = ⌈Ψ/N⌉ عنصر؛ آخرینشان با صفرِ پدینگ تمام می‌شود (هاشورخورده)",
+           "shard": "شارد"},
+}
+SHARD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                 "#7f7f7f"]
+
+
+def four_moves_figure(world_size: int = 4, lang: str = "en") -> Figure:
+    """ZeRO-1's step on `world_size` ranks, one panel per move: the flat gradient every rank holds
+    whole, the averaged shard the reduce-scatter leaves rank r, the fp32 master and two moments
+    Adam updates on it, and the whole model the all-gather hands back. Shard r in colour r; the
+    last shard's padding hatched (drawn wider than it is, to be seen). A schematic: no data."""
+    if not 1 <= world_size <= len(SHARD_COLOURS):
+        raise ValueError(f"world_size={world_size!r}: give 1 to {len(SHARD_COLOURS)}, such as 4")
+    labels, fig, axes = start_figure(MOVES_LABELS, lang, 4, 1, figsize=(FIGURE_WIDTH, 8.4),
+                                     sharex=True)
+    ranks = range(world_size)
+    for ax, move in zip(axes, ("flatten", "reduce", "adam", "gather")):
+        for r in ranks:
+            y = world_size - 1 - r
+            for s in ranks:
+                own, colour = s == r, SHARD_COLOURS[s]
+                if move == "flatten" or move == "gather":
+                    ax.barh(y, 1, left=s, height=0.7, color=colour, edgecolor="white",
+                            alpha=0.35 if move == "flatten" else 1.0)
+                elif not own:
+                    ax.barh(y, 1, left=s, height=0.7, color="none", edgecolor="#c7c7c7")
+                elif move == "reduce":
+                    ax.barh(y, 1, left=s, height=0.7, color=colour, edgecolor="white")
+                else:  # the fp32 master copy and Adam's two moments of the shard
+                    for k in range(3):
+                        ax.barh(y - 0.25 + 0.25 * k, 1, left=s, height=0.2, color=colour)
+            ax.barh(y, 0.1, left=world_size - 0.1, height=0.7, color="white", hatch="///",
+                    edgecolor="#333333", linewidth=0)
+        ax.set_title(labels[move], fontsize=11, loc="right" if lang == "fa" else "left")
+        ax.set_yticks([world_size - 1 - r for r in ranks],
+                      [language.numbered(labels["rank"], r, lang) for r in ranks])
+        ax.set_xlim(0, world_size)
+        ax.set_ylim(-0.6, world_size - 0.4)
+    axes[-1].set_xticks([s + 0.5 for s in ranks],
+                        [language.numbered(labels["shard"], s, lang) for s in ranks])
+    axes[-1].set_xlabel(labels["elements"])
+    fig.tight_layout()
+    return fig
