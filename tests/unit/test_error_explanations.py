@@ -147,7 +147,7 @@ def test_a_refused_restart_says_in_persian_what_failed_to_load_and_what_was_skip
 def test_a_world_size_mismatch_gives_the_same_reshard_call_in_both_languages(tmp_path):
     from lesson_code.checkpoint import shards
     folder, _ = checkpoint(tmp_path / "step-00000001")  # saved by 1 rank
-    mismatch = raised(lambda: shards._read_rank(folder, 0, 2, False))  # loaded on 2
+    mismatch = raised(lambda: shards.load_sharded(folder, rank=0, world_size=2))  # on 2 ranks
     call = f"reshard({str(folder)!r}, dst, 2)"
     assert mismatch.fault == "world_size" and str(mismatch).endswith(f"e.g. {call}")
     told = mismatch.explain("fa")
