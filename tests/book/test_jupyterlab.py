@@ -60,6 +60,7 @@ SCREENSHOTS = ROOT / "_build" / "screenshots"
 SETTINGS = ROOT / "book" / "static" / "jupyterlab-settings.json"  # make lab's defaults
 TOKEN = "lesson-code-test"
 START_TIMEOUT_S = 120
+SETTLE_TIMEOUT_S = 10  # for a drawn cell's style to settle
 KERNEL_TIMEOUT_MS = 240_000  # the lesson's imports (torch, pandas) on a busy 2-core machine
 # The options of `make lab`'s jupyter lab besides the folder it serves (the Makefile's $(CURDIR))
 LAB_OPTIONS = ["--ServerApp.ip=127.0.0.1", "--LabApp.default_url=/lab/tree/notebooks",
@@ -249,10 +250,23 @@ def assert_persian_prose_right_to_left(page) -> None:
         page.wait_for_function(f"() => ({PROSE})().length >= 3", timeout=START_TIMEOUT_S * 1000)
     except PlaywrightTimeout:
         pass  # the assertion below says how many there were
+    # A cell drawn while the page is read may not have its final style yet (seen once on a loaded
+    # machine): give the drawing a few seconds to settle; a paragraph that stays wrong fails.
+    try:
+        page.wait_for_function(f"""() => ({PROSE})().every(([direction, align]) =>
+                                   direction === "rtl" && align === "right")""",
+                               timeout=SETTLE_TIMEOUT_S * 1000)
+    except PlaywrightTimeout:
+        pass  # the assertion below names what stayed wrong
     prose = page.evaluate(PROSE)
     assert len(prose) >= 3, f"found only {len(prose)} Persian paragraphs"
     wrong = [style for style in prose if style != ["rtl", "right"]]
-    assert not wrong, f"{len(wrong)} of {len(prose)} Persian paragraphs are not right-to-left: {wrong[:3]}"
+    if wrong:
+        texts = page.evaluate(f"""() => [...document.querySelectorAll("{MARKDOWN} p")]
+            .filter(p => getComputedStyle(p).direction !== "rtl" || getComputedStyle(p).textAlign !== "right")
+            .map(p => p.textContent.slice(0, 80))""")
+        wrong = [*wrong[:3], *texts[:3]]
+    assert not wrong, f"{len(prose)} Persian paragraphs; not right-to-left: {wrong}"
 
 
 def assert_printed_lines_read_in_their_own_direction(page, cells: list[dict]) -> None:
