@@ -44,7 +44,8 @@ class CapstoneConfig(RunConfig):
     crash to resume from (`run_rank` fires it; the command arms it only in a run that starts
     fresh on torchrun's first attempt). `optimizer_before_broadcast` builds the optimizer before
     the broadcast, the wrong order of the lesson's table: each rank's master shard then holds its
-    own random initialisation. `max_grad_norm` clips the global gradient norm (exercise 5).
+    own random initialisation. `max_grad_norm` clips the global gradient norm (lesson 81's
+    exercise 4).
     Raises ValueError for settings that contradict each other.
     """
 
@@ -60,7 +61,7 @@ class CapstoneConfig(RunConfig):
     corpus_batches: int = 20          # distinct global batches: each of the 20 steps reads its own
     corpus_tokens: int = field(default=0, init=False)  # derived from corpus_batches
     lr: float = 3e-3
-    accumulation: int = 1             # micro-batches per step (exercise 2)
+    accumulation: int = 1             # micro-batches per step, their gradients summed
     spike_factor: float = 2.0         # the divergence guard's limit on loss growth between steps
     lr_spike_step: int | None = None
     lr_spike_factor: float = 1000.0
@@ -72,7 +73,7 @@ class CapstoneConfig(RunConfig):
     kill_rank: int | None = None      # None: the last rank
     kill_during_save: bool = False
     optimizer_before_broadcast: bool = False  # the wrong order, to show what it does
-    max_grad_norm: float | None = None  # clip the global gradient norm to this (exercise 5)
+    max_grad_norm: float | None = None  # clip the global gradient norm to this (exercise 4)
 
     def __post_init__(self):
         require_positive_int("world_size", self.world_size, "the number of ranks, such as 4")

@@ -276,7 +276,7 @@ def test_r_sees_gradients_summed_where_the_mean_is_due(clean_run, one_process, t
     assert all(abs(ratio - 4) < 1e-3 for ratio in ratios)
 
 
-def test_exercise_5_clipping_across_shards_matches_torch_clipping_in_one_process(clean_run, tmp_path):
+def test_exercise_4_clipping_across_shards_matches_torch_clipping_in_one_process(clean_run, tmp_path):
     _, clean = clean_run
     config, results = run_changed(tmp_path / "ranks", max_grad_norm=0.3)  # every norm here is ~0.6
     one = dataclasses.replace(config, out_dir=str(tmp_path / "one"), world_size=1,
@@ -287,14 +287,14 @@ def test_exercise_5_clipping_across_shards_matches_torch_clipping_in_one_process
     assert max(abs(a - b) for a, b in zip(losses(results), losses(clean))) > 1e-3  # it clipped
 
 
-def test_exercise_1_tensor_parallel_attention_matches_one_rank():
+def test_tensor_parallel_attention_of_page_81a_matches_one_rank():
     config = CapstoneConfig()
     split = launch.spawn(tensor_parallel_loss, config, world_size=2)
     assert split[0] == split[1]
     assert abs(split[0] - in_one_rank(single_rank_loss, config)) < 1e-5
 
 
-def test_exercise_1_trained_through_f_and_g_the_split_gives_the_one_rank_gradient():
+def test_tensor_parallel_of_page_81a_trained_through_f_and_g_the_split_gives_the_one_rank_gradient():
     # g's backward must be the identity: a differentiable all-reduce (funcol) sums the gradient
     # again and is caught by the same comparison. Float32 rounding of one backward pass is near
     # 1e-7 relative; the wrong g is off by tens of percent.
