@@ -191,12 +191,18 @@ def stage3_timeline_figure(timeline: dict, model: list[dict], lang: str = "en") 
     lanes.set_yticks(list(rows.values()), [labels[when] for when in rows])
     lanes.set_ylim(-0.5, 1.5)
     lanes.set_xlabel(labels["time"])
-    colours = {**ACTION_COLOURS, "optimizer": OPTIMIZER_COLOUR}
+    _colour_legend(fig, {**ACTION_COLOURS, "optimizer": OPTIMIZER_COLOUR}, labels, lang, 0.11)
+    return fig
+
+
+def _colour_legend(fig, colours: dict[str, str], labels: dict[str, str], lang: str,
+                   bottom: float) -> None:
+    """A legend of one colour patch per part of `colours`, named by `labels`, under the figure,
+    whose axes end `bottom` (a fraction of its height) above its foot."""
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()]
     fig.legend(handles, [labels[part] for part in colours], loc="lower center", ncol=3,
                markerfirst=lang != "fa")
-    fig.tight_layout(rect=(0, 0.11, 1, 1))
-    return fig
+    fig.tight_layout(rect=(0, bottom, 1, 1))
 
 
 # The tables of lesson 78a in Persian: its own labels, beside lesson 78's (`TABLE_LABELS`).
@@ -301,10 +307,7 @@ def layer_overlap_figure(backward_ms: float, gather_ms: float, reduce_ms: float,
     ax.set_ylim(-0.5, 1.5)
     ax.set_xlim(0, 3 * backward_ms)
     ax.set_xlabel(labels["time"])
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()]
-    fig.legend(handles, [labels[part] for part in colours], loc="lower center", ncol=3,
-               markerfirst=lang != "fa")
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    _colour_legend(fig, colours, labels, lang, 0.1)
     return fig
 
 
