@@ -18,7 +18,6 @@ rank functions through the launcher, as the lesson does:
 from __future__ import annotations
 
 import itertools
-
 import traceback
 from datetime import timedelta
 
@@ -200,9 +199,13 @@ def modelled_events(orders: list[list[tuple[int, str, int]]],
 def modelled_bubble(orders: list[list[tuple[int, str, int]]], virtual: int) -> float:
     """The idle fraction of the step that torch's `orders` give on ideal stages with free
     messages (`modelled_events`): 1 - busy / (ranks x step)."""
-    events = modelled_events(orders, virtual)
+    return _idle_fraction(modelled_events(orders, virtual), len(orders))
+
+
+def _idle_fraction(events: list[tuple[int, int, str, int, float, float]], ranks: int) -> float:
+    """1 - busy / (ranks x step) of `modelled_events`' answer."""
     busy = sum(end - start for *_, start, end in events)
-    return 1 - busy / (len(orders) * max(end for *_, end in events))
+    return 1 - busy / (ranks * max(end for *_, end in events))
 
 
 def modelled_peak_held(order: list[tuple[int, str, int]], virtual: int) -> float:
@@ -234,7 +237,7 @@ def compare_schedules(torch_orders: list[list[dict]], micro_batches: int):
         runs[first["schedule"]] = ([results[k]["order"] for results in torch_orders], 2, rank_of)
     events = {name: modelled_events(orders, v) for name, (orders, v, _) in runs.items()}
     table = pd.DataFrame({name: {
-        "stages_per_rank": v, "modelled_idle": modelled_bubble(orders, v),
+        "stages_per_rank": v, "modelled_idle": _idle_fraction(events[name], ranks),
         "held_on_rank_0": modelled_peak_held(orders[0], v),
         "held_on_last_rank": modelled_peak_held(orders[-1], v),
         "messages_each_way": sum(a != b for a, b in zip(rank_of, rank_of[1:]))}
