@@ -269,7 +269,7 @@ TABLE_LABELS = {
     "with latencies, 32 units": "با تأخیرها، ۳۲ واحد",
     "ms per step, median of 4 to 256 KiB": "میلی‌ثانیه در هر گام، میانهٔ ۴ تا ۲۵۶ KiB",
     "running sum in bfloat16": "جمع جاری با bfloat16",
-    "float32, result rounded to bfloat16": "با float32، نتیجه گرد‌شده به bfloat16",
+    "float32, result rounded to bfloat16": "با float32، سپس گرد کردن نتیجه به bfloat16",
     "float32 throughout": "سراسر با float32",
     "stored run": "اجرای ذخیره‌شده", "this run": "این اجرا",
 }
