@@ -420,7 +420,8 @@ SAY = {
         "sign": "over {percent}% slower than a larger size: {found}",
         "sign_at": "{name} at {sizes} bytes", "sign_none": "{name} at no size", "sign_join": "; ",
         "switches": "predicted switches (bytes, from, to): {switches}",
-        "switch": "", "worst": "worst ratio of each: {worst}",
+        "switch": "", "no_switch": "none: one algorithm is the fastest at every size of this range",
+        "worst": "worst ratio of each: {worst}",
         "without": "without shared memory, from 4 MiB up: {low:.2f}x to {high:.2f}x",
         "hang": "rank {rank} of {ranks} gave up after {seconds:g} s in {op}: a message it waited "
                 "for never came",
@@ -440,7 +441,9 @@ SAY = {
         "sign_at": "{name} در {sizes} بایت", "sign_none": "{name} در هیچ اندازه‌ای",
         "sign_join": "؛ ",
         "switches": "نقطه‌های تغییر الگوریتم (پیش‌بینی‌شده): {switches}",
-        "switch": "در {nbytes:,} بایت از {before} به {after}", "worst": "بدترین نسبت هر کدام: {worst}",
+        "switch": "در {nbytes:,} بایت از {before} به {after}",
+        "no_switch": "هیچ؛ در این بازه یک الگوریتم در همهٔ اندازه‌ها سریع‌ترین است",
+        "worst": "بدترین نسبت هر کدام: {worst}",
         "without": "بدون حافظهٔ مشترک، از ۴ MiB به بالا: {low:.2f} تا {high:.2f} برابر",
         "hang": "رتبهٔ {rank} از {ranks} رتبه پس از {seconds:g} ثانیه در {op} دست کشید: پیامی که "
                 "منتظرش بود هرگز نرسید",
@@ -512,12 +515,16 @@ def hang_line(rank_traceback: str, lang: str) -> str:
 
 
 def switches_line(switches: list[tuple[int, str, str]], lang: str) -> str:
-    """`choose.predicted_switches`' (bytes, from, to) as a line of `lang`."""
+    """`choose.predicted_switches`' (bytes, from, to) as a line of `lang`; with no switch, a
+    word that says so rather than an empty list."""
+    if not switches:
+        return say("switches", lang, switches=say("no_switch", lang))
     if lang == "en":
         return say("switches", lang, switches=switches)
+    words = WORDS | {"naive": "روش ساده‌لوحانه"}  # the adjective alone does not name a method
     return say("switches", lang, switches="؛ ".join(
-        say("switch", lang, nbytes=nbytes, before=WORDS.get(before, before),
-            after=WORDS.get(after, after)) for nbytes, before, after in switches))
+        say("switch", lang, nbytes=nbytes, before=words.get(before, before),
+            after=words.get(after, after)) for nbytes, before, after in switches))
 
 
 def worst_line(worst: dict[str, float], lang: str) -> str:

@@ -46,7 +46,11 @@ def test_lesson_76s_lines_in_both_editions():
         "predicted switches (bytes, from, to): [(1109352, 'naive', 'shared_memory')]")
     persian = collectives_lab.switches_line(switches, "fa")
     assert persian.startswith("نقطه‌های تغییر الگوریتم (پیش‌بینی‌شده): ")
-    assert "در ۱٬۱۰۹٬۳۵۲ بایت از ساده‌لوحانه به حافظهٔ مشترک" in persian and not latin_words(persian)
+    assert "در ۱٬۱۰۹٬۳۵۲ بایت از روش ساده‌لوحانه به حافظهٔ مشترک" in persian
+    assert not latin_words(persian)
+    for lang in ("en", "fa"):  # no switch in the range: a word, not an empty list or nothing
+        empty = collectives_lab.switches_line([], lang)
+        assert empty.endswith(collectives_lab.say("no_switch", lang)) and "[]" not in empty
     worst = {"all_reduce": 0.78, "reduce_scatter": 0.56}
     assert collectives_lab.worst_line(worst, "en") == f"worst ratio of each: {worst}"
     assert collectives_lab.worst_line(worst, "fa") == (
