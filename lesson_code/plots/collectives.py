@@ -31,7 +31,7 @@ LABELS = {
         "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds, Σ = all;\n"
                       "outlined = sent this step to the rank below (mod {n})",
         "fit": "{op}: α = {alpha:.0f} µs, 1/β = {bw:.0f} MB/s",
-        "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct exchange",
+        "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct",
         "shared_memory": "shared memory (one machine)",
         "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
         "model": "solid: measured, joined as auto reads them; dashed: the fitted model",
@@ -47,10 +47,10 @@ LABELS = {
         # the formulas isolated left to right, in Latin digits as every formula of a figure
         # (libraqm reorders Persian digits inside an isolate): "α = 1955 µs" keeps its order
         "fit": "{op}: \u2066α = {alpha:.0f} µs\u2069، \u20661/β = {bw:.0f} MB/s\u2069",
-        "naive": "ساده‌لوحانه (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "تبادل مستقیم",
+        "naive": "ساده‌لوحانه (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "مستقیم",
         "shared_memory": "حافظهٔ مشترک (یک دستگاه)",
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
-        "model": "خط پر: اندازه‌گیری‌شده، همان‌گونه که auto می‌خواند؛ خط‌چین: مدل برازش‌شده",
+        "model": "خط پیوسته: اندازه‌گیری‌شده، همان‌گونه که auto می‌خواند؛ خط‌چین: مدل برازش‌شده",
         "switch": "نقطهٔ تغییر auto",
     },
 }
@@ -251,7 +251,6 @@ TABLE_LABELS = {
     "fastest measured": "سریع‌ترینِ اندازه‌گیری‌شده", "auto's choice": "انتخاب auto",
     "with this size left out": "با کنار گذاشتن همین اندازه",
     "auto, run 2 / run 1": "auto، اجرای دوم / اجرای اول",
-    "α (ms)": "تأخیر α (ms)", "1/β (GB/s)": "پهنای باند 1/β (GB/s)",
     "sends": "می‌فرستد", "receives": "دریافت می‌کند",
     "ring (model)": "حلقه (مدل)", "naive (model)": "ساده‌لوحانه (مدل)",
     "GB sent by the busiest rank": "گیگابایتِ فرستادهٔ پرکارترین رتبه",
