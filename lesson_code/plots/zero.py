@@ -161,7 +161,8 @@ def unit_label(name: str, lang: str = "en") -> str:
 def stage3_timeline_figure(timeline: dict, model: list[dict], lang: str = "en") -> Figure:
     """One ZeRO-3 step on one rank: above, the bytes held (measured, and `memory.stage3_step`'s
     model placed at the end of each measured event); below, each unit's gather, compute,
-    reduce-scatter and free in forward and in backward, then the optimizer step."""
+    reduce-scatter and free in forward and in backward, each block's spans marked with its number,
+    then the optimizer step. Frees, too short to see, are left out of the legend."""
     labels, fig, (top, lanes) = start_figure(
         TIMELINE_LABELS, lang, 2, 1, figsize=(FIGURE_WIDTH, 5.6), sharex=True,
         gridspec_kw={"height_ratios": [3, 1.3]})
@@ -183,15 +184,17 @@ def stage3_timeline_figure(timeline: dict, model: list[dict], lang: str = "en") 
                    height=0.7, color=ACTION_COLOURS[event["action"]], edgecolor="none")
     last = timeline["events"][-1]["end_ms"]
     lanes.barh(0, times[-1] - last, left=last, height=0.7, color=OPTIMIZER_COLOUR)
-    for unit in timeline["units"]:  # forward's blocks are too short to name: backward's only
-        span = [e for e in timeline["events"] if e["unit"] == unit and e["pass"] == "backward"]
-        if unit.startswith("blocks"):
-            lanes.text((span[0]["start_ms"] + span[-1]["end_ms"]) / 2, 0.5, unit_label(unit, lang),
-                       ha="center", va="bottom", fontsize=11)
+    for unit in (u for u in timeline["units"] if u.startswith("blocks.")):  # its number, in its spans
+        for when, row in rows.items():
+            span = [e for e in timeline["events"] if e["unit"] == unit and e["pass"] == when]
+            lanes.text((span[0]["start_ms"] + span[-1]["end_ms"]) / 2, row,
+                       number(int(unit.partition(".")[2]), lang), ha="center", va="center",
+                       color="white", fontsize=10)
     lanes.set_yticks(list(rows.values()), [labels[when] for when in rows])
     lanes.set_ylim(-0.5, 1.5)
     lanes.set_xlabel(labels["time"])
-    _colour_legend(fig, {**ACTION_COLOURS, "optimizer": OPTIMIZER_COLOUR}, labels, lang, 0.11)
+    shown = {action: c for action, c in ACTION_COLOURS.items() if action != "free"}  # too short to see
+    _colour_legend(fig, {**shown, "optimizer": OPTIMIZER_COLOUR}, labels, lang, 0.11)
     return fig
 
 
@@ -219,7 +222,7 @@ STAGES_LABELS = {
     "seconds at 50 GB/s": "ثانیه با ۵۰ گیگابایت بر ثانیه",
     "s through network cards, 50 GB/s each": "ثانیه از راه کارت‌های شبکه، هر کدام ۵۰ گیگابایت بر ثانیه",
     "s over NVLink, 450 GB/s": "ثانیه روی NVLink، ۴۵۰ گیگابایت بر ثانیه",
-    "gap (MB)": "فاصله (مگابایت)",
+    "gap (MB)": "فاصله (مگابایت)", "excess (MB)": "مازاد (مگابایت)", "optimizer step": "گام بهینه‌ساز",
     "peak_in": "بیشینه در", "held": "نگه‌داشته میان گام‌ها", "gathered": "گردآوری‌شده",
     "peak, this run": "بیشینه، همین اجرا",
     "peak, stored": "بیشینه، جدول ذخیره‌شده", "model's peak": "بیشینهٔ مدل حافظه",
@@ -261,9 +264,9 @@ STAGES_LABELS = {
     "MB allocated": "مگابایتِ تخصیص‌یافته", "before the step": "پیش از گام",
     "in forward": "در گذر رفت", "in backward": "در گذر برگشت", "in a gather": "در گردآوری",
     "in a reduce-scatter": "در کاهش و پخش", "in the step": "در گام بهینه‌ساز",
-    "held between steps (MB), lowest rank": "نگه‌داشته میان گام‌ها (مگابایت)، پایین‌ترین رتبه",
-    "peak (MB), lowest rank": "بیشینه (مگابایت)، پایین‌ترین رتبه",
-    "peak (MB), highest rank": "بیشینه (مگابایت)، بالاترین رتبه",
+    "held between steps (MB), lowest rank": "نگه‌داشته میان گام‌ها (مگابایت)، کمترین میان رتبه‌ها",
+    "peak (MB), lowest rank": "بیشینه (مگابایت)، کمترین میان رتبه‌ها",
+    "peak (MB), highest rank": "بیشینه (مگابایت)، بیشترین میان رتبه‌ها",
 }
 
 

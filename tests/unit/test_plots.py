@@ -279,3 +279,18 @@ def test_the_ring_figure_marks_complete_chunks_with_a_sum_sign():
     assert cells[-1] == ["Σ"] * 16  # after the all-gather: every chunk on every rank
     assert not any("0123" in text for panel in cells for text in panel)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_stage3_timeline_numbers_each_block_in_both_lanes_and_leaves_frees_out_of_its_legend(lang):
+    """Each block's forward and backward spans carry its number (the blocks are named in both
+    lanes, not above one); frees, too short to see, have no legend entry."""
+    figure = zero.stage3_timeline_figure(STAGE3, memory.stage3_step(UNITS78A, 2), lang=lang)
+    try:
+        lanes = figure.axes[1]
+        marks = sorted((t.get_text(), t.get_position()[1]) for t in lanes.texts)
+        assert marks == [(plots.number(0, lang), 0), (plots.number(0, lang), 1)]  # blocks.0, both lanes
+        legend = [t.get_text() for t in figure.legends[0].get_texts()]
+        assert zero.TIMELINE_LABELS[lang]["free"] not in legend
+    finally:
+        plt.close(figure)
