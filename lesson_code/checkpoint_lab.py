@@ -491,8 +491,8 @@ def timed_save(rank: int, world_size: int, run: ZeroRun, root: str) -> dict:
 SAVE_IN_STEPS = {
     "en": "one save took as long as {steps:.1f} training steps (rank 0: save {save_ms:.0f} ms, "
           "step {step_ms:.0f} ms)",
-    "fa": "یک ذخیره به اندازهٔ {steps:.1f} گام آموزش طول کشید (رتبهٔ ۰: ذخیره {save_ms:.0f} ms، "
-          "گام {step_ms:.0f} ms)",
+    "fa": "یک ذخیره به اندازهٔ {steps:.1f} گام آموزش طول کشید (رتبهٔ ۰: ذخیره {save_ms:.0f} "
+          "میلی‌ثانیه، گام {step_ms:.0f} میلی‌ثانیه)",
 }
 
 

@@ -63,7 +63,7 @@ TABLE_WORDS = {"fa": {
         "فاصلهٔ یانگ با یک خرابی در هر ۳٫۰۹ ساعت (ثانیه)",
     "steps between saves": "گام‌های میان دو ذخیره", "bandwidth (TB/s)": "پهنای باند (TB/s)",
     "save (s)": "ذخیره (ثانیه)", "interval (min)": "فاصلهٔ ذخیره‌ها (دقیقه)",
-    "time lost (%)": "زمان از دست رفته (٪)", "model tensors": "تنسورهای مدل",
+    "time lost (%)": "زمان ازدست‌رفته (٪)", "model tensors": "تنسورهای مدل",
     "own vectors": "بردارهای خود رتبه", "blocking save (ms)": "ذخیرهٔ مسدودکننده (ms)",
     "in the background (ms)": "در پس‌زمینه (ms)", "chosen": "انتخاب‌شده",
     "largest |parameter|": "بزرگ‌ترین قدرمطلق پارامتر", "float32 spacing there": "فاصلهٔ float32 در آنجا",
@@ -103,6 +103,7 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     ax.set_yticks(ranks, [language.numbered(labels["rank"], r, lang) for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel(labels["time"])
+    ax.set_xlim(left=0)  # the save starts at 0: the lock and the staging folder come first
     legend_below(ax, ncol=2)
     fig.tight_layout()
     return fig
@@ -123,17 +124,17 @@ def reshard_layout_figure(layouts: list[list[dict]], numel: int, lang: str = "en
                     edgecolor="white", height=0.6)
             ax.text(shard["start"] + real / 2, row, language.numbered(labels["rank"], shard["rank"], lang),
                     ha="center", va="center", fontsize=11, color="white")
-            if shard["padding"]:  # a few elements: hatched, and named beside the bar
+            if shard["padding"]:  # a few elements: hatched, and named under the bar's end
                 ax.barh(row, shard["padding"], left=shard["start"] + real, color="white",
                         edgecolor="grey", hatch="///", height=0.6)
                 ax.annotate(labels["padding"].format(n=number(shard["padding"], lang)),
-                            (shard["start"] + shard["length"], row), xytext=(4, 0),
-                            textcoords="offset points", va="center", fontsize=11)
+                            (shard["start"] + shard["length"], row + 0.32), ha="right",
+                            va="top", fontsize=10)
     ax.set_yticks(range(len(layouts)),
                   [labels["ranks"].format(n=number(len(shards), lang)) for shards in layouts])
     ax.invert_yaxis()
     ax.axvline(numel, color="black", linewidth=0.8)
     ax.set_xlabel(labels["elements"])
-    ax.set_xlim(0, numel * 1.3)  # room for the padding's label
+    ax.set_xlim(0, numel * 1.04)
     fig.tight_layout()
     return fig
