@@ -126,7 +126,7 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
     ax.set_xlabel(labels["step"])
     ax.set_ylabel(labels["loss"])
     if any(r.get("event") for r in rows):
-        legend(ax)
+        legend(ax, loc="upper left")  # the curve runs low and the rejected step far right
     fig.tight_layout()
     return fig
 
@@ -153,18 +153,27 @@ def young_figure(mtbf_s: float, saves_s: tuple[float, ...] = (30,), lang: str = 
 
 def memory_profile_figure(results: list[dict], lang: str = "en") -> Figure:
     """Stacked bars per rank (optimizer state at the bottom, then gradients and parameters) and
-    the line 12P/N (+ padding), which meets the top of the optimizer segment when ZeRO-1 holds."""
+    the line 12P/N (+ padding), which meets the top of the optimizer segment when ZeRO-1 holds.
+
+    A last bar, "DDP", stacks the same parts for DDP with a master copy and Adam: rank 0's
+    parameters and gradients over 12P bytes of optimizer state, whole on every rank."""
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
     ranks = [r["rank"] for r in results]
-    bottoms = [0] * len(results)
-    for part, colour in (("optimizer", "#1f77b4"), ("gradients", "#c7c7c7"), ("parameters", "#8fbbd9")):
-        heights = [r["memory"][part] for r in results]
-        ax.bar(ranks, heights, bottom=bottoms, color=colour, label=labels[part])
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
     numel, padding = results[0]["numel"], results[0]["padding"]
+    ddp = {**results[0]["memory"], "optimizer": 12 * numel}
+    columns = [r["memory"] for r in results] + [ddp]
+    positions = ranks + [len(ranks) + 0.25]  # a little apart from the ranks' bars
+    bottoms = [0] * len(columns)
+    for part, colour in (("optimizer", "#1f77b4"), ("gradients", "#c7c7c7"), ("parameters", "#8fbbd9")):
+        heights = [memory[part] for memory in columns]
+        ax.bar(positions, heights, bottom=bottoms, color=colour, label=labels[part])
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
     ax.axhline(12 * (numel + padding) / len(results), color="#d62728", linestyle="--",
                label=labels["formula"])
-    return label_ranks(fig, ax, ranks, labels, labels["bytes"], lang)  # the legend under the bars
+    fig = label_ranks(fig, ax, ranks, labels, labels["bytes"], lang)  # the legend under the bars
+    ax.set_xticks(positions, [language.numbered(labels["rank"], r, lang) for r in ranks] + ["DDP"])
+    fig.tight_layout()
+    return fig
 
 
 def crash_figure(result, lang: str = "en") -> Figure:

@@ -281,6 +281,19 @@ def test_the_ring_figure_marks_complete_chunks_with_a_sum_sign():
     plt.close(fig)
 
 
+def test_the_capstone_memory_figure_ends_with_a_ddp_bar_of_12p_optimizer_state():
+    """Beside the ranks' ZeRO-1 bars, one bar for DDP with a master copy and Adam: the same
+    parameters and gradients over 12P bytes of optimizer state, N times a rank's 12P/N."""
+    figure = capstone.memory_profile_figure(CAPSTONE)
+    try:
+        ax = figure.axes[0]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["rank 0", "rank 1", "DDP"]
+        bottom_segments = ax.containers[0]  # optimizer state, one bar per column
+        assert [bar.get_height() for bar in bottom_segments] == [300, 300, 12 * 50]
+    finally:
+        plt.close(figure)
+
+
 @pytest.mark.parametrize("lang", ["en", "fa"])
 def test_the_stage3_timeline_numbers_each_block_in_both_lanes_and_leaves_frees_out_of_its_legend(lang):
     """Each block's forward and backward spans carry its number (the blocks are named in both
