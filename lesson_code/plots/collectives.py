@@ -14,9 +14,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import LogLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from lesson_code import language
+from lesson_code.collectives_lab import slower_than_larger
 from lesson_code.collectives import cost_model
 from lesson_code.collectives import ring_chunk_indices
 from lesson_code.plots import FIGURE_WIDTH, check_language, legend_below, start_figure
@@ -177,19 +178,29 @@ def bandwidth_figure(rows: list[dict], world_size: int, lang: str = "en",
 
 def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
                       world_size: int, lang: str = "en") -> Figure:
-    """Measured times (points) beside the fitted alpha-beta model (lines), log-log."""
+    """Measured times (points) beside the fitted alpha-beta model (lines), log-log.
+
+    A point that shows the reliability sign (`collectives_lab.slower_than_larger`) is ringed.
+    """
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4))
     for op, fit in fits.items():
         points = _measured(rows, op)
         algorithm = op.replace(" ", "_") if op.startswith("naive") else op.split()[-1]
         sizes = [n for n, _ in points]
         line, = ax.plot(sizes, [1e3 * t for _, t in points], "o")
+        flagged = slower_than_larger(dict(points))
+        ax.plot(flagged, [1e3 * t for n, t in points if n in flagged], "o", markersize=14,
+                markerfacecolor="none", markeredgecolor=line.get_color())
         ax.plot(sizes, [1e3 * cost_model.predict(algorithm, n, world_size, fit.alpha, fit.beta)
                         for n in sizes], "-", color=line.get_color(),
                 label=labels["fit"].format(op=operation(op, lang), alpha=fit.alpha * 1e6,
                                            bw=fit.bandwidth / 1e6))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    # plain milliseconds (2, 5, 10, 20, 50) rather than 6×10^0 on a log axis
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     return _finish(fig, ax, labels["size"], labels["time"])
 
 
@@ -271,6 +282,8 @@ TABLE_LABELS = {
     "float32, result rounded to bfloat16": "با float32، سپس گرد کردن نتیجه به bfloat16",
     "float32 throughout": "سراسر با float32",
     "stored run": "اجرای ذخیره‌شده", "this run": "این اجرا",
+    "largest model error (%)": "بزرگ‌ترین خطای مدل (٪)",
+    "1 MiB": "۱ MiB", "1 GiB": "۱ GiB",
 }
 
 
