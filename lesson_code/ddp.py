@@ -197,7 +197,7 @@ class BucketedDDP(_DataParallel):
     """Gradients packed into buckets; each bucket's all-reduce starts as soon as it is full.
 
     Buckets take parameters in reverse registration order (roughly the order backward produces
-    gradients), up to `bucket_cap_mb` megabytes each, one dtype per bucket. Buckets are started in
+    gradients), up to `bucket_cap_mb` MiB each, one dtype per bucket. Buckets are started in
     bucket order on every rank, so that all ranks issue the same collectives in the same order.
     With `rebuild_buckets=True` the buckets are cut again, once, at the forward after the first
     synchronised backward, in the order its gradients arrived on rank 0 (`rebuild_buckets()`).

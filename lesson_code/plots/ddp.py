@@ -20,7 +20,7 @@ LABELS = {
            "comm model": "bucket all-reduce (modelled link)", "modelled rank": "modelled rank",
            "modelled": "modelled, not measured",
            "lane": "{mb} MiB buckets", "time model": "time since the backward began (ms)",
-           "ms": "ms per step\n(bars: each phase's median, stacked; line: range of the rounds' steps)",
+           "ms": "ms per step", "range": "range of the rounds' steps",
            "variant": "variant (bucket size in MiB)", "naive": "naive", "bucketed": "bucketed",
            "torch": "torch DDP", "ring": "ring", "builtin": "built-in"},
     "fa": {"forward": "گذر رفت", "backward": "گذر برگشت", "wait": "انتظار برای کاهش‌های همگانی",
@@ -30,7 +30,7 @@ LABELS = {
            "modelled": "مدل‌شده، نه اندازه‌گیری‌شده",
            "lane": "باکت‌های {mb} MiB", "time model": "زمان از آغاز گذر برگشت (ms)",
            "rank": "رتبه",
-           "ms": "میلی‌ثانیه در هر گام\n(میله: میانهٔ هر بخش، روی هم؛ خط: بازهٔ گام‌های دورها)",
+           "ms": "میلی‌ثانیه در هر گام", "range": "بازهٔ گام‌های دورها",
            # No parentheses around «MiB»: its left-to-right isolate would split the pair.
            "variant": "گونه، اندازهٔ باکت به MiB",
            **{name: ddp_lab.WORDS[name] for name in (*ddp_lab.WRAPPERS, "ring", "builtin")}},
@@ -99,8 +99,10 @@ def variant_label(row, labels: dict[str, str], lang: str) -> str:
 def phase_breakdown_figure(bench, lang: str = "en") -> Figure:
     """Stacked bar per variant of the stored benchmark (`stored.load("ddp")`): the median
     forward, backward, wait (exposed communication), check and copy-back, and optimizer, in ms,
-    with the range of the per-round median step as a line. For torch DDP the wait and the rest
-    are not separable and are part of its backward."""
+    with the range of the rounds' steps as a line. For torch DDP the wait and the rest are not
+    separable and are part of its backward. The y axis stops a little above the highest bar and
+    the second-highest line, so that one far-off round does not squeeze the rest: a line cut
+    there carries its top, in ms, as text."""
     labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 4.2))
     rows = [row for _, row in bench.iterrows()]
     bottoms = [0.0] * len(rows)
@@ -109,13 +111,22 @@ def phase_breakdown_figure(bench, lang: str = "en") -> Figure:
                    for row in rows]
         ax.bar(range(len(rows)), heights, bottom=bottoms, color=COLOURS[phase], label=labels[phase])
         bottoms = [b + h for b, h in zip(bottoms, heights)]
+    highs = sorted(row["step_high_ms"] for row in rows)
+    top = 1.08 * max(*bottoms, highs[-2] if len(highs) > 1 else highs[-1])
     for index, row in enumerate(rows):
-        ax.plot([index, index], [row["step_low_ms"], row["step_high_ms"]], color="black", lw=1.5)
+        high = row["step_high_ms"]
+        ax.plot([index, index], [row["step_low_ms"], min(high, top)], color="black", lw=1.5,
+                label=labels["range"] if index == 0 else None)
+        if high > top:
+            ax.text(index + 0.1, top, language.number(high, lang, ",.0f") + " ↑",
+                    ha="left", va="top", fontsize="small")
+    ax.set_ylim(0, top)
     ax.set_xticks(range(len(rows)), [variant_label(row, labels, lang) for row in rows],
                   fontsize="small")
     ax.set_ylabel(labels["ms"])
     ax.set_xlabel(labels["variant"])
-    legend_below(ax, ncol=3, below=0.9)
+    handles, names = ax.get_legend_handles_labels()  # the line's key after the phases'
+    legend_below(ax, ncol=3, below=0.9, handles=handles[1:] + handles[:1], labels=names[1:] + names[:1])
     fig.tight_layout()
     return fig
 
@@ -135,7 +146,7 @@ TABLE_LABELS = {
     "vs torch high": "نسبت به DDP در PyTorch، بیشترین", "vs one bucket": "نسبت به یک باکت",
     "vs one bucket low": "نسبت به یک باکت، کمترین", "vs one bucket high": "نسبت به یک باکت، بیشترین",
     "gradient tensors": "تنسورهای گرادیان",
-    "latency, model (ms)": "تأخیر، مدل (ms)", "bytes, model (ms)": "بایت‌ها، مدل (ms)",
+    "latency, model (ms)": "تأخیر، مدل‌شده (ms)", "bytes, model (ms)": "بایت‌ها، مدل‌شده (ms)",
     "comm before backward end": "ارتباط پیش از پایان گذر برگشت",
     "each rank's loss": "زیان هر رتبه", "mean of its own tokens": "میانگین توکن‌های خودش",
     "sum / global token count": "جمع / شمار سراسری توکن‌ها",
