@@ -82,11 +82,17 @@ class SkipNonFiniteStep(ZeroOptimizer):
             self.skipped += 1
 
 
-def overflow_skip(rank: int, world_size: int, run: ZeroRun, bad_rank: int = 1) -> dict:
-    """Two steps of SkipNonFiniteStep; in the first, rank `bad_rank` puts an infinity into its
-    gradient's first element, which the reduce-scatter lands in rank 0's shard. Returns whether
-    each step was taken and the parameters' digest before the steps and after each.
-    Collective: call on every rank. Raises ValueError for a `bad_rank` outside the group."""
+def overflow_skip(rank: int, world_size: int, run: ZeroRun, overflow: str = "inf",
+                  bad_rank: int = 1) -> dict:
+    """Two steps of SkipNonFiniteStep, with an overflow in the first step's gradients.
+
+    overflow="inf": rank `bad_rank` puts an infinity into its gradient's first element, which the
+    reduce-scatter lands in rank 0's shard. overflow="sum": every rank puts 2e38 into that element,
+    finite on each rank (float32 and bfloat16 reach 3.4e38), but the ring's sum of two is not.
+    Returns whether each step was taken, whether this rank's own first gradient was finite, and
+    the parameters' digest before the steps and after each. Collective: call on every rank.
+    Raises ValueError for an unknown `overflow` or a `bad_rank` outside the group."""
+    require_choice("overflow", overflow, ("inf", "sum"))
     if not 0 <= bad_rank < world_size:
         raise ValueError(f"bad_rank={bad_rank!r} is not a rank of {world_size}: give 0 to "
                          f"{world_size - 1}")
@@ -94,18 +100,20 @@ def overflow_skip(rank: int, world_size: int, run: ZeroRun, bad_rank: int = 1) -
     comm = run.communicator()
     broadcast_parameters(model, comm=comm)
     optimizer = SkipNonFiniteStep(model, world_size, rank, lr=run.lr, comm=comm)
-    taken, digests = [], [parameter_digest(model)]
+    taken, digests, own_finite = [], [parameter_digest(model)], True
     for step in range(2):
         optimizer.zero_grad()
         run_loss(run, model, step, rank, world_size).backward()
-        if step == 0 and rank == bad_rank:
+        if step == 0 and (overflow == "sum" or rank == bad_rank):
             with torch.no_grad():
-                optimizer.params[0].grad.view(-1)[0] = float("inf")
+                optimizer.params[0].grad.view(-1)[0] = float("inf") if overflow == "inf" else 2e38
+            own_finite = all(bool(p.grad.isfinite().all()) for p in optimizer.params)
         skipped = optimizer.skipped
         optimizer.step()
         taken.append(optimizer.skipped == skipped)
         digests.append(parameter_digest(model))
-    return {"taken": taken, "digests": digests, "skipped": optimizer.skipped}
+    return {"taken": taken, "digests": digests, "skipped": optimizer.skipped,
+            "own_gradient_finite": own_finite}
 
 
 class GroupedAdamWZero(ZeroOptimizer):

@@ -161,11 +161,23 @@ def test_an_overflow_on_one_shard_skips_the_step_on_every_rank():
     # rank 1's infinity lands in rank 0's shard: rank 1's own shard is finite, yet it must skip
     results = launch.spawn(zero_exercises.overflow_skip, ZeroRun(), world_size=3)
     assert all(r["taken"] == [False, True] and r["skipped"] == 1 for r in results)
+    assert [r["own_gradient_finite"] for r in results] == [True, False, True]
     assert all(r["digests"] == results[0]["digests"] for r in results)
     before, after_skip, after_step = results[0]["digests"]
     assert before == after_skip != after_step
     with pytest.raises(ValueError, match="bad_rank=3"):
         zero_exercises.overflow_skip(0, 3, ZeroRun(), bad_rank=3)
+
+
+def test_a_sum_that_overflows_where_no_rank_does_skips_the_step_on_every_rank():
+    # 2e38 on each rank is finite; the ring's sum of two is not (float32 stops at 3.4e38)
+    results = launch.spawn(zero_exercises.overflow_skip, ZeroRun(), "sum", world_size=4)
+    assert all(r["own_gradient_finite"] for r in results)
+    assert all(r["taken"] == [False, True] and r["skipped"] == 1 for r in results)
+    before, after_skip, after_step = results[0]["digests"]
+    assert before == after_skip != after_step
+    with pytest.raises(ValueError, match="overflow"):
+        zero_exercises.overflow_skip(0, 3, ZeroRun(), "nan")
 
 
 def test_adamw_parameter_groups_under_zero1_equal_torch_adamw():
