@@ -120,6 +120,9 @@ def ring_schedule_table(world_size: int, phase: str = "reduce_scatter") -> pd.Da
     return pd.DataFrame(steps, index=[f"rank {rank}" for rank in range(world_size)])
 
 
+RANK_SEPARATOR = {"en": "", "fa": "\u066c"}  # between the ranks a partial sum holds: 023, ۰٬۲٬۳
+
+
 def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
     """Grid per ring step (rows: ranks, columns: chunks), coloured by contributions held;
     a complete chunk shows a sum sign, a partial sum the ranks it holds."""
@@ -135,10 +138,11 @@ def ring_schedule_figure(world_size: int = 4, lang: str = "en") -> Figure:
                 held = state[rank][chunk]
                 ax.add_patch(Rectangle((chunk, rank), 1, 1, facecolor=colours(
                     0.15 + 0.7 * len(held) / world_size), edgecolor="white"))
-                # a complete chunk is a sum sign: only partial sums name their ranks
+                # a complete chunk is a sum sign: only partial sums name their ranks, in Persian
+                # with a separator, since the Persian zero is a dot and «۰۳» reads as a number
                 complete = len(held) == world_size
                 ax.text(chunk + 0.5, rank + 0.5,
-                        "Σ" if complete else "".join(str(r) for r in sorted(held)),
+                        "Σ" if complete else RANK_SEPARATOR[lang].join(str(r) for r in sorted(held)),
                         ha="center", va="center", fontsize=13 if complete else 10,
                         color="white" if complete else "black")
         for rank, chunk in sent:

@@ -1,5 +1,7 @@
-"""Lesson 76's alpha-beta figure (exercise 5): its time axis reads in plain milliseconds, and a
-point that shows the reliability sign (over 20% slower than a larger size) is ringed."""
+"""Lesson 76's figures. The alpha-beta figure (exercise 5): its time axis reads in plain
+milliseconds, and a point that shows the reliability sign (over 20% slower than a larger size) is
+ringed. The ring figure: in Persian a partial sum's ranks are separated, since the Persian zero is a
+dot and «۰۳» reads as a number."""
 
 from __future__ import annotations
 
@@ -42,3 +44,14 @@ def test_a_point_that_shows_the_reliability_sign_is_ringed():
         assert [list(ring.get_ydata()) for ring in rings] == [[28.0]]
     finally:
         plt.close(fig)
+
+
+def test_the_persian_ring_figure_separates_the_ranks_of_a_partial_sum():
+    figures = {lang: collectives.ring_schedule_figure(4, lang=lang) for lang in ("en", "fa")}
+    try:
+        cells = {lang: [t.get_text() for t in fig.axes[0].texts] for lang, fig in figures.items()}
+        assert "03" in cells["en"] and "0\u066c3" in cells["fa"]  # rank 0, chunk 2, after step 1
+        assert [text.replace("\u066c", "") for text in cells["fa"]] == cells["en"]
+    finally:
+        for fig in figures.values():
+            plt.close(fig)
