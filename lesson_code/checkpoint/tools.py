@@ -1,7 +1,7 @@
 """Living with sharded checkpoints (lesson 80): find the latest, restart from it, recover, keep the
 last K, decide when to save, and reshard a checkpoint taken on N ranks for M ranks. One process,
-no process group, except `resume` (a training script's start-up) and
-`CheckpointPolicy.should_save`, which make the ranks agree.
+no process group, except `resume` (a training script's start-up), `load_newest` (an evaluation
+job's load) and `CheckpointPolicy.should_save`, which make the ranks agree.
 
     folder, skipped = latest_checkpoint("runs/ckpt")      # verifies every byte, says what it skipped
     folder, extra, failed = resume("runs/ckpt", load)     # every rank: where to start, or refuse
@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import language
-from lesson_code.checkpoint.files import (DISK, CheckpointError, ManifestDamagedError,
+from lesson_code.checkpoint.files import (DISK, MANIFEST_SHA256, CheckpointError,
+                                          FolderNotSharedError, ManifestDamagedError,
                                           ManifestMissingError, read_manifest, read_verified,
                                           verify_checkpoint, write_file)
 from lesson_code.checkpoint.lock import LOCK_TIMEOUT_S, held_alone, locked
@@ -253,6 +254,51 @@ def choose_checkpoint(root: Path, failed: list[Path], lock_timeout_s: float) -> 
         f"{'; '.join(blocking) or 'none'}); a fresh start would train over them: restore one, "
         "or move them aside to start afresh", path=root, fault="none_loads",
         failed=names, skipped=blocking)
+
+
+def load_newest(root: Path | str, load: Callable[[Path], Any], *, group=None, attempts: int = 5,
+                lock_timeout_s: float = LOCK_TIMEOUT_S) -> tuple[Path | None, Any]:
+    """An evaluation job's load beside a run that saves and prunes `root`, collective over `group`:
+    (the newest checkpoint, what `load` returned), or (None, None) where `root` holds none yet.
+    A load that fails alike on every rank, with damage or a FolderNotSharedError (the folder was
+    pruned or re-saved mid-load), makes rank 0 choose again, `attempts` times in all. A folder
+    whose manifest is unchanged since it was chosen is damaged, not replaced: it is never chosen
+    again. Rank 0's error while choosing (a lock wait that timed out, none left to load) is
+    raised on every rank, and it waits for the lock at most half the group's collective timeout.
+    """
+    require_positive_int("attempts", attempts, "1 or more, such as 5")
+    lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)
+    damaged: list[Path] = []
+    for attempt in range(attempts):
+        choice, failure = [None, None], None
+        if dist.get_rank(group) == 0:
+            try:
+                chosen = choose_checkpoint(Path(root), damaged, lock_timeout_s)
+                choice = [chosen, chosen and _fingerprint(Path(chosen))]
+            except Exception as error:  # noqa: BLE001 - every rank must raise it, none wait
+                failure = error
+        agree(failure, group)  # rank 0's error, if it had one, raised on every rank
+        dist.broadcast_object_list(choice, src=dist.get_global_rank(group or dist.group.WORLD, 0),
+                                   group=group)
+        if choice[0] is None:
+            return None, None
+        try:
+            return Path(choice[0]), load(Path(choice[0]))
+        except CheckpointError as error:  # raised alike on every rank
+            if attempt == attempts - 1 or (error.fault not in DAMAGE
+                                           and not isinstance(error, FolderNotSharedError)):
+                raise
+            if dist.get_rank(group) == 0 and _fingerprint(Path(choice[0])) == choice[1]:
+                damaged.append(Path(choice[0]))  # unchanged since chosen: damaged, not replaced
+    raise AssertionError("the last attempt returns or raises")  # not reached
+
+
+def _fingerprint(folder: Path) -> bytes | None:
+    """The bytes of `folder`'s manifest.sha256, None when it has none: changed by any re-save."""
+    try:
+        return (folder / MANIFEST_SHA256).read_bytes()
+    except OSError:
+        return None
 
 
 def recover_checkpoints(root: Path | str, *,

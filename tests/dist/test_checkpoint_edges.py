@@ -23,13 +23,14 @@ import torch.distributed as dist
 from lesson_code import checkpoint_lab, launch
 from lesson_code.capstone import checkpointer as capstone_checkpointer
 from lesson_code.capstone.checkpointer import Checkpointer, state_copy
-from lesson_code.checkpoint import CheckpointError, save_sharded, shard_name, step_folder
+from lesson_code.checkpoint import (CheckpointError, load_sharded, save_sharded, shard_name,
+                                     step_folder)
 from lesson_code.checkpoint.faults import flip_one_byte
 from lesson_code.checkpoint.files import read_manifest, write_file, write_manifest
 from lesson_code.checkpoint.lock import locked
 from lesson_code.checkpoint.staging import seal, stage, staging_folder
-from lesson_code.checkpoint.tools import (latest_checkpoint, list_checkpoints, prune_checkpoints,
-                                          recover_checkpoints, reshard)
+from lesson_code.checkpoint.tools import (latest_checkpoint, list_checkpoints, load_newest,
+                                          prune_checkpoints, recover_checkpoints, reshard)
 from lesson_code.collectives.comm import Communicator
 from lesson_code.zero import ZeroOptimizer
 from lesson_code.zero_lab import ZeroRun, run_loss, run_model
@@ -408,3 +409,44 @@ def test_a_save_waits_for_the_lock_at_most_half_its_groups_timeout_and_every_ran
     assert [error["timeout_s"] for error in errors] == [3.0] * 3
     assert "another run's save (writing" in errors[2]["message"]
     assert list_checkpoints(tmp_path) == []
+
+
+def evaluation_load(rank, world_size, root):
+    """An evaluation job's load_newest over a gloo group whose collectives give up after 6 s:
+    the folder it loaded, or the fault every rank raised, and how long the call took."""
+    group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=6))
+    began = time.monotonic()
+    try:
+        folder, _ = load_newest(root, lambda folder: load_sharded(
+            folder, rank=rank, world_size=world_size, group=group), group=group)
+        outcome = {"loads": folder and folder.name}
+    except Exception as error:  # noqa: BLE001 - what each rank raised is the result
+        outcome = {"raised": type(error).__name__, "fault": getattr(error, "fault", None)}
+    return {**outcome, "seconds": time.monotonic() - began}
+
+
+def test_an_evaluation_load_raises_rank_0s_error_on_every_rank_in_bounded_time(
+        two_checkpoints, tmp_path):
+    """Rank 0 alone chooses; when its choice fails (here it must publish a complete hidden copy
+    and another process holds the lock), every rank raises that error, once rank 0 has waited
+    half the group's 6 s, instead of the others waiting in the broadcast for a choice that never
+    comes and dying of the group's timeout with another error."""
+    root = tmp_path / "evaluated"
+    shutil.copytree(two_checkpoints, root)
+    step_folder(root, 3).rename(staging_folder(step_folder(root, 3)))  # committed, not published
+    with locked(root, "the training's save"):
+        outcomes = launch.spawn(evaluation_load, str(root), world_size=3, timeout_s=60)
+    assert [(o.get("raised"), o.get("fault")) for o in outcomes] == [("CheckpointError", "locked")] * 3
+    assert all(o["seconds"] < 5.5 for o in outcomes)
+
+
+def test_an_evaluation_load_passes_over_a_damaged_checkpoint_after_one_failure(
+        two_checkpoints, tmp_path):
+    """The newest checkpoint holds a changed byte, which choosing by sizes cannot see: its load
+    fails on every rank, its manifest is the one chosen, so it is damaged, not replaced, and the
+    next choice is the older checkpoint instead of the same folder again."""
+    root = tmp_path / "evaluated"
+    shutil.copytree(two_checkpoints, root)
+    flip_one_byte(step_folder(root, 3) / shard_name(1, 2))
+    outcomes = launch.spawn(evaluation_load, str(root), world_size=2, timeout_s=60)
+    assert [o.get("loads") for o in outcomes] == ["step-00000002"] * 2
