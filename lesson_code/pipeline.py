@@ -108,7 +108,7 @@ def schedule_order(schedule: str, stage: int, num_stages: int,
 
     Under 1F1B stage s runs P - s - 1 forwards before its first backward; every stage but the
     last runs `extra_warmup` more, and holds as many more micro-batches: with one more, a
-    message between stages no longer delays the steady state (lesson 79's cluster model).
+    message between stages no longer delays the steady state (page 79a's cluster model).
     Raises ValueError for an unknown schedule, a count below 1, a negative `extra_warmup` or a
     stage outside 0..P-1.
     """
@@ -241,7 +241,7 @@ class PipelineStage:
 
     def _forward(self, index: int, x: torch.Tensor | None, y: torch.Tensor | None, m: int) -> None:
         if self.is_first:
-            self._post_pending()  # no receive here to carry the sends of the last step
+            self._post_pending()  # stage 0 posts no receive in a forward: post its pending sends now
         received = x if self.is_first else self._receive_activation()
         start = clock()
         if not self.is_first:
@@ -261,8 +261,9 @@ class PipelineStage:
         if self.is_last:
             self._post_pending()
         gradient = None if self.is_last else self._receive(tuple(output.shape), output.dtype, +1)
-        # The next stage sent this gradient, so it has received this micro-batch's activation:
-        # that send is complete, and the wait frees the activation at once.
+        # The next stage sent this gradient, so it has received this micro-batch's activation and
+        # that send is complete. The wait drops the send's reference; the activation's storage,
+        # shared with `output`, is freed when this backward ends.
         self._wait_sends(("F", index))
         start = clock()
         output.backward(gradient)

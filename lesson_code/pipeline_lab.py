@@ -244,7 +244,14 @@ def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
     stage = TorchStage(module, rank, world_size, current_device())
     schedule = _torch_schedule(run.schedule)(stage, run.micro_batches,
                                              loss_fn=loss_function(run.model))
-    losses = _step_torch_schedule(schedule, *run.batch(0), rank == 0, rank == world_size - 1)
+    x, y = run.batch(0)
+    losses: list[torch.Tensor] = []  # filled on the last stage, one loss per micro-batch
+    if rank == 0:
+        schedule.step(x)  # the whole batch's inputs: the schedule cuts the micro-batches
+    elif rank == world_size - 1:
+        schedule.step(target=y, losses=losses)
+    else:
+        schedule.step()
     loss = sum(l.item() for l in losses) / len(losses) if losses else None
     return {"grads": layer_gradients(module, start), "loss": loss}
 

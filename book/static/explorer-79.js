@@ -73,7 +73,7 @@
           held: "Most micro-batches whose activations a stage holds",
           chart: "Gantt chart: one row per stage, time to the right" },
     fa: { title: "یک گام پایپلاین، بازه به بازه", schedule: "زمان‌بندی", stages: "تعداد مرحله‌ها P",
-          micro: "تعداد میکرودسته‌ها m", stage: "مرحلهٔ", forward: "گذر رفت", backward: "گذر برگشت (دو برابر طولانی‌تر)",
+          micro: "تعداد میکرودسته‌ها m", stage: "مرحلهٔ", forward: "گذر رفت", backward: "گذر برگشت (دو برابرِ گذر رفت)",
           formula: "حباب {f}", idle: "سهم بیکاری در نمودار",
           held: "بیشترین میکرودسته‌هایی که فعال‌سازی‌شان هم‌زمان در یک مرحله می‌ماند",
           chart: "نمودار گانت: هر سطر یک مرحله، زمان به سمت راست" },
