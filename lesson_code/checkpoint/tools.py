@@ -126,8 +126,8 @@ def latest_checkpoint(root: Path | str, *, hashes: bool = True, exclude: Iterabl
     recovery): its step's published folder is looked at instead, the same way. A hidden copy it
     chooses is published under its step's name (recover_step) and that name returned, never a
     folder a running save is about to rename: to publish, it takes the lock alone and looks
-    again. Every wait for the lock gives up after `lock_timeout_s` seconds with a
-    CheckpointError naming the holder. In a folder this process may not write (no lock can be
+    again. Its waits for the lock share one deadline, `lock_timeout_s` seconds after the call:
+    the wait that passes it raises a CheckpointError naming the holder. In a folder this process may not write (no lock can be
     taken there, and no save of its own runs) it looks without the lock and returns a hidden
     copy as it is.
     """
@@ -138,17 +138,23 @@ def latest_checkpoint(root: Path | str, *, hashes: bool = True, exclude: Iterabl
         raise TypeError(f"exclude must be a list of folders, got the single {exclude!r}: "
                         f"pass [{str(exclude)!r}]")
     excluded = {Path(folder).name for folder in exclude}
-    folder, skipped = _newest_verified(root, lock_timeout_s, hashes, excluded)
+    deadline = time.monotonic() + lock_timeout_s  # for all its waits together
+    folder, skipped = _newest_verified(root, deadline, hashes, excluded)
     if folder is None or not folder.name.startswith("."):
         return folder, skipped
     try:
-        with locked(root, f"latest_checkpoint, publishing {folder.name}", timeout_s=lock_timeout_s):
-            return _newest_verified(root, lock_timeout_s, hashes, excluded, publish=True)
+        with locked(root, f"latest_checkpoint, publishing {folder.name}", timeout_s=_left(deadline)):
+            return _newest_verified(root, deadline, hashes, excluded, publish=True)
     except OSError:
         return folder, skipped
 
 
-def _newest_verified(root: Path, lock_timeout_s: float, hashes: bool = True,
+def _left(deadline: float) -> float:
+    """Seconds until `deadline` (a time.monotonic() value), never below 0."""
+    return max(deadline - time.monotonic(), 0.0)
+
+
+def _newest_verified(root: Path, deadline: float, hashes: bool = True,
                      excluded: frozenset[str] | set[str] = frozenset(),
                      publish: bool = False) -> tuple[Path | None, list[str]]:
     """latest_checkpoint's look: without the lock, or, to `publish` a hidden copy, holding it alone."""
@@ -169,7 +175,7 @@ def _newest_verified(root: Path, lock_timeout_s: float, hashes: bool = True,
                     continue
             if not hidden:
                 looked_again.add(step)
-                error = _look_again(root, folder, lock_timeout_s, hashes)
+                error = _look_again(root, folder, deadline, hashes)
                 if not folder.is_dir():
                     continue  # deleted while we read it: not a candidate any more
         if error is not None:
@@ -194,13 +200,13 @@ def _failure(folder: Path, hashes: bool = True) -> CheckpointError | None:
     return None
 
 
-def _look_again(root: Path, folder: Path, lock_timeout_s: float,
+def _look_again(root: Path, folder: Path, deadline: float,
                 hashes: bool) -> CheckpointError | None:
     """Verify a published `folder` again holding root/.lock shared (see latest_checkpoint)."""
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(locked(root, f"latest_checkpoint, checking {folder.name} again",
-                                       shared=True, timeout_s=lock_timeout_s))
+                                       shared=True, timeout_s=_left(deadline)))
         except OSError:
             pass  # a folder this process may not write: no lock, and no save of ours changes it
         return _failure(folder, hashes)
@@ -259,13 +265,8 @@ def choose_checkpoint(root: Path, failed: list[Path], lock_timeout_s: float) -> 
 def load_newest(root: Path | str, load: Callable[[Path], Any], *, group=None, attempts: int = 5,
                 lock_timeout_s: float = LOCK_TIMEOUT_S) -> tuple[Path | None, Any]:
     """An evaluation job's load beside a run that saves and prunes `root`, collective over `group`:
-    (the newest checkpoint, what `load` returned), or (None, None) where `root` holds none yet.
-    A load that fails alike on every rank, with damage or a FolderNotSharedError (the folder was
-    pruned or re-saved mid-load), makes rank 0 choose again, `attempts` times in all. A folder
-    whose manifest is unchanged since it was chosen is damaged, not replaced: it is never chosen
-    again. Rank 0's error while choosing (a lock wait that timed out, none left to load) is
-    raised on every rank, and it waits for the lock at most half the group's collective timeout.
-    """
+    (the newest checkpoint, what `load` returned), or (None, None) where there is none. A failed
+    load chooses again (`attempts` in all), past a folder whose manifest is unchanged since chosen."""
     require_positive_int("attempts", attempts, "1 or more, such as 5")
     lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)
     damaged: list[Path] = []
@@ -290,7 +291,7 @@ def load_newest(root: Path | str, load: Callable[[Path], Any], *, group=None, at
                 raise
             if dist.get_rank(group) == 0 and _fingerprint(Path(choice[0])) == choice[1]:
                 damaged.append(Path(choice[0]))  # unchanged since chosen: damaged, not replaced
-    raise AssertionError("the last attempt returns or raises")  # not reached
+    raise AssertionError("not reached: the last attempt returns or raises")
 
 
 def _fingerprint(folder: Path) -> bytes | None:

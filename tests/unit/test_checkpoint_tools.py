@@ -2,17 +2,19 @@
 states of a folder, what latest_checkpoint says of a save in progress, a folder whose name and
 manifest disagree on the step, and the memory that reshard and consolidate need."""
 
+import contextlib
 import os
 import pickle
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from lesson_code.checkpoint import (ManifestDamagedError, ManifestMissingError, ShardCorruptedError,
+from lesson_code.checkpoint import (CheckpointError, ManifestDamagedError, ManifestMissingError, ShardCorruptedError,
                                      ShardMissingError, step_folder)
 from lesson_code.checkpoint.faults import flip_one_byte
 from lesson_code.checkpoint.files import verify_checkpoint, write_file
@@ -20,6 +22,7 @@ from lesson_code.checkpoint.flat_state import FLAT_KEYS
 from lesson_code.checkpoint.lock import locked
 from lesson_code.checkpoint.shards import flat_layout, shard_name
 from lesson_code.checkpoint.staging import seal, stage, staging_folder
+from lesson_code.checkpoint import tools
 from lesson_code.checkpoint.tools import (Skipped, latest_checkpoint, list_checkpoints,
                                           prune_checkpoints, recover_checkpoints, time_lost,
                                           young_interval)
@@ -228,3 +231,32 @@ def test_without_hashes_a_complete_hidden_copy_is_published_without_hashing_it(t
     assert two.is_dir() and not hidden.exists()
     two.rename(hidden)  # hashed, the changed byte is found and the copy stays hidden
     assert latest_checkpoint(root)[0] == step_folder(root, 1) and hidden.is_dir()
+
+
+def test_latest_checkpoints_waits_for_the_lock_share_one_deadline(tmp_path, monkeypatch):
+    """One call can wait twice: a second look at a published folder that fails to verify, then
+    the publishing of a hidden copy. Each wait here is granted after 0.6 s: with 1 s for each
+    wait the call would last 1.2 s, past a caller's bound (resume gives rank 0 half the other
+    ranks' wait); with one deadline the second wait has 0.4 s left and raises in time."""
+    one_process_checkpoint(tmp_path, 2)
+    step_folder(tmp_path, 2).rename(staging_folder(step_folder(tmp_path, 2)))  # committed, hidden
+    damaged, _ = one_process_checkpoint(tmp_path, 3)
+    shard = damaged / shard_name(0, 2)
+    shard.write_bytes(shard.read_bytes()[:-1])  # a wrong size: fails even without hashes
+    waits = []
+
+    @contextlib.contextmanager
+    def granted_after_0_6_s(root, doing, *, shared=False, timeout_s):
+        waits.append(timeout_s)
+        time.sleep(min(timeout_s, 0.6))
+        if timeout_s < 0.6:
+            raise CheckpointError(f"{root} is still held", path=root, fault="locked",
+                                  timeout_s=timeout_s)
+        yield
+
+    monkeypatch.setattr(tools, "locked", granted_after_0_6_s)
+    began = time.monotonic()
+    with pytest.raises(CheckpointError) as raised:
+        latest_checkpoint(tmp_path, hashes=False, lock_timeout_s=1.0)
+    assert raised.value.fault == "locked" and len(waits) == 2
+    assert waits[1] < 0.45 and time.monotonic() - began < 1.3
