@@ -186,7 +186,8 @@ class PipelineStage:
     `comm` is a `Communicator` (or a process group, None for the default one): this rank's place
     in its group is the stage, the group's size the number of stages, and every message of a step
     goes into `comm.ledger` (when it has one) as one "pipeline" entry. Its timeout bounds every
-    wait. Collective: `train_step` is called on every rank of the group with the same arguments.
+    wait. Collective: the stage is built, and `train_step` called with the same arguments, on
+    every rank of the group.
     `loss_fn(output, target)` is applied on the last stage to each micro-batch's output; its
     mean over micro-batches is the loss, so the gradients equal those of the whole batch.
     """
@@ -202,6 +203,10 @@ class PipelineStage:
         # the GPU, so there every send goes out in one group (batch_isend_irecv) with the
         # stage's next receive, as torch.distributed.pipelining does. gloo posts them one by one.
         self.batched = dist.get_backend(self.comm.group) == "nccl"
+        # batch_isend_irecv's documentation asks every rank of the group to join the group's
+        # first collective call, and a grouped call joins two neighbours only: one barrier here,
+        # on every backend, makes the first call one that all stages join.
+        dist.barrier(group=self.comm.group)
         self._begin_step()
 
     def _begin_step(self) -> None:

@@ -145,6 +145,31 @@ def test_the_grouped_path_of_nccl_gives_the_same_gradients(stages):
         assert check["all_layers_once"] and check["max_grad_diff"] < 1e-6, (run, check)
 
 
+def barriers_of_one_stage(rank, world_size):
+    """How many barriers building one stage calls on this rank (gloo, the default group)."""
+    import torch.distributed as dist
+
+    real_barrier, calls = dist.barrier, []
+
+    def barrier(*args, **kwargs):
+        calls.append(kwargs.get("group"))
+        return real_barrier(*args, **kwargs)
+
+    dist.barrier = barrier
+    try:
+        PipelineStage(pipeline_lab.stage_module(PipeRun(), rank, world_size)[0], None,
+                      lambda output, target: output.sum())
+    finally:
+        dist.barrier = real_barrier
+    return len(calls)
+
+
+def test_building_a_stage_calls_one_barrier_on_every_rank_of_its_group():
+    # batch_isend_irecv: the group's first collective call must include all its ranks; a grouped
+    # call joins two neighbours, so the stage makes a barrier its group's first collective.
+    assert launch.spawn(barriers_of_one_stage, world_size=3) == [1, 1, 1]
+
+
 def expected_traffic(run, stage, stages, header_bytes=HEADER_LENGTH * 8,
                      first_sends_gradients=False, last_sends_activations=False):
     """What stage `stage` of `stages` must count in one step of MiniGPT, derived from the shapes.
