@@ -244,14 +244,16 @@ STAGES_LABELS = {
     "ZeRO-2 formula": "فرمول ZeRO-2", "bytes on one rank": "بایت روی یک رتبه",
     "activations": "فعال‌سازی‌ها", "working set, fp32 reduction": "حافظهٔ کاری، کاهش fp32",
     "usable (90%)": "قابل‌استفاده (۹۰٪)",
-    "activations and two left-out terms": "فعال‌سازی‌ها و دو جملهٔ کنارگذاشته",
+    "activations and two left-out terms": "فعال‌سازی‌ها و دو موردِ کنارگذاشته",
     "states": "وضعیت مدل", "backward's peak": "بیشینهٔ گذر برگشت", "step's peak": "بیشینهٔ گام",
     "fits in 135.7 GB": "در ۱۳۵٫۷ گیگابایت جا می‌شود", "configuration": "پیکربندی",
     "FSDP2, fused AdamW": "FSDP2، AdamW ادغام‌شده", "FSDP2, foreach AdamW": "FSDP2، AdamW با `foreach`",
-    "2 + 2 + 12, fused Adam": "۲ + ۲ + ۱۲، Adam ادغام‌شده",
+    "ZeRO-3 (ours), 2 + 2 + 12": "ZeRO-3 (کد ما)، ۲ + ۲ + ۱۲",
     "cost per step": "هزینه در هر گام", "GB": "گیگابایت", "GB/s": "گیگابایت بر ثانیه", "s": "ثانیه",
-    "PCIe, to each GPU": "PCIe، به سوی هر GPU", "PCIe, back to the CPU": "PCIe، بازگشت به CPU",
-    "Adam on the CPU": "Adam روی CPU", "the PCIe copies in host memory": "رونوشت‌های PCIe در حافظهٔ میزبان",
+    "PCIe to the GPU, per GPU": "PCIe به سوی GPU، برای هر GPU",
+    "PCIe back to the CPU, per GPU": "PCIe بازگشت به CPU، برای هر GPU",
+    "Adam on the CPU, all 8 shards": "Adam روی CPU، هر ۸ شارد",
+    "PCIe copies in host memory, all 8 GPUs": "رونوشت‌های PCIe در حافظهٔ میزبان، هر ۸ GPU",
     "FSDP2, gradient sync off until the last": "FSDP2، همگام‌سازی گرادیان خاموش تا آخرین میکرودسته",
     "FSDP2, also set_reshard_after_backward(False)": "FSDP2، با `set_reshard_after_backward(False)` هم",
     "ms, modelled": "میلی‌ثانیه، مدل‌سازی‌شده",
@@ -261,8 +263,10 @@ STAGES_LABELS = {
     "backward of one layer, recomputing": "گذر برگشت یک لایه، با بازمحاسبه",
     "latency of one collective": "تأخیر یک عملیات جمعی",
     "latency of a step's 240 collectives": "تأخیر ۲۴۰ عملیات جمعی یک گام",
-    "nodes of 8, bf16 reduction": "شمار گره‌های ۸تایی، کاهش bf16",
-    "nodes of 8, fp32 reduction": "شمار گره‌های ۸تایی، کاهش fp32",
+    "nodes of 8, bf16, bound": "گره‌های ۸تایی، bf16، کران بالا",
+    "nodes of 8, fp32, bound": "گره‌های ۸تایی، fp32، کران بالا",
+    "nodes of 8, bf16, walk": "گره‌های ۸تایی، bf16، لایه‌به‌لایه",
+    "nodes of 8, fp32, walk": "گره‌های ۸تایی، fp32، لایه‌به‌لایه",
     "FSDP2, bf16 gather, fp32 reduction": "FSDP2، گردآوری bf16، کاهش fp32",
     "ZeRO-3 (ours), float32": "ZeRO-3 (کد ما)، float32",
     "MB allocated": "مگابایتِ تخصیص‌یافته", "before the step": "پیش از گام",
@@ -283,18 +287,20 @@ def stages_table(table, lang: str):
 OVERLAP_LABELS = {
     "en": {"time": "ms, modelled", "compute": "computation", "network": "network cards",
            "layer": "layer {i}", "gather": "all-gather (bf16)", "reduce": "reduce-scatter (fp32)",
-           "backward": "backward", "held": "Held whole in layer {i}'s backward: {gb} GB"},
+           "backward": "backward", "held": "Working set in layer {i}'s backward: {gb} GB",
+           "traffic": "gather {g}\nreduce-scatter {r}"},
     "fa": {"time": "میلی‌ثانیه، مدل‌سازی‌شده", "compute": "محاسبه", "network": "کارت‌های شبکه",
            "layer": "لایهٔ {i}", "gather": "گردآوری همگانی (bf16)", "reduce": "کاهش و پخش (fp32)",
-           "backward": "گذر برگشت", "held": "نگه‌داشتهٔ کامل در گذر برگشت لایهٔ {i}: {gb} گیگابایت"},
+           "backward": "گذر برگشت", "held": "حافظهٔ کاری در گذر برگشت لایهٔ {i}: {gb} گیگابایت",
+           "traffic": "گردآوری {g}\nکاهش و پخش {r}"},
 }
 
 
 def layer_overlap_figure(backward_ms: float, gather_ms: float, reduce_ms: float, unit_params: float,
                          reduce_bytes: float = 4, layer: int = 41, lang: str = "en") -> Figure:
     """Three decoder layers' backward (`layer` + 1, `layer`, `layer` - 1) on the computation's
-    lane, and under each the traffic it hides: the next layer's all-gather, then the finished
-    layer's reduce-scatter, one after the other since both use the same network cards. The title
+    lane, and under each the traffic it hides, labelled by layer: the next layer's all-gather, then
+    the finished layer's reduce-scatter, end to end for the time they share the network cards. The title
     gives what stage 3 holds whole meanwhile, `memory.stage3_working_bytes` of a bf16 unit of
     `unit_params`: (2 + 2 + 2 + `reduce_bytes`) bytes per parameter. Times modelled, in ms."""
     labels, fig, ax = start_figure(OVERLAP_LABELS, lang, figsize=(FIGURE_WIDTH, 3.2))
@@ -307,11 +313,13 @@ def layer_overlap_figure(backward_ms: float, gather_ms: float, reduce_ms: float,
                 va="center", color="white", fontsize=11)
         ax.barh(0, gather_ms, left=start, height=0.6, color=colours["gather"])
         ax.barh(0, reduce_ms, left=start + gather_ms, height=0.6, color=colours["reduce"])
+        ax.text(start + 0.01 * backward_ms, -0.35, labels["traffic"].format(
+            g=number(name - 1, lang), r=number(name + 1, lang)), ha="left", va="top", fontsize=10)
     held = memory.stage3_working_bytes(unit_params, memory.Precision(2, 2, 0), reduce_bytes)
     ax.set_title(labels["held"].format(i=number(layer, lang),
                                         gb=number(round(held / 1e9, 1), lang)))
     ax.set_yticks([0, 1], [labels["network"], labels["compute"]])
-    ax.set_ylim(-0.5, 1.5)
+    ax.set_ylim(-1.1, 1.5)
     ax.set_xlim(0, 3 * backward_ms)
     ax.set_xlabel(labels["time"])
     _colour_legend(fig, colours, labels, lang, 0.1)
