@@ -135,12 +135,9 @@ def cast_allreduce_hook(state: dict, bucket):  # unannotated: see the docstring'
     """A torch DDP communication hook: average each `dist.GradBucket` in `state["dtype"]`, then
     cast back; returns a torch.futures.Future of the bucket's averaged float32 buffer.
 
-    What torch's `bf16_compress_hook` does (`default_hooks._compress_hook`: cast, divide by the
-    world size, all-reduce a sum, copy back), under a name torch's `register_comm_hook` accepts
-    on gloo: it refuses the hooks named bf16_compress_hook unless CUDA with NCCL 2.10+ (or XPU)
-    is there, though gloo all-reduces bfloat16 on the CPU. With float32 it is DDP's own average.
-    It also keeps in `state["largest"]` the largest |gradient| of this rank it has reduced.
-    Register it with `ddp_model.register_comm_hook({"dtype": torch.bfloat16, "largest": 0.0}, hook)`.
+    torch's `bf16_compress_hook` (cast, divide by the world size, all-reduce a sum, copy back)
+    under a name that `register_comm_hook` accepts on gloo. With float32 it is DDP's own average.
+    `state["largest"]` keeps the largest |gradient| of this rank it has reduced.
     No annotations: `register_comm_hook` accepts only the classes `dist.GradBucket` and
     `Future[Tensor]`, which this module's `from __future__ import annotations` makes strings.
     """

@@ -226,9 +226,7 @@ def overlap_model(sizes: list[int], bucket_cap_mb: float, backward_s: float, alp
     all-reduce has finished, and lasts the ring's alpha-beta time (`cost_model.predict`).
     Returns {"buckets": [{"bytes", "ready", "start", "end"}], "backward_s", "exposed_s"}: exposed
     is the communication still running after the backward ended, the wait the step pays. The
-    model gives communication hardware of its own that leaves the backward as fast as it is
-    alone; on a CPU whose cores the backward also needs, both slow down, and overlap can cost
-    the step more than it hides.
+    backward runs as fast as alone: communication has hardware of its own.
     """
     work = sizes if work is None else work
     total, done, ready_at = sum(work), 0.0, []
@@ -446,7 +444,10 @@ SAY = {
                           "alone: {weights:.2f}; with the attention's matmuls too: {ratio:.2f}",
            "step parts": "modelled step on each GPU: forward {forward_ms:.1f} ms, backward "
                          "{backward_ms:.1f} ms, Adam's step {optimizer_ms:.1f} ms, plus the "
-                         "exposed communication"},
+                         "exposed communication",
+           "nodes of 8": "{ranks} GPUs in nodes of 8 at NCCL's modelled latency, {latency_us:.0f} µs "
+                         "per all-reduce: exposed communication {exposed_ms:.1f} ms, efficiency "
+                         "{efficiency:.2f}"},
     "fa": {"title": "درس ۷۷: آموزش با موازی‌سازی داده روی {ranks} رتبه در برابر یک فرایند، {steps} گام",
            "row": "  {model} {optimizer} {wrapper}: رتبه‌ها یکسان: {identical}، بیشینهٔ |اختلاف پارامتر| "
                   "{param_diff:.1e} (با DDP در PyTorch {torch_diff:.1e})، بیشینهٔ |اختلاف زیان| "
@@ -464,7 +465,10 @@ SAY = {
                           "{weights:.2f}؛ با ضرب‌های ماتریسیِ توجه هم: {ratio:.2f}",
            "step parts": "گام مدل‌شده روی هر GPU: گذر رفت {forward_ms:.1f} میلی‌ثانیه، گذر برگشت "
                          "{backward_ms:.1f} میلی‌ثانیه، گام Adam {optimizer_ms:.1f} میلی‌ثانیه، "
-                         "به‌اضافهٔ ارتباط پنهان‌نشده"},
+                         "به‌اضافهٔ ارتباط پنهان‌نشده",
+           "nodes of 8": "{ranks} GPU در گره‌هایی با ۸ GPU، با تأخیر مدل‌شدهٔ NCCL، {latency_us:.0f} µs "
+                         "برای هر کاهش همگانی: ارتباط پنهان‌نشده {exposed_ms:.1f} میلی‌ثانیه، "
+                         "کارایی مقیاس‌پذیری {efficiency:.2f}"},
 }
 WORDS = {"mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "naive": "ساده‌لوحانه",
          "bucketed": "باکت‌دار", "torch": "DDP در PyTorch", "ring": "حلقه", "builtin": "توکار"}

@@ -141,7 +141,7 @@ TABLE_LABELS = {
     "max_loss_diff": "بیشینهٔ اختلاف زیان", "first_loss": "زیان نخستین گام",
     "last_loss": "زیان آخرین گام", "accumulation": "شمار میکرودسته‌ها",
     "wait": "انتظار",
-    "check": "بررسی و کپی به گرادیان‌ها", "step low": "کوتاه‌ترین گام در دورها",
+    "check": "بررسی و کپی به گرادیان‌ها", "check (ms)": "بررسی (ms)", "step low": "کوتاه‌ترین گام در دورها",
     "step high": "بلندترین گام در دورها", "vs torch low": "نسبت به DDP در PyTorch، کمترین",
     "vs torch high": "نسبت به DDP در PyTorch، بیشترین", "vs one bucket": "نسبت به یک باکت",
     "vs one bucket low": "نسبت به یک باکت، کمترین", "vs one bucket high": "نسبت به یک باکت، بیشترین",
