@@ -25,7 +25,7 @@ LABELS = {
            "continued": "run again: continued from step {step}", "crash": "a rank killed",
            "resume": "checkpoint it continued from", "save": "a save of {save} s",
            "young": "Young's interval", "interval": "save interval T (min), modelled",
-           "lost": "time lost (%)"},
+           "lost": "time lost (%)", "saves": "saves, C/T", "redone": "steps trained again, T/2M"},
     "fa": {"step": "گام", "loss": "زیان", "rollback": "بازگشت به چکپوینت", "rank": "رتبه",
            "bytes": "بایت در هر رتبه", "parameters": "پارامترها", "gradients": "گرادیان‌ها",
            "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N", "diverged": "گام ردشده (زیان {loss:.0f})",
@@ -33,7 +33,8 @@ LABELS = {
            "continued": "اجرای دوباره: ادامه از گام {step}", "crash": "کشته شدن یک رتبه",
            "resume": "چکپوینتی که اجرا از آن ادامه یافت", "save": "ذخیرهٔ {save} ثانیه‌ای",
            "young": "فاصلهٔ یانگ", "interval": "فاصلهٔ ذخیره T (دقیقه)، برآوردشده",
-           "lost": "زمان ازدست‌رفته (درصد)"},
+           "lost": "زمان ازدست‌رفته (درصد)", "saves": "ذخیره‌ها، C/T",
+           "redone": "آموزش دوبارهٔ گام‌ها، T/2M"},
 }
 
 # Table labels of the Persian edition (the English labels are the keys).
@@ -64,7 +65,7 @@ TABLE_WORDS = {"fa": {
     "final parameters, relative distance": "فاصلهٔ نسبی پارامترهای پایانی",
     "mean time between unexpected stops (h)": "میانگین زمان میان دو توقف پیش‌بینی‌نشده (ساعت)",
     "save interval, Young (min)": "فاصلهٔ ذخیره با قاعدهٔ یانگ (دقیقه)",
-    "time lost to saves and recomputed steps (%)": "زمان ازدست‌رفته در ذخیره‌ها و گام‌های تکراری (درصد)",
+    "time lost to saves and recomputed steps (%)": "زمان ازدست‌رفته در ذخیره‌ها و آموزش دوبارهٔ گام‌ها (درصد)",
     "parameters (GB)": "پارامترها (گیگابایت)", "gradients (GB)": "گرادیان‌ها (گیگابایت)",
     "optimizer state (GB)": "وضعیت بهینه‌ساز (گیگابایت)",
     "lesson_code.capstone (ours)": "lesson_code.capstone (کد ما)",
@@ -133,13 +134,20 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
 
 def young_figure(mtbf_s: float, saves_s: tuple[float, ...] = (30,), lang: str = "en") -> Figure:
     """Young's model, not a measurement: the time lost (%) against the save interval T from 1
-    to 60 minutes, one curve per save time C in `saves_s`, each minimum, T = sqrt(2 C M), marked."""
+    to 60 minutes, one curve per save time C in `saves_s`, each minimum, T = sqrt(2 C M), marked.
+    Under the first curve its two terms are dashed, the saves' C/T and the half-intervals lost,
+    T/2M: they cross at that minimum, where each is half the time lost."""
     from lesson_code.checkpoint.tools import time_lost, young_interval
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
     minutes = [quarter / 4 for quarter in range(4, 4 * 60 + 1)]
     for index, save_s in enumerate(saves_s):
         lost = [100 * time_lost(60 * t, save_s, mtbf_s) for t in minutes]
         line, = ax.plot(minutes, lost, label=number(labels["save"].format(save=save_s), lang))
+        if index == 0:  # the two terms of the sum, which cross at Young's interval
+            ax.plot(minutes, [100 * save_s / (60 * t) for t in minutes], "--", color=line.get_color(),
+                    linewidth=1, label=labels["saves"])
+            ax.plot(minutes, [100 * 60 * t / (2 * mtbf_s) for t in minutes], ":", color=line.get_color(),
+                    linewidth=1.2, label=labels["redone"])
         best = young_interval(save_s, mtbf_s)
         ax.plot(best / 60, 100 * time_lost(best, save_s, mtbf_s), "o", color=line.get_color(),
                 label=labels["young"] if index == 0 else None)

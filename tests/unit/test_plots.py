@@ -263,7 +263,8 @@ def test_bucket_size_timelines_name_each_lane_by_its_cap():
     all-reduce bar per bucket."""
     figure = ddp.bucket_size_timelines_figure(MODELS, lang="en")
     ax = figure.axes[0]
-    assert [tick.get_text() for tick in ax.get_yticklabels()] == ["32 MiB buckets", "0.5 MiB buckets"]
+    # the 32 MiB cap holds both gradients: one bucket, named as such, not as "32 MiB buckets"
+    assert [tick.get_text() for tick in ax.get_yticklabels()] == ["one bucket (32 MiB cap)", "0.5 MiB buckets"]
     assert ax.get_title() == ddp.LABELS["en"]["modelled"]
     assert ax.get_xlabel() == ddp.LABELS["en"]["time model"]
     widths = sorted(round(bar.get_width(), 6) for bar in ax.patches)
@@ -305,5 +306,23 @@ def test_the_stage3_timeline_numbers_each_block_in_both_lanes_and_leaves_frees_o
         assert marks == [(plots.number(0, lang), 0), (plots.number(0, lang), 1)]  # blocks.0, both lanes
         legend = [t.get_text() for t in figure.legends[0].get_texts()]
         assert zero.TIMELINE_LABELS[lang]["free"] not in legend
+    finally:
+        plt.close(figure)
+
+
+def test_the_young_figure_draws_its_two_terms_crossing_at_youngs_interval():
+    """Under the time-lost curve, the saves' C/T and the lost half-intervals T/2M are drawn; they
+    cross at the marked minimum, where each is half the time lost."""
+    from lesson_code.checkpoint.tools import young_interval
+    figure = capstone.young_figure(11135.0, (30,))
+    try:
+        ax = figure.axes[0]
+        total, saves, redone = ax.lines[:3]
+        assert (saves.get_linestyle(), redone.get_linestyle()) == ("--", ":")
+        gaps = [abs(a - b) for a, b in zip(saves.get_ydata(), redone.get_ydata())]
+        crossing = saves.get_xdata()[gaps.index(min(gaps))]
+        assert abs(crossing - young_interval(30, 11135.0) / 60) <= 0.25
+        at = list(total.get_xdata()).index(crossing)
+        assert abs(saves.get_ydata()[at] + redone.get_ydata()[at] - total.get_ydata()[at]) < 1e-9
     finally:
         plt.close(figure)
