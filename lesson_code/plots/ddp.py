@@ -19,7 +19,7 @@ LABELS = {
            "time": "time since the step began (ms)", "rank": "rank",
            "comm model": "bucket all-reduce (modelled link)", "modelled rank": "modelled rank",
            "modelled": "modelled, not measured",
-           "lane": "{mb} MiB buckets", "time model": "time since the backward began (ms)",
+           "lane": "{mb} MiB buckets", "one lane": "one bucket ({mb} MiB cap)", "time model": "time since the backward began (ms)",
            "ms": "ms per step", "range": "range of the rounds' steps",
            "variant": "variant (bucket size in MiB)", "naive": "naive", "bucketed": "bucketed",
            "torch": "torch DDP", "ring": "ring", "builtin": "built-in"},
@@ -28,7 +28,7 @@ LABELS = {
            "ready": "باکت آماده", "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)",
            "comm model": "کاهش همگانی باکت (پیوند مدل‌شده)", "modelled rank": "رتبهٔ مدل‌شده",
            "modelled": "مدل‌شده، نه اندازه‌گیری‌شده",
-           "lane": "باکت‌های {mb} MiB", "time model": "زمان از آغاز گذر برگشت (ms)",
+           "lane": "باکت‌های {mb} MiB", "one lane": "یک باکت، سقف {mb} MiB", "time model": "زمان از آغاز گذر برگشت (ms)",
            "rank": "رتبه",
            "ms": "میلی‌ثانیه در هر گام", "range": "بازهٔ گام‌های دورها",
            # No parentheses around «MiB»: its left-to-right isolate would split the pair.
@@ -75,14 +75,16 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
 def bucket_size_timelines_figure(models: dict[float, dict], lang: str = "en") -> Figure:
     """One modelled lane pair per bucket size: `models` maps a bucket cap (MiB) to what
     `ddp_lab.overlap_model` returns for it. Each lane shows the backward, the exposed wait after
-    it, and every bucket's all-reduce on the modelled link, with the moment its bucket is ready."""
+    it, and every bucket's all-reduce on the modelled link, with the moment its bucket is ready.
+    A lane whose cap leaves one bucket is named as one bucket, not as buckets of that size."""
     timelines = []
     for model in models.values():
         end = model["backward_s"] + model["exposed_s"]
         timelines.append({"backward": (0.0, model["backward_s"]), "wait": (model["backward_s"], end),
                           "buckets": [{**bucket, "bucket": index}
                                       for index, bucket in enumerate(model["buckets"])]})
-    lanes = [LABELS[lang]["lane"].format(mb=f"{mb:g}") for mb in models]
+    lanes = [LABELS[lang]["one lane" if len(model["buckets"]) == 1 else "lane"].format(mb=f"{mb:g}")
+             for mb, model in models.items()]  # a cap that holds every gradient: one bucket
     return overlap_timeline_figure(timelines, lang, modelled=True, lanes=lanes)
 
 
@@ -154,7 +156,7 @@ TABLE_LABELS = {
     "max_param_diff, float32": "بیشینهٔ اختلاف پارامتر، `float32`",
     "max_param_diff, bfloat16": "بیشینهٔ اختلاف پارامتر، `bfloat16`",
     "first-order estimate s·lr·N·2⁻⁸·max|g|": "برآورد مرتبهٔ اول `s·lr·N·2⁻⁸·max|g|`",
-    "started during backward": "آغازشده هم‌زمان با گذر برگشت",
+    "started during backward": "کاهش‌های همگانیِ آغازشده در حین گذر برگشت",
     "largest difference from the mean gradient": "بزرگ‌ترین اختلاف با میانگین گرادیان‌ها",
     "gradient all-reduces": "کاهش‌های همگانی گرادیان", "messages sent": "پیام‌های فرستاده‌شده",
     "bytes sent": "بایت‌های فرستاده‌شده",
