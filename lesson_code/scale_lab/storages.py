@@ -53,8 +53,7 @@ HERE = str(Path(__file__).resolve().parent)  # scale_lab/: the instrument, not w
 class StorageTracker(TorchDispatchMode):
     """Follows the storage of every tensor the operations under it return, a view's too: the
     bytes live now, and the peak, taken whenever an operation creates a storage (a storage
-    resized outside an operation, as ZeRO-3 refills a unit, counts from the next one, unless
-    `peaks_on_resize` runs). At each
+    resized outside an operation, as ZeRO-3 refills a unit, counts from the next one). At each
     new peak it records the caller's `phase` (`peak_in`), the course's functions running
     (`peak_at`) and the bytes live by the phase that created them (`peak_by_phase`).
     """
