@@ -87,7 +87,7 @@ TABLE_LABELS = {
     "gradients at the peak": "گرادیان‌ها در لحظهٔ بیشینه", "gradients after step": "گرادیان‌ها پس از گام",
     "peak": "بیشینه", "bytes on rank 0": "بایت روی رتبهٔ ۰",
     "ranks of 4": "شمار رتبه‌ها از ۴", "inf on rank 1": "بی‌نهایت روی رتبهٔ ۱",
-    "2e38 on every rank": "۲ × ۱۰³⁸ روی همهٔ رتبه‌ها", "own gradient finite": "گرادیان خودِ رتبه متناهی",
+    "2e38 on every rank": "۲ × ۱۰³⁸ روی همهٔ رتبه‌ها", "local gradient finite (before the reduce)": "گرادیان محلی متناهی (پیش از کاهش)",
     "took step 1": "گام ۱ را انجام دادند", "took step 2": "گام ۲ را انجام دادند",
     "implementation": "پیاده‌سازی",
 }
