@@ -203,7 +203,15 @@ class _ThreadWorld:
 
     @contextmanager
     def waiting(self) -> Iterator[None]:
-        """Hand the turn on while this rank waits for the others, and take it back after."""
+        """Hand the turn on while this rank waits for the others, and take it back after.
+
+        A rank already waiting (a collective torch builds on another: its threaded barrier is
+        an all-reduce, all_gather_single an all-gather) just waits on: handing on a turn it no
+        longer holds and taking it twice would leave it waiting for itself.
+        """
+        if self.holder != threading.get_ident():
+            yield
+            return
         self.give_turn()
         try:
             yield

@@ -43,6 +43,22 @@ def test_threads_move_real_data_between_the_ranks(world_size):
     assert sum(sent for _, sent, *_ in results) == 2 * (world_size - 1) * 10 * 4
 
 
+def composed_collectives(rank, world_size):
+    """Collectives that torch's threaded group builds on another one."""
+    dist.barrier()
+    gathered = torch.empty(world_size)
+    dist.all_gather_single(gathered, torch.tensor([float(rank)]))
+    reduced = torch.empty(1)
+    dist.reduce_scatter_single(reduced, torch.ones(world_size))
+    return gathered.tolist(), reduced.item()
+
+
+def test_collectives_built_on_other_collectives_complete():
+    # A barrier is torch's threaded all-reduce of a one: a rank must not wait for its own turn.
+    results = run_threads(composed_collectives, world_size=3, timeout_s=20)
+    assert results == [([0.0, 1.0, 2.0], 3.0)] * 3
+
+
 def draw(rank, world_size):
     torch.manual_seed(7)
     first = torch.randn(1000)
