@@ -74,8 +74,9 @@ SEQUENCE = re.compile(r"[(\[](?:[^()\[\]A-Za-z]*)[)\]]")  # (6, 1.5), [12, 11, 2
 NOT_PERSIAN_LETTERS = re.compile(r"[^\u0600-\u065f\u066e-\u06ef\u06fa-\u06ff]+")
 EDGE_SPACE = re.compile(r"^(\s*)(.*?)(\s*)$", re.S)
 # A bracket that pairs with one across Persian words stays outside the Latin name's isolate:
-# inside it, "ZeRO-3 (" + «کد ما)» would show two opening brackets.
-EDGE_BRACKETS = re.compile(r"^([\s)\]]*)(.*?)([\s(\[]*)$", re.S)
+# inside it, "ZeRO-3 (" + «کد ما)» would show two opening brackets. So does the colon or comma
+# that ends the name's clause: inside, right to left, it would show before the name.
+EDGE_BRACKETS = re.compile(r"^([\s)\]]*)(.*?)([\s(\[:;,]*)$", re.S)
 
 
 def persian_cell(text: str, words: dict[str, str] | None = None) -> str:

@@ -82,6 +82,7 @@ def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
     ("ZeRO-3 (کد ما)", '<bdi dir="ltr">ZeRO-3</bdi> (کد ما)'),  # both brackets in the Persian run
     ("(کد ما) ZeRO-3", '(کد ما) <bdi dir="ltr">ZeRO-3</bdi>'),
     ("بلوک (ZeRO-3)", 'بلوک <bdi dir="ltr">(ZeRO-3)</bdi>'),  # a pair inside the name stays
+    (".step-00000004.tmp: ذخیره‌ای نیمه‌کاره", '<bdi dir="ltr">.step-00000004.tmp</bdi>: ذخیره‌ای نیمه‌کاره'),
 ])
 def test_a_persian_cell_writes_numbers_lists_and_names_by_the_rule(value, shown):
     words = {"embedding": "لایهٔ جاسازی", "block": "بلوک"}
