@@ -224,23 +224,34 @@ def resume(root: Path | str, load: Callable[[Path], Any], *, group=None,
     lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)
     failed: list[Path] = []
     while True:
-        choice, failure = [None], None
-        if dist.get_rank(group) == 0:
-            try:
-                choice = [choose_checkpoint(Path(root), failed, lock_timeout_s)]
-            except Exception as error:  # noqa: BLE001 - every rank must raise it, none wait
-                failure = error
-        agree(failure, group)  # rank 0's error, if it had one, raised on every rank
-        dist.broadcast_object_list(choice, src=dist.get_global_rank(group or dist.group.WORLD, 0),
-                                   group=group)
-        if choice[0] is None:
+        chosen, _ = agreed_choice(root, failed, lock_timeout_s, group)
+        if chosen is None:
             return None, None, failed
         try:
-            return Path(choice[0]), load(Path(choice[0])), failed
+            return chosen, load(chosen), failed
         except CheckpointError as error:  # raised alike on every rank
             if error.fault not in DAMAGE:
                 raise  # not damage (another world size, a read error): see DAMAGE
-            failed.append(Path(choice[0]))  # rank 0 chooses the next older one
+            failed.append(chosen)  # rank 0 chooses the next older one
+
+
+def agreed_choice(root: Path | str, excluded: list[Path], lock_timeout_s: float,
+                  group=None) -> tuple[Path | None, bytes | None]:
+    """Rank 0's `choose_checkpoint` (passing over `excluded`) and the chosen folder's manifest
+    fingerprint, the same on every rank of `group`; (None, None) where `root` holds no checkpoint.
+    Collective. If choosing fails on rank 0, `agree` raises its error on every rank, so no rank
+    waits in the broadcast for a choice that never comes."""
+    choice, failure = [None, None], None
+    if dist.get_rank(group) == 0:
+        try:
+            chosen = choose_checkpoint(Path(root), excluded, lock_timeout_s)
+            choice = [chosen, chosen and _fingerprint(Path(chosen))]
+        except Exception as error:  # noqa: BLE001 - every rank must raise it, none wait
+            failure = error
+    agree(failure, group)  # rank 0's error, if it had one, raised on every rank
+    dist.broadcast_object_list(choice, src=dist.get_global_rank(group or dist.group.WORLD, 0),
+                               group=group)
+    return (Path(choice[0]) if choice[0] else None), choice[1]
 
 
 def choose_checkpoint(root: Path, failed: list[Path], lock_timeout_s: float) -> str | None:
@@ -271,26 +282,17 @@ def load_newest(root: Path | str, load: Callable[[Path], Any], *, group=None, at
     lock_timeout_s = min(lock_timeout_s, collective_timeout_s(group) / 2)
     damaged: list[Path] = []
     for attempt in range(attempts):
-        choice, failure = [None, None], None
-        if dist.get_rank(group) == 0:
-            try:
-                chosen = choose_checkpoint(Path(root), damaged, lock_timeout_s)
-                choice = [chosen, chosen and _fingerprint(Path(chosen))]
-            except Exception as error:  # noqa: BLE001 - every rank must raise it, none wait
-                failure = error
-        agree(failure, group)  # rank 0's error, if it had one, raised on every rank
-        dist.broadcast_object_list(choice, src=dist.get_global_rank(group or dist.group.WORLD, 0),
-                                   group=group)
-        if choice[0] is None:
+        chosen, fingerprint = agreed_choice(root, damaged, lock_timeout_s, group)
+        if chosen is None:
             return None, None
         try:
-            return Path(choice[0]), load(Path(choice[0]))
+            return chosen, load(chosen)
         except CheckpointError as error:  # raised alike on every rank
             if attempt == attempts - 1 or (error.fault not in DAMAGE
                                            and not isinstance(error, FolderNotSharedError)):
                 raise
-            if dist.get_rank(group) == 0 and _fingerprint(Path(choice[0])) == choice[1]:
-                damaged.append(Path(choice[0]))  # unchanged since chosen: damaged, not replaced
+            if dist.get_rank(group) == 0 and _fingerprint(chosen) == fingerprint:
+                damaged.append(chosen)  # unchanged since chosen: damaged, not replaced
     raise AssertionError("not reached: the last attempt returns or raises")
 
 
