@@ -16,9 +16,11 @@ The loop itself knows nothing of reduce-scatter or files: it calls `optimizer.st
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -113,27 +115,8 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     def state() -> dict:  # what a checkpoint saved now holds besides tensors
         return run_state(config, world_size, guard, faults.spiked, history, records, events)
 
-    def reject(number: int, loss: float, reason: str, updated: bool) -> int:
-        """Roll back, or skip step `number`'s batch; return the data position to train from.
-        `updated`: the step's update is already in the weights (it was judged after it)."""
-        if guard.action(number) == "skip":  # action counts this rejection against the step's retries
-            if updated:  # skipping the batch would keep its update: stop instead
-                raise RuntimeError(f"step {number}'s update was rejected again after "
-                                   f"{guard.max_retries} rollbacks ({reason}): lower the learning rate")
-            events.append(log.write({"event": "skip", "loss": loss, "reason": reason, "step": number,
-                                     "message": f"step {number}'s batch skipped: still rejected "
-                                                f"after {guard.max_retries} rollbacks ({reason})"}))
-            checkpointer.maybe_save(number, guard.previous, state())
-            return number
-        restored, guard.previous = checkpointer.rollback()
-        trained = number if updated else number - 1  # steps since the checkpoint: their updates are gone
-        event = {"event": "rollback", "loss": loss, "reason": reason, "to_step": restored,
-                 "at_step": number, "undone": list(range(restored + 1, trained + 1))}
-        resume = guard.resume_at(restored, number)  # the checkpoint's, or past the rejected step
-        if resume > restored:  # skip_after_rollback: these steps' batches are never read again
-            event["skipped"] = list(range(restored + 1, resume + 1))
-        events.append(log.write(event))
-        return resume
+    reject = functools.partial(reject_step, guard=guard, checkpointer=checkpointer, log=log,
+                               events=events, state=state)  # see the divergence guard
 
     while step < config.steps:                                               # 5. the loop
         started, number = clock(), step + 1  # the step trained now; steps are numbered from 1
@@ -169,6 +152,34 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             "checkpoints": {s: str(f) for s, f in checkpointer.folders.items()},
             "resume_verified": dict(checkpointer.verified),
             "traffic": comm.ledger.totals()}  # what the ring communicator sent and received
+
+
+def reject_step(number: int, loss: float, reason: str, updated: bool, *, guard: DivergenceGuard,
+                checkpointer: Checkpointer, log: MetricsLog, events: list[dict],
+                state: Callable[[], dict]) -> int:
+    """Carry out the guard's verdict on step `number` for `run_rank`: roll back to the newest
+    checkpoint, or skip the step's batch; return the data position to train from. Collective:
+    every rank. `updated`: the step's update is already in the weights (it was judged after it).
+    Rank 0's `log` and every rank's `events` get the event; `state` is what a save made now keeps
+    besides tensors."""
+    if guard.action(number) == "skip":  # action counts this rejection against the step's retries
+        if updated:  # skipping the batch would keep its update: stop instead
+            raise RuntimeError(f"step {number}'s update was rejected again after "
+                               f"{guard.max_retries} rollbacks ({reason}): lower the learning rate")
+        events.append(log.write({"event": "skip", "loss": loss, "reason": reason, "step": number,
+                                 "message": f"step {number}'s batch skipped: still rejected "
+                                            f"after {guard.max_retries} rollbacks ({reason})"}))
+        checkpointer.maybe_save(number, guard.previous, state())
+        return number
+    restored, guard.previous = checkpointer.rollback()
+    trained = number if updated else number - 1  # steps since the checkpoint: their updates are gone
+    event = {"event": "rollback", "loss": loss, "reason": reason, "to_step": restored,
+             "at_step": number, "undone": list(range(restored + 1, trained + 1))}
+    resume = guard.resume_at(restored, number)  # the checkpoint's, or past the rejected step
+    if resume > restored:  # skip_after_rollback: these steps' batches are never read again
+        event["skipped"] = list(range(restored + 1, resume + 1))
+    events.append(log.write(event))
+    return resume
 
 
 @dataclasses.dataclass
