@@ -70,12 +70,12 @@ class CheckpointError(Exception):
 
 
 def _fact_fa(key: str, value):
-    """One fact as a Persian sentence quotes it: «هیچ» for an empty list; a list of reasons
+    """One fact as a Persian sentence quotes it: «هیچ‌کدام» for an empty list; a list of reasons
     (each with its own `explain`) in Persian, joined by «؛»; a list of names, each left to right,
     joined by «، » as a Persian list; a Latin name left to right; anything else as it is."""
     if isinstance(value, (list, tuple)):
         if not value:
-            return "هیچ"
+            return "هیچ‌کدام"
         if all(hasattr(item, "explain") for item in value):
             return "؛ ".join(item.explain("fa") for item in value)
         return language.listed([language.isolated(str(item)) for item in value], "fa")
@@ -122,22 +122,22 @@ FAULTS = {
                            "نمی‌توان وارسی کرد: هر دو را از یک رونوشت برگردانید، یا چکپوینتی "
                            "پیش‌تر را بارگذاری کنید",
     "manifest_changed": "{path} آسیب دیده است: چکیدهٔ sha256 آن {digest} است ولی {checksum} "
-                        "چکیدهٔ {recorded} را ثبت کرده؛ این فایل پس از ذخیره بریده، وارونه یا "
+                        "چکیدهٔ {recorded} را ثبت کرده است؛ این فایل پس از ذخیره بریده، وارونه یا "
                         "ویرایش شده است. آن را از یک رونوشت برگردانید، یا چکپوینتی پیش‌تر را "
                         "بارگذاری کنید",
     "not_json": "{path} با چکیده‌اش جور است ولی JSON نیست: این کد آن را ننوشته است؛ چکپوینت "
                 "دیگری را بارگذاری کنید",
-    "step_mismatch": "{path} گام {step} را ثبت کرده ولی نام پوشه‌اش، {folder}، گام {named} را "
+    "step_mismatch": "{path} گام {step} را ثبت کرده است ولی نام پوشه‌اش، {folder}، گام {named} را "
                      "می‌گوید: پوشه با دست رونوشت یا تغییرنام داده شده است؛ نامش را به {expected} "
                      "برگردانید، یا چکپوینت دیگری را بارگذاری کنید",
     "format_version": "قالب {path} نسخهٔ {version} است ولی این کد نسخهٔ {expected} را می‌خواند: آن "
                       "را با همان نسخه‌ای از `lesson_code` بارگذاری کنید که نوشته‌اش",
     "shard_missing": "{path} در مانیفست آمده ولی وجود ندارد: چکپوینت ناقص است؛ فایل را برگردانید "
                      "یا چکپوینت دیگری را بارگذاری کنید",
-    "shard_size": "{path} {size} بایت است ولی مانیفست {expected} بایت ثبت کرده: فایل بریده یا "
+    "shard_size": "{path} {size} بایت است ولی مانیفست {expected} بایت ثبت کرده است: فایل بریده یا "
                   "بازنویسی شده است",
     "shard_changed": "چکیدهٔ sha256 فایل {path} برابر {digest} است ولی مانیفست {recorded} را ثبت "
-                     "کرده: بایت‌هایش پس از ذخیره تغییر کرده‌اند",
+                     "کرده است: بایت‌هایش پس از ذخیره تغییر کرده‌اند",
     "world_size": "{path} را {saved} رتبه ذخیره کرده‌اند ولی `world_size` برابر {world_size} است: "
                   "نخست آن را بازشاردبندی کنید، مثلاً با `{call}`",
     "staging_not_seen": "رتبهٔ ۰ پوشهٔ {path} را برای این ذخیره ساخت ولی رتبهٔ {rank} آن را "

@@ -141,7 +141,7 @@ def test_a_refused_restart_says_in_persian_what_failed_to_load_and_what_was_skip
                          "کنارگذاشته: \u2066step-00000002\u2069: ", "روی آن‌ها می‌نوشت")
     (tmp_path / "step-00000002").rmdir()
     assert_persian(raised(lambda: choose_checkpoint(tmp_path, failed, lock_timeout_s=5.0)).explain("fa"),
-                   "کنارگذاشته: هیچ)")
+                   "کنارگذاشته: هیچ‌کدام)")
 
 
 def test_a_world_size_mismatch_gives_the_same_reshard_call_in_both_languages(tmp_path):
