@@ -244,14 +244,8 @@ def torch_pipelining_step(rank: int, world_size: int, run: PipeRun) -> dict:
     stage = TorchStage(module, rank, world_size, current_device())
     schedule = _torch_schedule(run.schedule)(stage, run.micro_batches,
                                              loss_fn=loss_function(run.model))
-    x, y = run.batch(0)
-    losses: list[torch.Tensor] = []  # filled on the last stage, one loss per micro-batch
-    if rank == 0:
-        schedule.step(x)  # the whole batch's inputs: the schedule cuts the micro-batches
-    elif rank == world_size - 1:
-        schedule.step(target=y, losses=losses)
-    else:
-        schedule.step()
+    x, y = run.batch(0)  # the whole batch: the schedule cuts the micro-batches
+    losses = step_torch_schedule(schedule, x, y, rank == 0, rank == world_size - 1)
     loss = sum(l.item() for l in losses) / len(losses) if losses else None
     return {"grads": layer_gradients(module, start), "loss": loss}
 
@@ -263,8 +257,8 @@ def _torch_schedule(schedule: str):
     return ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
 
 
-def _step_torch_schedule(schedule, x: torch.Tensor, y: torch.Tensor, first: bool,
-                         last: bool) -> list[torch.Tensor]:
+def step_torch_schedule(schedule, x: torch.Tensor, y: torch.Tensor, first: bool,
+                        last: bool) -> list[torch.Tensor]:
     """One `schedule.step` as torch wants it: the inputs on the first stage, the targets on the
     last; returns the last stage's micro-batch losses (empty elsewhere)."""
     losses: list[torch.Tensor] = []
@@ -338,7 +332,7 @@ def fsdp_pipeline_step(rank: int, world_size: int, run: PipeRun, data_parallel: 
     schedule = _torch_schedule(run.schedule)(stage, run.micro_batches,
                                              loss_fn=loss_function(run.model))
     with CollectiveCounter() as counter:
-        _step_torch_schedule(schedule, x, y, stage_index == 0, stage_index == pipeline_size - 1)
+        step_torch_schedule(schedule, x, y, stage_index == 0, stage_index == pipeline_size - 1)
     return {"replica": replica, "stage": stage_index, "units": len(units),
             "all_gathers": counter.count("allgather"),
             "reduce_scatters": counter.count("reduce_scatter"),
