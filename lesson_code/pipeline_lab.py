@@ -487,8 +487,9 @@ def message_delay(schedule: str, num_stages: int, micro_batches: int, forward: f
     GPipe waits for messages only while the pipeline fills and drains, 2 (P - 1) of them.
     In 1F1B's steady state, stage s (warmed up with k = P - 1 - s forwards) does k (f + b) of
     work between its F_j and its B_j, while B_j's input needs that plus 2 k messages: the loop
-    through stage 0 adds 2 (P - 1) / P messages per micro-batch, unless `extra_warmup` gives
-    each loop f + b of slack. The model of lesson 79a's cluster section.
+    through stage 0 adds 2 (P - 1) / P messages per micro-batch. `extra_warmup` gives slack
+    between the last two stages only: it hides the messages of a short step, not of a long one.
+    The model of lesson 79a's cluster section.
     """
     def span(delay: float) -> float:
         events = ideal_timeline(schedule, num_stages, micro_batches, forward, backward,

@@ -238,11 +238,12 @@ def test_schedule_orders():
         schedule_order("gpipe", 0, 4, 0)
 
 
-def test_1f1b_steady_state_waits_for_messages_unless_one_more_forward_is_in_flight():
+def test_1f1b_waits_for_messages_and_one_more_forward_hides_them_in_a_short_step_only():
     # A message time d on every edge between stages: GPipe waits only in the fill and the drain,
     # 2 (P - 1) d; in 1F1B, stage s waits 2 k d every k + 1 micro-batches (k = P - 1 - s), so the
     # loop through stage 0 adds 2 (P - 1) d / P per micro-batch. One more warm-up forward on every
-    # stage but the last removes that wait.
+    # stage but the last is slack between the last two stages only: enough for m = 32 here, not
+    # for four times as many micro-batches.
     p, m, f, b, d = 8, 32, 1.0, 2.0, 0.02
     assert pipeline_lab.message_delay("gpipe", p, m, f, b, d) == pytest.approx(2 * (p - 1) * d)
     plain = pipeline_lab.message_delay("1f1b", p, m, f, b, d)
@@ -251,6 +252,7 @@ def test_1f1b_steady_state_waits_for_messages_unless_one_more_forward_is_in_flig
         m * 2 * (p - 1) / p * d)
     assert pipeline_lab.message_delay("1f1b", p, m, f, b, d, extra_warmup=1) == pytest.approx(
         2 * (p - 1) * d)
+    assert pipeline_lab.message_delay("1f1b", p, 4 * m, f, b, d, extra_warmup=1) > 4 * 2 * (p - 1) * d
     assert pipeline_lab.message_delay("1f1b", p, m, f, b, 0.0) == 0.0
     # the price: one more micro-batch held on every stage but the last
     held = [peak_in_flight(schedule_order("1f1b", s, p, m, 1)) for s in range(p)]
