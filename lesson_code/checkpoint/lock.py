@@ -1,8 +1,8 @@
 """The lock of a checkpoint folder (lesson 80): writers take turns, readers share, a waiter names who holds it.
 
 Every save, recovery, prune and reshard into a folder holds root/.lock alone; a reader that must
-look twice holds it shared. The lock is a POSIX flock, so it dies with its process: a killed save
-never blocks the next one. Beside it, each holder keeps a small record (what it is doing, its pid,
+look twice holds it shared. The lock is a flock(2) lock (BSD's call, on the open file), so the
+kernel drops it when its process ends, however it ends: a killed save never blocks the next one. Beside it, each holder keeps a small record (what it is doing, its pid,
 its host), so that a waiter that gives up says who held the folder and what to do.
 
     with locked(root, "save_sharded of step-00000010"):   # alone; waits up to LOCK_TIMEOUT_S
@@ -47,8 +47,8 @@ def locked(root: Path | str, doing: str, *, shared: bool = False,
     from these records, and the next holder removes a record no process holds (its writer was
     killed).
 
-    The locks are POSIX flock locks and die with their process, so a killed save never blocks the
-    next one. They hold across nodes on NFS (Linux sends flock to the server as a byte-range lock)
+    The locks are flock(2) locks on the open file and die with their process (unless a child it
+    forked still holds the file open), so a killed save never blocks the next one. They hold across nodes on NFS (Linux sends flock to the server as a byte-range lock)
     and on Lustre mounted with -o flock; on a filesystem without shared locks, within one node only.
     Raises CheckpointError naming the holders when the lock is not had within `timeout_s` seconds,
     OSError when root/.lock cannot be opened (a folder this process may not write).
