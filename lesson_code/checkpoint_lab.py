@@ -510,7 +510,7 @@ def save_in_steps(result: dict, lang: str = "en") -> str:
 SHA256_RATE = {
     "en": "sha256 on one core of this machine, under the load above: {rate:.2f} GB/s "
           "(the best of {rounds} passes over {mib} MiB)",
-    "fa": "sha256 روی یک هستهٔ این دستگاه، زیر همان باری که خط بالا نشان می‌دهد: {rate:.2f} GB/s "
+    "fa": "sha256 روی یک هستهٔ این دستگاه، زیر همان باری که بالاتر چاپ شد: {rate:.2f} GB/s "
           "(بهترینِ {rounds} بار گذر از {mib} MiB)",
 }
 
