@@ -31,7 +31,7 @@ LABELS = {
         "busiest": "bytes through the busiest rank (× tensor size)",
         "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds, Σ = all;\n"
                       "outlined = sent this step to the rank below (mod {n})",
-        "fit": "{op}: α = {alpha:.0f} µs, 1/β = {bw:.0f} MB/s",
+        "fit": "{op}: α = {alpha:.3f} ms, 1/β = {bw:.3f} GB/s",
         "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct",
         "shared_memory": "shared memory (one machine)",
         "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
@@ -46,8 +46,8 @@ LABELS = {
         "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه آمده است، Σ = همه؛\n"
                       "قاب پررنگ = ارسال در همین گام به رتبهٔ پایینی (به پیمانهٔ {n})",
         # the formulas isolated left to right, in Latin digits as every formula of a figure
-        # (libraqm reorders Persian digits inside an isolate): "α = 1955 µs" keeps its order
-        "fit": "{op}: \u2066α = {alpha:.0f} µs\u2069، \u20661/β = {bw:.0f} MB/s\u2069",
+        # (libraqm reorders Persian digits inside an isolate): "α = 1.955 ms" keeps its order
+        "fit": "{op}: \u2066α = {alpha:.3f} ms\u2069، \u20661/β = {bw:.3f} GB/s\u2069",
         "naive": "ساده‌لوحانه (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "مستقیم",
         "shared_memory": "حافظهٔ مشترک (یک دستگاه)",
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
@@ -185,6 +185,7 @@ def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
     """Measured times (points) beside the fitted alpha-beta model (lines), log-log.
 
     A point that shows the reliability sign (`collectives_lab.slower_than_larger`) is ringed.
+    The legend gives each fit in ms and GB/s, the units of lesson 76's fit table.
     """
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4))
     for op, fit in fits.items():
@@ -197,8 +198,8 @@ def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
                 markerfacecolor="none", markeredgecolor=line.get_color())
         ax.plot(sizes, [1e3 * cost_model.predict(algorithm, n, world_size, fit.alpha, fit.beta)
                         for n in sizes], "-", color=line.get_color(),
-                label=labels["fit"].format(op=operation(op, lang), alpha=fit.alpha * 1e6,
-                                           bw=fit.bandwidth / 1e6))
+                label=labels["fit"].format(op=operation(op, lang), alpha=fit.alpha * 1e3,
+                                           bw=fit.bandwidth / 1e9))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     # plain milliseconds (2, 5, 10, 20, 50) rather than 6×10^0 on a log axis

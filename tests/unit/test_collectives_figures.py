@@ -1,7 +1,8 @@
 """Lesson 76's figures. The alpha-beta figure (exercise 5): its time axis reads in plain
-milliseconds, and a point that shows the reliability sign (over 20% slower than a larger size) is
-ringed. The ring figure: in Persian a partial sum's ranks are separated, since the Persian zero is a
-dot and «۰۳» reads as a number."""
+milliseconds, a point that shows the reliability sign (over 20% slower than a larger size) is
+ringed, and the legend gives each fit in ms and GB/s, as the lesson's fit table does. The ring
+figure: in Persian a partial sum's ranks are separated, since the Persian zero is a dot and «۰۳»
+reads as a number."""
 
 from __future__ import annotations
 
@@ -42,6 +43,17 @@ def test_a_point_that_shows_the_reliability_sign_is_ringed():
         rings = [line for line in fig.axes[0].get_lines() if line.get_markerfacecolor() == "none"]
         assert [list(ring.get_xdata()) for ring in rings] == [[2 ** 12]]
         assert [list(ring.get_ydata()) for ring in rings] == [[28.0]]
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_legend_gives_each_fit_in_the_fit_tables_units(lang):
+    fig = collectives.alpha_beta_figure(ROWS, FITS, 4, lang=lang)
+    try:
+        legend = [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+        assert len(legend) == 1 and "α = 1.000 ms" in legend[0], legend  # alpha = 1e-3 s
+        assert "1/β = 1.000 GB/s" in legend[0], legend  # beta = 1e-9 s a byte
     finally:
         plt.close(fig)
 
