@@ -20,6 +20,13 @@ from lesson_code.practice.messages import (LIST_SEPARATOR, failure_sentence, hea
 LINE_WIDTH = 92
 
 
+# What starts a check's line: in Persian a right-to-left mark (U+200F, invisible), so that the
+# line, which begins with its number, reads right to left wherever it is shown. The first strong
+# letter already decides that, but Chromium (the book, JupyterLab) lays out a line that begins
+# with a digit after a blank or left-to-right line as if it ran left to right.
+LINE_START = {"en": "", "fa": "\u200f"}
+
+
 def format_report(lesson: int | str, path: str, results: list[CheckResult], lang: str,
                   timing: str | None = None, only: bool = False) -> str:
     """The whole report as text: title, table of checks, details of failures, timing, summary.
@@ -63,7 +70,7 @@ def _table(results: list[CheckResult], lang: str) -> list[str]:
                                            last=rest[-1].number, reason=result.skipped))
             break
         status = "passed" if result.passed else "skipped" if result.skipped else "failed"
-        lines.append(f"{localized(result.number, lang)}. [{heading(status, lang)}] "
+        lines.append(f"{LINE_START[lang]}{localized(result.number, lang)}. [{heading(status, lang)}] "
                      f"{plain(result.check.title[lang], lang)}")
         if result.skipped is not None:
             lines += _labelled(heading("why", lang), result.skipped.text(lang))

@@ -46,7 +46,7 @@ from urllib.parse import urlparse
 import pytest
 
 from lesson_code import widgets
-from test_reading import OUTPUT_LINES
+from test_reading import NUMBERED_LINES, OUTPUT_LINES
 from lesson_code.book_build.listings import KEY as LISTING
 
 pytestmark = pytest.mark.book
@@ -276,6 +276,30 @@ def assert_printed_lines_read_in_their_own_direction(page, cells: list[dict]) ->
     index = next(i for i, cell in enumerate(cells) if cell["cell_type"] == "code"
                  for output in cell.get("outputs", []) if output.get("output_type") == "stream"
                  if re.search(r"^\s*[\u0600-\u06ff]", "".join(output["text"]), re.MULTILINE))
+    assert_lines_read_in_their_own_direction(page, index, ".jp-OutputArea-output pre")
+
+
+def assert_quoted_report_reads_in_its_own_direction(page, cells: list[dict]) -> None:
+    """The practice report a Persian lesson quotes in its prose (a plain-text block inside the
+    right-to-left wrapper), as drawn: its Persian lines too start at the right edge and read
+    right to left (jupyterlab-rtl.css), each check's number included, and no line runs out of
+    the block."""
+    index = next(i for i, cell in enumerate(cells) if cell["cell_type"] == "markdown"
+                 if "```text" in "".join(cell["source"]))
+    assert_lines_read_in_their_own_direction(page, index, "pre")
+    numbered = page.evaluate(NUMBERED_LINES, f"{PANEL} .jp-Cell[data-windowed-list-index='{index}'] pre")
+    assert len(numbered) >= 3 and all(abs(x - edge) < 2 for _, x, edge in numbered), numbered
+    widths = page.evaluate(f"""() => [...document.querySelectorAll(
+        "{PANEL} .jp-Cell[data-windowed-list-index='{index}'] pre")].map(
+        pre => pre.scrollWidth - pre.clientWidth)""")
+    assert widths and max(widths) <= 1, widths
+
+
+def assert_lines_read_in_their_own_direction(page, index: int, blocks: str) -> None:
+    """Cell `index`'s `blocks` (a selector inside the cell), once JupyterLab draws the cell:
+    each Persian line starts at the right edge and its words read right to left (numbers left
+    out: a date isolated left to right reads left to right inside the line, as it should), each
+    Latin line starts at the left edge."""
     # JupyterLab draws only the cells near the view: scroll down until the cell is drawn
     page.evaluate(f"""async () => {{
       const scroller = document.querySelector("{PANEL} .jp-WindowedPanel-outer");
@@ -288,18 +312,15 @@ def assert_printed_lines_read_in_their_own_direction(page, cells: list[dict]) ->
       document.querySelector(selector).scrollIntoView({{block: "start"}});
     }}""")
     cell = page.locator(f'{PANEL} .jp-Cell[data-windowed-list-index="{index}"]')
-    cell.locator(".jp-OutputArea-output pre").first.wait_for(timeout=START_TIMEOUT_S * 1000)
+    cell.locator(blocks).first.wait_for(timeout=START_TIMEOUT_S * 1000)
     lines = page.evaluate(OUTPUT_LINES.replace(
-        "article .cell_output pre",
-        f"{PANEL} .jp-Cell[data-windowed-list-index='{index}'] .jp-OutputArea-output pre"))
+        "article .cell_output pre", f"{PANEL} .jp-Cell[data-windowed-list-index='{index}'] {blocks}"))
     persian = [line for line in lines if line["persian"]]
     assert persian, f"cell {index} drew no Persian line: {lines}"
     for line in lines:
         (first_left, first_right), (left, right) = line["first"], line["edges"]
         if line["persian"]:
             assert abs(first_right - right) < 2, line  # starts at the right edge
-            # its words read right to left (numbers left out: a date isolated left to right
-            # reads left to right inside the line, as it should)
             xs = [x for word, x in line["words"] if re.search("[\u0621-\u06d3]", word)]
             assert xs == sorted(xs, reverse=True), line
         else:
@@ -318,6 +339,8 @@ def test_wrapped_persian_prose_is_right_to_left_and_the_calculator_runs(lab, bro
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "jupyterlab-fa-78-wrapped.png"))
         assert_printed_lines_read_in_their_own_direction(page, notebook["cells"])
+        assert_quoted_report_reads_in_its_own_direction(page, notebook["cells"])
+        page.screenshot(path=str(SCREENSHOTS / "jupyterlab-fa-78-practice-report.png"))
         run_calculator(page)
         page.screenshot(path=str(SCREENSHOTS / "jupyterlab-fa-78-calculator.png"))
         assert not blocked, f"JupyterLab tried to reach other hosts: {blocked}"

@@ -387,6 +387,58 @@ OUTPUT_LINES = r"""() => {
 }"""
 
 
+# Where the number of each check's line of a Persian practice report is drawn ("۱. [قبول] ..."),
+# against the right content edge of its <pre>: (the line's start, the number's right, the edge).
+NUMBERED_LINES = r"""(selector) => {
+    const out = [];
+    for (const pre of document.querySelectorAll(selector)) {
+        const box = pre.getBoundingClientRect(), edge = box.right - parseFloat(getComputedStyle(pre).paddingRight);
+        const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            let start = 0;
+            for (const line of node.data.split("\n")) {
+                const m = line.match(/^\u200f?[\u06f0-\u06f9]+\. \[/);
+                if (m) {
+                    const i = start + m[0].search(/[\u06f0-\u06f9]/), r = document.createRange();
+                    r.setStart(node, i); r.setEnd(node, i + 1);
+                    out.push([line.slice(0, 12), r.getBoundingClientRect().right, edge]);
+                }
+                start += line.length + 1;
+            }
+        }
+    }
+    return out;
+}"""
+
+
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_a_quoted_practice_report_reads_in_its_own_direction(browser, site, size):
+    """Each Persian lesson quotes the practice command's report in a plain-text block of its
+    prose: its Persian lines start at the right edge and read right to left, as printed lines
+    do (rtl.css), each check's number included (practice.report.LINE_START), and no line runs
+    out of the block, on a desktop or a phone."""
+    v = open_at(browser, f"{site}/notebooks/fa/76-collectives.html", size)
+    try:
+        lines = v.page.evaluate(OUTPUT_LINES.replace("article .cell_output pre",
+                                                     "article .highlight-text pre"))
+        persian = [line for line in lines if line["persian"]]
+        assert len(persian) >= 3, lines
+        for line in persian:
+            (_, first_right), (_, right) = line["first"], line["edges"]
+            assert abs(first_right - right) < 2, line  # starts at the right edge
+            xs = [x for word, x in line["words"] if re.search("[\u0621-\u06d3]", word)]
+            assert xs == sorted(xs, reverse=True), line  # its words read right to left
+        numbered = v.page.evaluate(NUMBERED_LINES, "article .highlight-text pre")
+        assert len(numbered) >= 3 and all(abs(x - edge) < 2 for _, x, edge in numbered), numbered
+        overflow = v.page.eval_on_selector_all(
+            "article .highlight-text pre", "pres => pres.map(p => p.scrollWidth - p.clientWidth)")
+        assert overflow and max(overflow) <= 1, overflow
+        v.page.locator("article .highlight-text pre").first.scroll_into_view_if_needed()
+        shoot(v, f"practice-report-76-fa-{'phone' if size is PHONE else 'desktop'}")
+    finally:
+        v.page.context.close()
+
+
 @pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["desktop", "phone"])
 def test_each_printed_line_reads_in_its_own_direction(browser, site, size):
     """Lesson 81 prints Persian lines (the checkpoint's summary, the resume checks) and Latin
