@@ -103,7 +103,8 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
     With `recompute`, each forward runs under `torch.utils.checkpoint` (re-materialization, the
     reentrant variant, `use_reentrant=True`): only the stage's input is saved, besides the
     output, and the backward runs the forward again, whose saved tensors (counted by the same
-    hooks) are alive, on top of what the stage holds, until that backward ends. Returns
+    hooks) are alive, on top of what the stage holds, until that backward ends; a storage the
+    stage already holds (the rerun saves the input again) is not counted twice. Returns
     "held_bytes" (the most held between passes), "peak_bytes" (the most alive at once: the held
     bytes plus, during a backward, the micro-batch it rebuilds), "micro_batch_bytes" (one
     micro-batch's held bytes) and "forwards" (how many times the stage's forward ran,
@@ -118,22 +119,26 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
     module.register_forward_pre_hook(lambda *_: forwards.append(1))
     shape = (run.batch_size // run.micro_batches, run.gpt.context, run.gpt.n_embd)
     saved: dict[int, int] = {}  # storage -> bytes, for the forward running now
+    skipped = set(weights)  # storages not to count: the weights, and during a backward the held ones
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
-        if storage.data_ptr() not in weights:
+        if storage.data_ptr() not in skipped:
             saved[storage.data_ptr()] = storage.nbytes()
         return tensor
 
-    outputs, held, live, most_held, peak = {}, {}, 0, 0, 0
+    outputs, held, held_storages, live, most_held, peak = {}, {}, {}, 0, 0, 0
     for kind, index in schedule_order(schedule, stage, num_stages, run.micro_batches):
         saved.clear()
         if kind == "B":
             output = outputs.pop(index)
+            skipped.update(*held_storages.values())  # alive already, counted in `live`
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
                 output.backward(torch.ones_like(output))  # frees what the forward saved
+            skipped.intersection_update(weights)
             peak = max(peak, live + sum(saved.values()))  # a recomputed forward saved these
             live -= held[index]
+            del held_storages[index]
             continue
         x = torch.randn(shape, generator=torch.Generator().manual_seed(index)).to(current_device())
         x.requires_grad_(True)
@@ -142,7 +147,7 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
                               if recompute else module(x))
         output_storage = outputs[index].untyped_storage()
         saved[output_storage.data_ptr()] = output_storage.nbytes()  # once, if autograd saved it too
-        held[index] = sum(saved.values())
+        held[index], held_storages[index] = sum(saved.values()), set(saved)
         live += held[index]
         most_held, peak = max(most_held, live), max(peak, live)
     return {"held_bytes": most_held, "peak_bytes": peak, "micro_batch_bytes": held[0],
