@@ -115,8 +115,16 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     def state() -> dict:  # what a checkpoint saved now holds besides tensors
         return run_state(config, world_size, guard, faults.spiked, history, records, events)
 
+    unjudged = None  # the step whose update the weights hold and no check_update has judged
+
+    def update_rejected(trained: int) -> str | None:  # why step `trained`'s update fails, if held
+        if trained != unjudged:  # the weights are a checkpoint's (judged before its save), or judged
+            return None
+        after = loss_after_update(config, model, corpus, trained - 1, rank, world_size)
+        return guard.check_update(after, records[-1]["loss"])
+
     reject = functools.partial(reject_step, guard=guard, checkpointer=checkpointer, log=log,
-                               events=events, state=state)  # see the divergence guard
+                               events=events, state=state, update_rejected=update_rejected)
 
     while step < config.steps:                                               # 5. the loop
         started, number = clock(), step + 1  # the step trained now; steps are numbered from 1
@@ -124,13 +132,13 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
         loss = global_mean(forward_backward(config, model, corpus, step, rank, world_size))
         reason = guard.check(loss)  # the same loss on every rank, so every rank decides alike
         if reason is not None:  # judged before the update: no weight has changed
-            step = reject(number, loss, reason, updated=False)
+            step, unjudged = reject(number, loss, reason, updated=False), None
             continue
         gradient_bytes = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
         lr = optimizer.lr
         optimizer.lr = faults.learning_rate(number, lr)
         optimizer.step()  # reduce-scatter, Adam on this rank's shard, all-gather
-        optimizer.lr, step = lr, number
+        optimizer.lr, step, unjudged = lr, number, number
         records.append(log.write({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
                                   "step_time_s": clock() - started, "lr": lr,
                                   "param_norm": flat_parameters(model).norm().item()}))
@@ -138,8 +146,9 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             after = loss_after_update(config, model, corpus, step - 1, rank, world_size)
             reason = guard.check_update(after, loss)
             if reason is not None:  # the update is in the weights: roll it back before any save
-                step = reject(number, after, reason, updated=True)
+                step, unjudged = reject(number, after, reason, updated=True), None
                 continue
+            unjudged = None
         checkpointer.maybe_save(step, loss, state(), disk=faults.disk(step))
         faults.after_save(step)
     return {"rank": rank, "records": records, "events": events, "history": history,
@@ -156,16 +165,22 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
 
 def reject_step(number: int, loss: float, reason: str, updated: bool, *, guard: DivergenceGuard,
                 checkpointer: Checkpointer, log: MetricsLog, events: list[dict],
-                state: Callable[[], dict]) -> int:
+                state: Callable[[], dict], update_rejected: Callable[[int], str | None]) -> int:
     """Carry out the guard's verdict on step `number` for `run_rank`: roll back to the newest
     checkpoint, or skip the step's batch; return the data position to train from. Collective:
     every rank. `updated`: the step's update is already in the weights (it was judged after it).
     Rank 0's `log` and every rank's `events` get the event; `state` is what a save made now keeps
-    besides tensors."""
+    besides tensors; `update_rejected(step)` re-judges step `step`'s update if the weights hold it
+    unjudged (None: no such update, or a good one)."""
     if guard.action(number) == "skip":  # action counts this rejection against the step's retries
         if updated:  # skipping the batch would keep its update: stop instead
             raise RuntimeError(f"step {number}'s update was rejected again after "
                                f"{guard.max_retries} rollbacks ({reason}): lower the learning rate")
+        verdict = update_rejected(number - 1)  # a spike seen before an update comes from the last
+        if verdict is not None:  # the weights are at fault, not the batch: skipping would keep them
+            raise RuntimeError(f"step {number}'s batch cannot be skipped ({reason}): the weights hold "
+                               f"step {number - 1}'s update, which fails too ({verdict}); lower the "
+                               "learning rate, or allow more rollbacks (guard_retries)")
         events.append(log.write({"event": "skip", "loss": loss, "reason": reason, "step": number,
                                  "message": f"step {number}'s batch skipped: still rejected "
                                             f"after {guard.max_retries} rollbacks ({reason})"}))
