@@ -1,9 +1,9 @@
-"""What FSDP2's collectives carry under a mixed-precision policy (lesson 78a, exercise 6).
+"""What FSDP2's collectives carry under a mixed-precision policy (lesson 78a, exercise 5).
 
 `fully_shard` calls torch.distributed directly, so the course's communicator ledger never sees
 its traffic. `mixed_precision_traffic` trains one step of a model under `fully_shard` with
 `MixedPrecisionPolicy(param_dtype, reduce_dtype)` and records, from the dispatcher, the dtype and
-the bytes of every all-gather and reduce-scatter FSDP2 issues: the numbers lesson 78a's cluster
+the bytes of every all-gather and reduce-scatter FSDP2 issues: the numbers lesson 78c's cluster
 model assumed (2 bytes per element gathered twice, 4 reduced). Runs on gloo (CPU) and NCCL:
 
     launch.spawn(ddp_lab.each_run, fsdp2_traffic.mixed_precision_traffic, [run], world_size=4)
