@@ -1,4 +1,4 @@
-"""Lesson 77's exercises, and two demonstrations beside the lesson's main story.
+"""The exercises of lessons 77 and 77a, and two demonstrations beside lesson 77's main story.
 
 The lesson's own harness (DDPRun, training on ranks against one process, the timing, the model
 of a bucketed backward) is `lesson_code.ddp_lab`; this module holds what only the exercises and
@@ -6,7 +6,7 @@ their worked solutions run, and the two side demonstrations: `no_sync_timing_dem
 flag is read at forward time) and `bucket_counts` (our bucket rule against PyTorch DDP's).
 Rank functions run through `launch.spawn`, as the lesson's cells call them, e.g.
 
-    launch.spawn(ddp_exercises.registration_order_demo, world_size=4)  # exercise 6
+    launch.spawn(ddp_exercises.registration_order_demo, world_size=4)  # lesson 77a, exercise 3
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
 
 
 def token_weighted_gradients(rank: int, world_size: int, seed: int = 0) -> dict[str, float]:
-    """Exercise 4: ranks whose slices count different numbers of tokens in the loss.
+    """Lesson 77, exercise 3: ranks whose slices count different numbers of tokens in the loss.
 
     Collective: call on every rank. MiniGPT on `DDPRun(model="gpt")`'s first batch, rank r's
     slice with the targets of its first 4 * r positions masked out (-100, which cross-entropy
@@ -153,7 +153,7 @@ def cast_allreduce_hook(state: dict, bucket):  # unannotated: see the docstring'
 
 
 def reduced_in(rank: int, world_size: int, run: DDPRun) -> list[dict]:
-    """Exercise 5: torch DDP with each bucket averaged in float32 and in bfloat16
+    """Lesson 77a, exercise 2: torch DDP with each bucket averaged in float32 and in bfloat16
     (`cast_allreduce_hook`), each trained `run.steps` steps against one process on the full batch.
 
     Collective: call on every rank. Returns, per dtype, whether the ranks agree, the largest
@@ -180,9 +180,9 @@ def reduced_in(rank: int, world_size: int, run: DDPRun) -> list[dict]:
 
 
 class ReverseRegistered(nn.Module):
-    """Exercise 6: `depth` Linear layers registered in one order and run in the other, so that
-    backward produces the last-registered layer's gradients last; `forward(x, targets)` returns
-    (output, mean squared error), as the course's models do."""
+    """Lesson 77a, exercise 3: `depth` Linear layers registered in one order and run in the
+    other, so that backward produces the last-registered layer's gradients last;
+    `forward(x, targets)` returns (output, mean squared error), as the course's models do."""
 
     def __init__(self, width: int = 64, depth: int = 6):
         super().__init__()
@@ -195,11 +195,12 @@ class ReverseRegistered(nn.Module):
 
 
 def registration_order_demo(rank: int, world_size: int, steps: int = 3) -> list[dict]:
-    """Exercise 6: how many of BucketedDDP's all-reduces start during the backward (before its
-    last gradient arrives), step by step, on a ReverseRegistered model with one layer per bucket,
-    with rebuild_buckets=True. Collective: call on every rank. Also gives, per step, the largest
-    difference between the wrapper's gradient and the mean of the ranks' own gradients (computed
-    apart, with torch.distributed), which no cut of the buckets may change beyond rounding."""
+    """Lesson 77a, exercise 3: how many of BucketedDDP's all-reduces start during the backward
+    (before its last gradient arrives), step by step, on a ReverseRegistered model with one layer
+    per bucket, with rebuild_buckets=True. Collective: call on every rank. Also gives, per step,
+    the largest difference between the wrapper's gradient and the mean of the ranks' own
+    gradients (computed apart, with torch.distributed), which no cut of the buckets may change
+    beyond rounding."""
     torch.manual_seed(0)
     device = current_device()
     model = BucketedDDP(ReverseRegistered().to(device), bucket_cap_mb=0.02, rebuild_buckets=True)
