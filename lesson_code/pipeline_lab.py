@@ -119,7 +119,7 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
     module.register_forward_pre_hook(lambda *_: forwards.append(1))
     shape = (run.batch_size // run.micro_batches, run.gpt.context, run.gpt.n_embd)
     saved: dict[int, int] = {}  # storage -> bytes, for the forward running now
-    skipped = set(weights)  # storages not to count: the weights, and during a backward the held ones
+    skipped = weights  # storages pack does not count: the weights, and during a backward the held
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
@@ -127,18 +127,18 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
             saved[storage.data_ptr()] = storage.nbytes()
         return tensor
 
-    outputs, held, held_storages, live, most_held, peak = {}, {}, {}, 0, 0, 0
+    outputs, held, first, most_held, peak = {}, {}, 0, 0, 0  # held: micro-batch -> its `saved`
     for kind, index in schedule_order(schedule, stage, num_stages, run.micro_batches):
         saved.clear()
+        live = sum(sum(storages.values()) for storages in held.values())
         if kind == "B":
             output = outputs.pop(index)
-            skipped.update(*held_storages.values())  # alive already, counted in `live`
+            skipped = weights.union(*held.values())  # alive already, counted in `live`
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
                 output.backward(torch.ones_like(output))  # frees what the forward saved
-            skipped.intersection_update(weights)
+            skipped = weights
             peak = max(peak, live + sum(saved.values()))  # a recomputed forward saved these
-            live -= held[index]
-            del held_storages[index]
+            del held[index]
             continue
         x = torch.randn(shape, generator=torch.Generator().manual_seed(index)).to(current_device())
         x.requires_grad_(True)
@@ -147,10 +147,10 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
                               if recompute else module(x))
         output_storage = outputs[index].untyped_storage()
         saved[output_storage.data_ptr()] = output_storage.nbytes()  # once, if autograd saved it too
-        held[index], held_storages[index] = sum(saved.values()), set(saved)
-        live += held[index]
+        held[index], first = dict(saved), first or sum(saved.values())
+        live += sum(saved.values())
         most_held, peak = max(most_held, live), max(peak, live)
-    return {"held_bytes": most_held, "peak_bytes": peak, "micro_batch_bytes": held[0],
+    return {"held_bytes": most_held, "peak_bytes": peak, "micro_batch_bytes": first,
             "forwards": len(forwards)}
 
 
