@@ -18,11 +18,15 @@ LABELS = {
     "en": {"rank": "rank", "time": "time from the start of the save (ms)", "write": "file written",
            "fsync": "fsync", "rename": "rename", "publish": "folder renamed: published",
            "elements": "element of the flat parameter vector", "ranks": "{n} ranks",
-           "padding": "+{n} padding"},
-    "fa": {"rank": "رتبه", "time": "زمان از آغاز ذخیره (ms)", "write": "نوشتن فایل",
+           "padding": "+{n} padding",
+           "files": {".owner": ".owner", "shard": "shard", "replicated.pt": "replicated",
+                     "manifest.json": "manifest", "manifest.sha256": ".sha256"}},
+    "fa": {"rank": "رتبه", "time": "زمان از آغاز ذخیره (میلی‌ثانیه)", "write": "نوشتن فایل",
            "fsync": "fsync", "rename": "تغییر نام", "publish": "تغییر نام پوشه: انتشار",
            "elements": "عنصرِ بردار تخت پارامترها", "ranks": "{n} رتبه",
-           "padding": "{n} عنصر پدینگ"},
+           "padding": "{n} عنصر پدینگ",
+           "files": {".owner": ".owner", "shard": "شارد", "replicated.pt": "replicated",
+                     "manifest.json": "manifest", "manifest.sha256": ".sha256"}},
 }
 COLOURS = {"write": "#c6dbef", "fsync": "#2171b5", "rename": "black", "publish": "#d62728"}
 
@@ -61,7 +65,7 @@ TABLE_WORDS = {"fa": {
     "measured here": "اندازه‌گیری‌شده در اینجا", "step (ms)": "گام (ms)", "save (ms)": "ذخیره (ms)",
     "Young's interval at one failure every 3.09 h (s)":
         "فاصلهٔ یانگ با یک خرابی در هر ۳٫۰۹ ساعت (ثانیه)",
-    "steps between saves": "گام‌های میان دو ذخیره", "bandwidth (TB/s)": "پهنای باند (TB/s)",
+    "steps between saves": "گام‌های میان دو ذخیره", "bandwidth (TB/s)": "پهنای باند (ترابایت بر ثانیه)",
     "save (s)": "ذخیره (ثانیه)", "interval (min)": "فاصلهٔ ذخیره‌ها (دقیقه)",
     "time lost (%)": "زمان ازدست‌رفته (٪)", "model tensors": "تنسورهای مدل",
     "own vectors": "بردارهای خود رتبه", "blocking save (ms)": "ذخیرهٔ مسدودکننده (ms)",
@@ -80,20 +84,29 @@ def table(frame, lang: str = "en"):
 
 def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     """A row per rank: each file's write (light), its fsyncs (dark), renames (ticks), and the
-    rename that publishes the folder (red line over every row), in milliseconds.
+    rename that publishes the folder (red line over every row), in milliseconds. Rank 0's file
+    writes are named (`.owner`, its shard, `replicated.pt` and the manifest's two files),
+    alternately above and below its row so that neighbours do not collide.
 
     `results` are every rank's `checkpoint_lab.timed_save` results.
     """
-    labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.6 + 0.55 * len(results)))
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.9 + 0.55 * len(results)))
     seen = set()
     for result in results:
         rank = result["rank"]
-        for kind, _, start, end in sorted(result["events"], key=lambda e: e[0] != "write"):
+        named = 0
+        for kind, name, start, end in sorted(result["events"], key=lambda e: e[0] != "write"):
             label = labels[kind] if kind not in seen else None
             seen.add(kind)
             if kind in ("write", "fsync"):
                 ax.barh(rank, 1e3 * (end - start), left=1e3 * start, color=COLOURS[kind],
                         height=0.6 if kind == "write" else 0.3, label=label)
+                file = labels["files"].get("shard" if name.startswith("shard-") else name)
+                if kind == "write" and rank == 0 and file:
+                    above = named % 2 == 0
+                    ax.text(1e3 * (start + end) / 2, rank + (-0.34 if above else 0.34), file,
+                            ha="center", va="bottom" if above else "top", fontsize=8)
+                    named += 1
             elif kind == "rename":
                 ax.plot([1e3 * end] * 2, [rank - 0.32, rank + 0.32], color=COLOURS[kind],
                         linewidth=1, label=label)
@@ -101,7 +114,7 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
                 ax.axvline(1e3 * end, color=COLOURS[kind], linestyle="--", label=label)
     ranks = [r["rank"] for r in results]
     ax.set_yticks(ranks, [language.numbered(labels["rank"], r, lang) for r in ranks])
-    ax.invert_yaxis()
+    ax.set_ylim(max(ranks) + 0.6, min(ranks) - 0.9)  # rank 0 on top, room for its file names
     ax.set_xlabel(labels["time"])
     ax.set_xlim(left=0)  # the save starts at 0: the lock and the staging folder come first
     legend_below(ax, ncol=2)
