@@ -70,6 +70,8 @@ TABLE_WORDS = {"fa": {
     "time lost (%)": "زمان ازدست‌رفته (٪)", "model tensors": "تنسورهای مدل",
     "own vectors": "بردارهای خود رتبه", "blocking save (ms)": "ذخیرهٔ مسدودکننده (ms)",
     "in the background (ms)": "در پس‌زمینه (ms)", "chosen": "انتخاب‌شده",
+    "of which waiting for the save before (ms)": "از آن، انتظار برای ذخیرهٔ قبلی (ms)",
+    "all 20 steps": "هر ۲۰ گام",
     "largest |parameter|": "بزرگ‌ترین قدرمطلق پارامتر", "float32 spacing there": "فاصلهٔ float32 در آنجا",
     "tolerance in spacings": "آستانه بر حسب این فاصله", "difference on 2 ranks": "اختلاف روی ۲ رتبه",
     "difference, step count lost": "اختلاف، بدون شمار گام‌های Adam",
