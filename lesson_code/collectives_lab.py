@@ -423,6 +423,12 @@ SAY = {
         "switch": "", "no_switch": "none: one algorithm is the fastest at every size of this range",
         "worst": "worst ratio of each: {worst}",
         "without": "without shared memory, from 4 MiB up: {low:.2f}x to {high:.2f}x",
+        "agrees": "verdict: agrees with the book (naive at {low:,} bytes, shared memory at "
+                  "{high:,}, each ahead by more than {bound:.2f}x)",
+        "undecided": "verdict: undecided, rerun (a gap at {low:,} or {high:,} bytes within "
+                     "{bound:.2f}x, or a load of {load:.2f} on {cores} cores)",
+        "differs": "verdict: differs from the book (the switch is not between {low:,} and "
+                   "{high:,} bytes)",
         "hang": "rank {rank} of {ranks} gave up after {seconds:g} s in {op}: a message it waited "
                 "for never came",
     },
@@ -445,6 +451,11 @@ SAY = {
         "no_switch": "هیچ؛ در این بازه یک الگوریتم در همهٔ اندازه‌ها سریع‌ترین است",
         "worst": "بدترین نسبت هر کدام: {worst}",
         "without": "بدون حافظهٔ مشترک، از ۴ MiB به بالا: {low:.2f} تا {high:.2f} برابر",
+        "agrees": "حکم: با کتاب همخوان است (روش ساده‌لوحانه در {low:,} بایت و حافظهٔ مشترک در "
+                  "{high:,} بایت، هر کدام بیش از {bound:.2f} برابر جلوتر)",
+        "undecided": "حکم: نامعلوم، دوباره اجرا کنید (فاصله‌ای در {low:,} یا {high:,} بایت در "
+                     "حد {bound:.2f} برابر، یا بار {load:.2f} روی {cores} هسته)",
+        "differs": "حکم: با کتاب فرق دارد (نقطهٔ تغییر میان {low:,} و {high:,} بایت نیست)",
         "hang": "رتبهٔ {rank} از {ranks} رتبه پس از {seconds:g} ثانیه در {op} دست کشید: پیامی که "
                 "منتظرش بود هرگز نرسید",
     },
@@ -525,6 +536,27 @@ def switches_line(switches: list[tuple[int, str, str]], lang: str) -> str:
     return say("switches", lang, switches="؛ ".join(
         say("switch", lang, nbytes=nbytes, before=words.get(before, before),
             after=words.get(after, after)) for nbytes, before, after in switches))
+
+
+def switch_verdict(rows: list[dict], bound: float, load: float, cores: int, lang: str) -> str:
+    """Whether exercise 5's run agrees with the book's one switch, from the naive all-reduce to
+    shared memory, as a line of `lang`.
+
+    `rows` are {algorithm, nbytes, seconds} of both algorithms at three or more sizes. The run
+    agrees when the naive all-reduce wins the smallest size and shared memory the largest, each
+    by more than `bound` (the stored table's largest inversion); it is undecided when either gap
+    is within `bound` or the load average at the start reached the core count; else it differs.
+    """
+    times = {(row["algorithm"], row["nbytes"]): row["seconds"] for row in rows}
+    sizes = sorted({nbytes for _, nbytes in times})
+    low, high = sizes[0], sizes[-1]
+    shm_over_naive = {n: times["shared_memory", n] / times["naive", n] for n in (low, high)}
+    values = {"low": low, "high": high, "bound": bound}
+    if load >= cores or any(1 / bound <= ratio <= bound for ratio in shm_over_naive.values()):
+        return say("undecided", lang, load=load, cores=cores, **values)
+    if shm_over_naive[low] > bound and shm_over_naive[high] < 1 / bound:
+        return say("agrees", lang, **values)
+    return say("differs", lang, **values)
 
 
 def worst_line(worst: dict[str, float], lang: str) -> str:

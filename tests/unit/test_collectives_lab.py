@@ -79,3 +79,21 @@ def test_the_reliability_sign_line_in_both_editions():
     assert persian.startswith("بیش از ۲۰٪ کندتر از اندازه‌ای بزرگ‌تر: ")
     assert "کاهش همگانی حلقه‌ای در ۴۰۹۶ و ۶۵۵۳۶ بایت؛ " in persian
     assert persian.endswith("در هیچ اندازه‌ای") and "[" not in persian
+
+
+def _two_algorithms(naive_ms, shm_ms, sizes=(2 ** 18, 2 ** 20, 2 ** 22)):
+    return ([{"algorithm": "naive", "nbytes": n, "seconds": t / 1e3} for n, t in zip(sizes, naive_ms)]
+            + [{"algorithm": "shared_memory", "nbytes": n, "seconds": t / 1e3}
+               for n, t in zip(sizes, shm_ms)])
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_verdict_of_exercise_5_reads_both_outer_gaps_and_the_load(lang):
+    book = _two_algorithms([1.0, 2.0, 8.0], [2.4, 2.1, 3.9])  # the book's 2.38 and 2.04
+    say = collectives_lab.SAY[lang]
+    assert collectives_lab.switch_verdict(book, 1.86, 0.5, 2, lang).startswith(say["agrees"][:6])
+    close = _two_algorithms([1.0, 2.3, 8.6], [2.2, 1.7, 10.8])  # naive won at 4 MiB too
+    assert collectives_lab.switch_verdict(close, 1.86, 0.5, 2, lang).startswith(say["undecided"][:6])
+    assert collectives_lab.switch_verdict(book, 1.86, 2.9, 2, lang).startswith(say["undecided"][:6])
+    below = _two_algorithms([4.0, 8.0, 32.0], [1.0, 2.0, 8.0])  # shared memory won everywhere
+    assert collectives_lab.switch_verdict(below, 1.86, 0.5, 2, lang).startswith(say["differs"][:6])
