@@ -16,7 +16,8 @@ from lesson_code.plots import FIGURE_WIDTH, legend_below, number, start_figure
 from lesson_code.plots.tables import translate
 
 LABELS = {
-    "en": {"stage": "stage", "time": "time (ms)", "slots": "time (slots: a forward takes 1, a backward 2)", "F": "forward", "B": "backward",
+    "en": {"stage": "stage", "time": "time (ms)", "slots": "time (slots: a forward takes 1, a backward 2)",
+           "block_slots": "time (slots: one block's forward takes 1, its backward 2)", "F": "forward", "B": "backward",
            "micro": "micro-batches m", "bubble": "bubble (idle fraction)",
            "measured": "measured, P = {p}", "formula": "(P − 1)/(m + P − 1), P = {p}",
            "floor": "imbalance floor, P = {p}", "model": "model of unequal stages, P = {p}",
@@ -26,7 +27,8 @@ LABELS = {
            "later": "the rank's later stage (hatched)",
            "rank_slots": "time (slots: a forward of all a rank's layers takes 1)",
            "panel_rank": "{name}: a step of {span} slots, idle {bubble}"},
-    "fa": {"stage": "مرحله", "time": "زمان (میلی‌ثانیه)", "slots": "زمان (بازه‌ها: هر گذر رفت ۱ بازه و هر گذر برگشت ۲ بازه)", "F": "گذر رفت", "B": "گذر برگشت",
+    "fa": {"stage": "مرحله", "time": "زمان (میلی‌ثانیه)", "slots": "زمان (بازه‌ها: هر گذر رفت ۱ بازه و هر گذر برگشت ۲ بازه)",
+           "block_slots": "زمان (بازه‌ها: گذر رفتِ هر بلوک ۱ بازه و گذر برگشتش ۲ بازه)", "F": "گذر رفت", "B": "گذر برگشت",
            "micro": "تعداد میکرودسته‌ها m", "bubble": "حباب (کسر زمان بیکاری)",
            "measured": "اندازه‌گیری‌شده، P = {p}", "formula": "(P − 1)/(m + P − 1)، P = {p}",
            "floor": "کف ناترازی، P = {p}", "model": "مدل مرحله‌های نابرابر، P = {p}",
@@ -132,13 +134,15 @@ def table(frame, lang: str = "en"):
 COLOURS = {"F": "#8fbbd9", "B": "#1f77b4", "I": "#ff7f0e", "W": "#2ca02c"}
 
 
-def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = False) -> Figure:
+def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = False,
+                 per_block: bool = False) -> Figure:
     """One Gantt panel per schedule: a row per stage, a box per forward/backward, numbered.
 
     Times are seconds of a measured step, drawn in milliseconds; with `slots`, the time units
     of `pipeline.ideal_timeline` (a forward takes 1), drawn as they are. The panels share one
     time axis, so that a longer step draws longer, and each title gives its step's length and
-    `pipeline.bubble_fraction`."""
+    `pipeline.bubble_fraction`. With `per_block` (and `slots`), the axis says that a slot is one
+    block's forward, for stages whose forwards last their number of blocks."""
     scale = 1 if slots else 1e3
     labels, fig, axes = start_figure(LABELS, lang, len(runs), 1, figsize=(FIGURE_WIDTH, 1.4 + 1.8 * len(runs)),
                                      squeeze=False, sharex=True)
@@ -155,7 +159,7 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
                     fontsize=10, color="black" if kind == "F" else "white")
         ax.set_yticks(stages, [language.numbered(labels["stage"], s, lang) for s in stages])
         ax.invert_yaxis()
-    axes[-1, 0].set_xlabel(labels["slots" if slots else "time"])
+    axes[-1, 0].set_xlabel(labels[("block_slots" if per_block else "slots") if slots else "time"])
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in "FB"]
     fig.legend(handles, [labels["F"], labels["B"]], loc="lower center", ncol=2,
                markerfirst=lang != "fa")

@@ -217,6 +217,22 @@ def test_gantt_panels_share_one_time_axis_and_title_their_step_and_bubble():
         plt.close("all")
 
 
+def test_gantt_axis_says_a_slot_is_one_blocks_forward_when_stages_differ():
+    # Stages of 4 and 2 blocks draw forwards of 4 and 2 slots: the axis must not say that a
+    # forward takes 1.
+    from lesson_code.pipeline import ideal_timeline
+    events = ideal_timeline("gpipe", 2, 2, [4, 2], [8, 4])
+    try:
+        labels = {lang: pipeline.gantt_figure({"x": events}, lang=lang, slots=True, per_block=True)
+                  .axes[0].get_xlabel() for lang in ("en", "fa")}
+        assert labels["en"] == "time (slots: one block's forward takes 1, its backward 2)"
+        assert "بلوک" in labels["fa"]
+        plain = pipeline.gantt_figure({"x": events}, slots=True).axes[0].get_xlabel()
+        assert plain == "time (slots: a forward takes 1, a backward 2)"
+    finally:
+        plt.close("all")
+
+
 def test_the_loss_curve_ticks_whole_steps():
     rows = [{"step": step, "loss": 4.0 - step / 10} for step in range(1, 21)]
     figure = capstone.loss_curve_figure(rows)
