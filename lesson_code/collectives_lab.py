@@ -419,6 +419,10 @@ SAY = {
         "measured_never": "measured ring faster at no size", "then": "; ",
         "sign": "over {percent}% slower than a larger size: {found}",
         "sign_at": "{name} at {sizes} bytes", "sign_none": "{name} at no size", "sign_join": "; ",
+        "extrapolated": " (extrapolated: above the largest size timed)",
+        "inversion": "largest inversion: {found}", "inversion_of": "{name} {ratio:.2f}x",
+        "ahead": "faster by more than the largest inversion, {bound:.2f}x: {found}",
+        "neither": "neither",
         "switches": "predicted switches (bytes, from, to): {switches}",
         "switch": "", "no_switch": "none: one algorithm is the fastest at every size of this range",
         "worst": "worst ratio of each: {worst}",
@@ -444,8 +448,12 @@ SAY = {
         "measured_faster": "اندازه‌گیری: حلقه در {sizes} بایت سریع‌تر بود",
         "measured_never": "اندازه‌گیری: حلقه در هیچ اندازه‌ای سریع‌تر نبود", "then": "؛ ",
         "sign": "بیش از {percent}٪ کندتر از اندازه‌ای بزرگ‌تر: {found}",
-        "sign_at": "{name} در {sizes} بایت", "sign_none": "{name} در هیچ اندازه‌ای",
+        "sign_at": "{name} در {sizes} بایت", "sign_none": "{name}: در هیچ اندازه‌ای",
         "sign_join": "؛ ",
+        "extrapolated": " (برون‌یابی: بالاتر از بزرگ‌ترین اندازهٔ زمان‌گیری‌شده)",
+        "inversion": "بزرگ‌ترین وارونگی: {found}", "inversion_of": "{name} {ratio:.2f} برابر",
+        "ahead": "سریع‌تر با فاصله‌ای بیش از بزرگ‌ترین وارونگی، {bound:.2f} برابر: {found}",
+        "neither": "هیچ‌یک",
         "switches": "نقطه‌های تغییر الگوریتم (پیش‌بینی‌شده): {switches}",
         "switch": "در {nbytes:,} بایت از {before} به {after}",
         "no_switch": "هیچ؛ در این بازه یک الگوریتم در همهٔ اندازه‌ها سریع‌ترین است",
@@ -472,12 +480,14 @@ def say(key: str, lang: str, **values) -> str:
     return language.fill(SAY[language.check_language(lang)][key], lang, **values)
 
 
-def crossover_line(crossover: float, faster_sizes: list[int], lang: str) -> str:
+def crossover_line(crossover: float, faster_sizes: list[int], lang: str,
+                   largest: int | None = None) -> str:
     """The crossover of `crossover_bytes` beside the sizes at which the ring was measured faster.
 
     An infinite crossover (the fit never favours the ring) reads "never", a zero one "every size",
     and no faster size "no size", rather than "inf KiB", "0 KiB" or "[]"; Persian lists the
-    sizes with its own comma and joins the last one with «و», as Persian prose does.
+    sizes with its own comma and joins the last one with «و», as Persian prose does. A finite
+    crossover above `largest` (the largest size timed, bytes) is marked as extrapolated.
     """
     if math.isinf(crossover):
         model = say("crossover_never", lang)
@@ -485,6 +495,8 @@ def crossover_line(crossover: float, faster_sizes: list[int], lang: str) -> str:
         model = say("crossover_always", lang)
     else:
         model = say("crossover", lang, kib=crossover / 1024)
+        if largest is not None and crossover > largest:
+            model += say("extrapolated", lang)
     if not faster_sizes:
         measured = say("measured_never", lang)
     else:
@@ -508,6 +520,42 @@ def sign_line(found: dict[str, list[int]], lang: str, slack: float = RELIABILITY
              else say("sign_none", lang, name=name) for name, sizes in found.items()]
     found_line = say("sign_join", lang).join(parts)
     return say("sign", lang, percent=round(100 * (slack - 1)), found=found_line)
+
+
+def largest_inversion(seconds: dict[int, float]) -> float:
+    """The largest ratio of a size's time to the least time of a larger size (1.0 when no time
+    exceeds a larger size's). `seconds` maps a tensor's bytes to its time.
+
+    A collective's time hardly falls as its tensor grows, so a ratio this large is the run's
+    noise: lesson 76 orders two schemes at a size only when their ratio is further from 1.
+    """
+    sizes = sorted(seconds)
+    return max([1.0] + [seconds[n] / min(seconds[m] for m in sizes[i + 1:])
+                        for i, n in enumerate(sizes[:-1])])
+
+
+def inversion_line(inversions: dict[str, float], lang: str) -> str:
+    """`largest_inversion` of each timed operation ({name: ratio}) as a line of `lang`; the
+    names are printed as given (pass them in the page's language)."""
+    found = say("sign_join", lang).join(say("inversion_of", lang, name=name, ratio=ratio)
+                                        for name, ratio in inversions.items())
+    return say("inversion", lang, found=found)
+
+
+def ahead_line(ring: dict[int, float], naive: dict[int, float], bound: float, lang: str) -> str:
+    """The sizes at which the ring or the naive all-reduce was faster by more than `bound` (the
+    run's largest inversion), and those at which neither was, as a line of `lang`.
+
+    `ring` and `naive` map a tensor's bytes to its time, at the same sizes.
+    """
+    ratios = {n: ring[n] / naive[n] for n in sorted(ring)}
+    ring_name, naive_name = ("حلقه", "روش ساده‌لوحانه") if lang == "fa" else ("ring", "naive")
+    groups = {ring_name: [n for n, q in ratios.items() if q < 1 / bound],
+              naive_name: [n for n, q in ratios.items() if q > bound],
+              say("neither", lang): [n for n, q in ratios.items() if 1 / bound <= q <= bound]}
+    parts = [say("sign_at", lang, name=name, sizes=_sizes(sizes, lang)) if sizes
+             else say("sign_none", lang, name=name) for name, sizes in groups.items()]
+    return say("ahead", lang, bound=bound, found=say("sign_join", lang).join(parts))
 
 
 def hang_line(rank_traceback: str, lang: str) -> str:

@@ -60,6 +60,25 @@ def test_lesson_76s_lines_in_both_editions():
     assert not latin_words(collectives_lab.say("without", "fa", low=1.02, high=1.35))
 
 
+def test_lesson_76s_run_is_read_against_its_own_largest_inversion():
+    ring = {4096: 31.6, 65536: 19.0, 1048576: 20.3, 4194304: 23.4, 16777216: 54.5}
+    naive = {4096: 6.5, 65536: 4.2, 1048576: 4.5, 4194304: 13.4, 16777216: 55.7}
+    assert collectives_lab.largest_inversion(ring) == pytest.approx(31.6 / 19.0)  # 4 KiB vs 64 KiB
+    assert collectives_lab.largest_inversion({1: 1.0, 2: 2.0, 4: 4.0}) == 1.0  # rising: none
+    assert collectives_lab.ahead_line(ring, naive, 1.66, "en") == (
+        "faster by more than the largest inversion, 1.66x: ring at no size; "
+        "naive at [4096, 65536, 1048576, 4194304] bytes; neither at [16777216] bytes")
+    persian = collectives_lab.ahead_line(ring, naive, 1.66, "fa")
+    assert "هیچ‌یک در ۱۶۷۷۷۲۱۶ بایت" in persian and "۱٫۶۶" in persian and not latin_words(persian)
+    assert collectives_lab.inversion_line({"ring": 1.663}, "en") == "largest inversion: ring 1.66x"
+    assert not latin_words(collectives_lab.inversion_line({"حلقه": 1.663}, "fa"))
+    for lang in ("en", "fa"):  # a crossover above the largest size timed is an extrapolation
+        above = collectives_lab.crossover_line(30388 * 1024, [16777216], lang, largest=2 ** 24)
+        below = collectives_lab.crossover_line(9648.2 * 1024, [16777216], lang, largest=2 ** 24)
+        marked = collectives_lab.say("extrapolated", lang)
+        assert marked in above and marked not in below
+
+
 def test_lesson_77s_lines_in_both_editions():
     row = dict(model="gpt", optimizer="adam", wrapper="bucketed", identical=True,
                param_diff=2.36e-4, torch_diff=1.19e-7, loss_diff=4.77e-7, first=4.2685, last=2.9742)
