@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 from pathlib import Path
 
 import torch.distributed as dist
@@ -51,10 +52,13 @@ class BackgroundSaver:
                                     timeout=datetime.timedelta(seconds=timeout_s))
         self.thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        self.waited_s = 0.0  # how long the last `save` waited for the save before it
 
     def save(self, step: int, extra: dict | None = None) -> None:
         """Wait for the previous save, copy the state now, and write it in the background."""
+        start = time.perf_counter()
         self.wait()
+        self.waited_s = time.perf_counter() - start
         parts = flat_snapshot(self.model, self.optimizer.state_dict(), rank=self.optimizer.rank,
                               extra=extra, to_cpu=True)
         self.thread = threading.Thread(target=self._write, args=(step, parts), daemon=True)

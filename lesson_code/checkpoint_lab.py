@@ -86,8 +86,10 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
     """Train `run.steps` steps, saving a checkpoint after each step in `save_after`.
 
     Collective: call on every rank. Returns losses, the final parameters and the digest, how
-    long each save held the training loop up ("blocked_s", seconds by step) and this rank's
-    random-number state at the end ("rng_state"). Each rank's random stream starts from
+    long each save held the training loop up ("blocked_s", seconds by step), how much of that a
+    `saver` spent waiting for the save before ("waited_s"; empty without one), the time of the
+    whole loop, saves and the last wait included ("run_s"), and this rank's random-number state
+    at the end ("rng_state"). Each rank's random stream starts from
     run.seed + rank: its state is saved in the rank's shard, so that the same run writes the
     same bytes (torch.save into a buffer gives equal states equal bytes). A `saver` class (lesson
     80a's `checkpoint_exercises.BackgroundSaver`) is built as `saver(root, model, optimizer)`; saves
@@ -96,7 +98,7 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
     torch.manual_seed(run.seed + rank)
     model, optimizer = build_optimizer(run, run_model(run, seed_offset=rank), rank, world_size)
     built = saver(root, model, optimizer) if saver is not None else None
-    blocked = {}
+    blocked, waited = {}, {}
 
     def maybe_save(done: int) -> None:
         if done in save_after:
@@ -105,12 +107,15 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
                 save_zero(root, model, optimizer, step=done, extra={"next_step": done})
             else:
                 built.save(done, extra={"next_step": done})
+                waited[done] = built.waited_s
             blocked[done] = clock() - start
+    start = clock()
     losses = train_steps(run, model, optimizer, range(run.steps), maybe_save)
     if built is not None:
         built.wait()
     return {"losses": losses, "params": flat_parameters(model), "digest": parameter_digest(model),
-            "blocked_s": blocked, "rng_state": torch.get_rng_state()}
+            "blocked_s": blocked, "waited_s": waited, "run_s": clock() - start,
+            "rng_state": torch.get_rng_state()}
 
 
 def resume_training(rank: int, world_size: int, run: ZeroRun, folder: str,
@@ -510,8 +515,8 @@ def save_in_steps(result: dict, lang: str = "en") -> str:
 SHA256_RATE = {
     "en": "sha256 on one core of this machine, under the load above: {rate:.2f} GB/s "
           "(the best of {rounds} passes over {mib} MiB)",
-    "fa": "sha256 روی یک هستهٔ این دستگاه، زیر همان باری که بالاتر چاپ شد: {rate:.2f} GB/s "
-          "(بهترینِ {rounds} بار گذر از {mib} MiB)",
+    "fa": "sha256 روی یک هستهٔ این دستگاه، زیر همان باری که بالاتر چاپ شد: {rate:.2f} گیگابایت بر ثانیه "
+          "(بهترینِ {rounds} گذر روی {mib} مبی‌بایت)",
 }
 
 

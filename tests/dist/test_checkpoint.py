@@ -70,6 +70,10 @@ def test_a_save_in_the_background_writes_the_same_bytes_as_a_blocking_one(saved,
                 == (step_folder(root, step) / "manifest.sha256").read_bytes())
     assert [r["losses"] for r in results] == [r["losses"] for r in straight]
     assert all(sorted(r["blocked_s"]) == [10, 15] for r in results)
+    for r in results:  # the wait for the save before is part of the hold-up; the first has none
+        assert r["waited_s"][10] < 0.05 and 0 <= r["waited_s"][15] <= r["blocked_s"][15]
+        assert r["run_s"] >= sum(r["blocked_s"].values())
+    assert all(r["waited_s"] == {} for r in straight)  # a blocking save waits for nothing
 
 
 def save_unwritable_in_the_background(rank, world_size, root):
