@@ -17,11 +17,14 @@ from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"ranks": "ranks N", "per_rank": "GB per rank", "saving": "saving vs DDP (%)",
-           "title": "Mixed-precision Adam, {p}B parameters", "measured": "measured",
+           "title": "Mixed-precision Adam, {p}B parameters\n"
+                    "model states only; ZeRO-3's working set not drawn", "measured": "measured",
            "formula": "formula 12 × shard", "bytes": "optimizer bytes per rank", "rank": "rank",
            "ddp": "DDP (every rank holds all)", "zero1": "ZeRO-1"},
     "fa": {"ranks": "تعداد رتبه‌ها N", "per_rank": "گیگابایت در هر رتبه",
-           "saving": "صرفه‌جویی نسبت به DDP (٪)", "title": "Adam با دقت ترکیبی، {p} میلیارد پارامتر",
+           "saving": "صرفه‌جویی نسبت به DDP (٪)",
+           "title": "Adam با دقت ترکیبی، {p} میلیارد پارامتر\n"
+                    "\u200fفقط وضعیت‌های مدل؛ حافظهٔ کاری ZeRO-3 رسم نشده است",
            "measured": "اندازه‌گیری‌شده", "formula": "فرمول ۱۲ × شارد",
            "bytes": "بایت‌های بهینه‌ساز در هر رتبه", "rank": "رتبه",
            "ddp": "DDP (هر رتبه همه را دارد)", "zero1": "ZeRO-1"},
