@@ -25,8 +25,8 @@ LABELS = {
            "fsync": "fsync", "rename": "تغییر نام", "publish": "تغییر نام پوشه: انتشار",
            "elements": "عنصرِ بردار تخت پارامترها", "ranks": "{n} رتبه",
            "padding": "{n} عنصر پدینگ",
-           "files": {".owner": ".owner", "shard": "شارد", "replicated.pt": "replicated",
-                     "manifest.json": "manifest", "manifest.sha256": ".sha256"}},
+           "files": {".owner": "نشانه", "shard": "شارد", "replicated.pt": "تکثیرشده",
+                     "manifest.json": "مانیفست", "manifest.sha256": "sha256"}},
 }
 COLOURS = {"write": "#c6dbef", "fsync": "#2171b5", "rename": "black", "publish": "#d62728"}
 
@@ -93,7 +93,7 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     `results` are every rank's `checkpoint_lab.timed_save` results.
     """
     labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.9 + 0.55 * len(results)))
-    seen = set()
+    seen, names = set(), {True: [], False: []}  # rank 0's file names above and below its row
     for result in results:
         rank = result["rank"]
         named = 0
@@ -106,8 +106,9 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
                 file = labels["files"].get("shard" if name.startswith("shard-") else name)
                 if kind == "write" and rank == 0 and file:
                     above = named % 2 == 0
-                    ax.text(1e3 * (start + end) / 2, rank + (-0.34 if above else 0.34), file,
-                            ha="center", va="bottom" if above else "top", fontsize=8)
+                    y = rank - 0.34 if above else rank + 0.34
+                    names[above].append(ax.text(1e3 * (start + end) / 2, y, file, ha="center",
+                                                va="bottom" if above else "top", fontsize=10))
                     named += 1
             elif kind == "rename":
                 ax.plot([1e3 * end] * 2, [rank - 0.32, rank + 0.32], color=COLOURS[kind],
@@ -121,7 +122,21 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     ax.set_xlim(left=0)  # the save starts at 0: the lock and the staging folder come first
     legend_below(ax, ncol=2)
     fig.tight_layout()
+    for row in names.values():
+        _spread(ax, row)
     return fig
+
+
+def _spread(ax, texts: list, gap_px: float = 6.0) -> None:
+    """Move neighbouring labels of one row apart, each by half their overlap, so that the files
+    of a short save (written within a few ms) keep legible names."""
+    renderer = ax.figure.canvas.get_renderer()
+    ms_per_px = (ax.get_xlim()[1] - ax.get_xlim()[0]) / ax.get_window_extent(renderer).width
+    for left, right in zip(texts, texts[1:]):
+        overlap = left.get_window_extent(renderer).x1 + gap_px - right.get_window_extent(renderer).x0
+        if overlap > 0:
+            left.set_x(left.get_position()[0] - overlap / 2 * ms_per_px)
+            right.set_x(right.get_position()[0] + overlap / 2 * ms_per_px)
 
 
 def reshard_layout_figure(layouts: list[list[dict]], numel: int, lang: str = "en") -> Figure:

@@ -44,7 +44,8 @@ def test_the_hashing_rate_is_one_line_per_edition_with_a_positive_rate():
     english, persian = sha256_rate("en", mib=1, rounds=2), sha256_rate("fa", mib=1, rounds=2)
     rate = float(english.split(": ")[1].split(" GB/s")[0])
     assert rate > 0 and "the best of 2 passes over 1 MiB" in english
-    assert "GB/s" in persian and "۱ MiB" in persian and "best" not in persian
+    assert "گیگابایت بر ثانیه" in persian and "۱ مبی‌بایت" in persian  # Persian units, as in the prose
+    assert "GB/s" not in persian and "MiB" not in persian and "best" not in persian
 
 
 def test_only_the_shards_past_the_real_elements_count_padding():
@@ -260,3 +261,20 @@ def test_latest_checkpoints_waits_for_the_lock_share_one_deadline(tmp_path, monk
         latest_checkpoint(tmp_path, hashes=False, lock_timeout_s=1.0)
     assert raised.value.fault == "locked" and len(waits) == 2
     assert waits[1] < 0.45 and time.monotonic() - began < 1.3
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_save_timeline_names_rank_0s_files_only(lang):
+    """Lesson 80's bullets name rank 0's files in order; its timeline figure names each of rank
+    0's writes, and leaves the other ranks, which write only their shard, unnamed."""
+    import matplotlib.pyplot as plt
+
+    from lesson_code.plots import checkpoint as figures
+    names = {"write": ["shard-00000-of-00002.pt", "shard-00001-of-00002.pt"]}
+    saves = [{"rank": r, "events": [("write", ".owner", 0.0, 0.001)] * (r == 0)
+              + [("write", names["write"][r], 0.002, 0.003), ("fsync", "", 0.0025, 0.003)]}
+             for r in range(2)]
+    texts = [t.get_text() for t in figures.save_timeline_figure(saves, lang=lang).axes[0].texts]
+    files = figures.LABELS[lang]["files"]
+    assert texts == [files[".owner"], files["shard"]]  # rank 0's two files; rank 1's shard unnamed
+    plt.close("all")
