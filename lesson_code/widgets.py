@@ -22,7 +22,7 @@ PRECISIONS = {"mixed (bf16 + fp32 master)": memory.MIXED_ADAM, "fp32": memory.FP
 LABELS = {
     "en": {"billions": "P (billions)", "world_size": "N", "stage": "stage", "precision": "precision",
            "mixed (bf16 + fp32 master)": "mixed (bf16 + fp32 master)", "fp32": "fp32"},
-    "fa": {"billions": "P (میلیارد)", "world_size": "N", "stage": "مرحلهٔ ZeRO", "precision": "دقت",
+    "fa": {"billions": "P (میلیارد)", "world_size": "N", "stage": "مرحلهٔ ZeRO", "precision": "دقت عددی",
            "mixed (bf16 + fp32 master)": "ترکیبی (bf16 با وزن‌های اصلی fp32)", "fp32": "fp32"},
 }
 

@@ -23,8 +23,8 @@ def test_in_persian_the_calculator_is_labelled_in_the_glossarys_words():
     calculator = widgets.memory_calculator("fa")
     controls = {child.description: child for child in calculator.children
                 if getattr(child, "description", "")}
-    assert {"P (میلیارد)", "N", "مرحلهٔ ZeRO", "دقت"} <= set(controls)
-    precision = controls["دقت"]
+    assert {"P (میلیارد)", "N", "مرحلهٔ ZeRO", "دقت عددی"} <= set(controls)
+    precision = controls["دقت عددی"]
     assert precision.options[0] == ("ترکیبی (bf16 با وزن‌های اصلی fp32)", "mixed (bf16 + fp32 master)")
     calculator.update()  # the table it shows for the default choices
     shown = calculator.result._repr_html_()
