@@ -1,8 +1,9 @@
 /*
  * Lesson 76's explorer: the ring all-reduce step by step, and what each algorithm would cost.
  * The same arithmetic as lesson_code (tests/book/test_explorers.py compares them on a grid):
- * `chunks` is ring.ring_chunk_indices, `states` is plots.collectives.ring_states, `messages`,
- * `bytesPerRank` and `predict` are collectives.cost_model's, `chooses` is choose.Decisions.choose.
+ * `chunks(phase, r, s, n)` is ring.ring_chunk_indices at step s + 1, `states` is
+ * plots.collectives.ring_states, `messages`, `bytesPerRank` and `predict` are
+ * collectives.cost_model's, `chooses` is choose.Decisions.choose.
  * The times are modelled for the lesson's cluster, one alpha and beta for every algorithm
  * (cost_model.CLUSTER); auto's decisions come from the book's stored times. Both are written into
  * the page by the book's build (lesson_code.book_build.explorer_data).
@@ -99,8 +100,8 @@
           fitted: "زمان‌ها بنا بر مدل برای یک خوشه‌اند، نه اندازه‌گیری‌شده: همهٔ سطرها α = ۵ µs و 1/β = ۲۵ GB/s را به کار می‌برند، همان ثابت‌های خوشه در درس. ★ الگوریتمی را نشان می‌دهد که auto اجرا می‌کند؛ auto آن را از زمان‌های ذخیره‌شدهٔ کتاب برای ۴ رتبه روی ۲ هسته انتخاب می‌کند که در {date} روی این دستگاه اندازه‌گیری شدند: " },
   };
   const CELL = 34;
-  /* The chunk rank r sends in step k = 1 .. N − 1 of a phase, as the lesson numbers steps (k is
-     ring_chunk_indices' step + 1). */
+  /* The chunk rank r sends in step k = 1 .. N − 1 of a phase, as the lesson and
+     ring_chunk_indices number steps (k is a frame's step + 1). */
   const FORMULAS = { reduce_scatter: "(r − k) mod N", all_gather: "(r − k + 1) mod N" };
   const caption = (frame, n) => ({ phase: frame.phase, f: FORMULAS[frame.phase], next: "(r + 1) mod N",
                                    k: frame.step + 1, t: n - 1 });

@@ -66,17 +66,20 @@ def contiguous_in_place(tensor: torch.Tensor) -> Iterator[torch.Tensor]:
 
 
 def ring_chunk_indices(phase: str, rank: int, step: int, world_size: int) -> tuple[int, int]:
-    """(chunk rank sends right, chunk it receives from the left) at `step` of a ring `phase`.
+    """(chunk rank sends right, chunk it receives from the left) at step k = 1 .. N - 1 of `phase`.
 
-    reduce_scatter: send chunk (r - s - 1) mod N, receive chunk (r - s - 2) mod N, so after N - 1
-    steps the chunk a rank received last is its own, r. all_gather: send chunk (r - s) mod N,
-    receive (r - s - 1) mod N, so every chunk travels N - 1 hops from its owner. Pure arithmetic:
-    the lesson's figures draw the schedule from this same function.
+    reduce_scatter: send (r - k) mod N, receive (r - k - 1) mod N: in step N - 1 a rank receives
+    its own chunk. all_gather: send (r - k + 1) mod N, receive (r - k) mod N: each chunk travels
+    N - 1 hops from its owner. The lesson's table and figures use this same function.
+    Raises ValueError for an unknown phase or a step outside 1 .. N - 1.
     """
+    if not 1 <= step < world_size:
+        raise ValueError(f"step {step} is not a step of a ring of {world_size} ranks: "
+                         f"use 1 <= step <= {world_size - 1}")
     if phase == "reduce_scatter":
-        return (rank - step - 1) % world_size, (rank - step - 2) % world_size
-    if phase == "all_gather":
         return (rank - step) % world_size, (rank - step - 1) % world_size
+    if phase == "all_gather":
+        return (rank - step + 1) % world_size, (rank - step) % world_size
     raise ValueError(f"unknown phase {phase!r}: use 'reduce_scatter' or 'all_gather'")
 
 
@@ -91,8 +94,8 @@ def _ring_reduce_scatter_into(peers: Peers, chunks: tuple[torch.Tensor, ...]) ->
         return chunks[0].clone()
     longest = max(chunk.shape[0] for chunk in chunks)
     buffers = [chunks[0].new_empty((longest, *chunks[0].shape[1:])) for _ in range(2)]
-    outgoing = chunks[ring_chunk_indices("reduce_scatter", rank, 0, world_size)[0]]
-    for step in range(world_size - 1):
+    outgoing = chunks[ring_chunk_indices("reduce_scatter", rank, 1, world_size)[0]]
+    for step in range(1, world_size):
         _, incoming_index = ring_chunk_indices("reduce_scatter", rank, step, world_size)
         incoming = buffers[step % 2][: chunks[incoming_index].shape[0]]
         peers.ring_step(outgoing, incoming, add_to_received=chunks[incoming_index])
@@ -102,7 +105,7 @@ def _ring_reduce_scatter_into(peers: Peers, chunks: tuple[torch.Tensor, ...]) ->
 
 def _ring_all_gather_into(peers: Peers, chunks: tuple[torch.Tensor, ...]) -> None:
     """Core of the ring all-gather: chunk `peers.rank` is filled; fill every other chunk in place."""
-    for step in range(peers.world_size - 1):
+    for step in range(1, peers.world_size):
         send_index, recv_index = ring_chunk_indices("all_gather", peers.rank, step,
                                                     peers.world_size)
         peers.ring_step(chunks[send_index], chunks[recv_index])

@@ -97,7 +97,7 @@ def ring_states(world_size: int) -> list[tuple[str, int, list[list[frozenset]], 
         for step in range(world_size - 1):
             sent, new_state = set(), [row[:] for row in state]
             for rank in range(world_size):
-                send_index, recv_index = ring_chunk_indices(phase, rank, step, world_size)
+                send_index, recv_index = ring_chunk_indices(phase, rank, step + 1, world_size)
                 sent.add((rank, send_index))
                 left = (rank - 1) % world_size
                 incoming = state[left][recv_index]
@@ -111,12 +111,12 @@ def ring_states(world_size: int) -> list[tuple[str, int, list[list[frozenset]], 
 def ring_schedule_table(world_size: int, phase: str = "reduce_scatter") -> pd.DataFrame:
     """Which chunk each rank sends right and receives from the left at each step of a ring
     `phase`: rows "rank r", columns ("step k", "sends" / "receives") for k = 1 .. N-1, the steps
-    the figure and the lesson count from 1 (`ring_chunk_indices` counts them from 0)."""
+    the figure, the lesson and `ring_chunk_indices` count from 1."""
     steps = {}
-    for step in range(world_size - 1):
+    for step in range(1, world_size):
         chunks = [ring_chunk_indices(phase, rank, step, world_size) for rank in range(world_size)]
-        steps[(f"step {step + 1}", "sends")] = [sent for sent, _ in chunks]
-        steps[(f"step {step + 1}", "receives")] = [received for _, received in chunks]
+        steps[(f"step {step}", "sends")] = [sent for sent, _ in chunks]
+        steps[(f"step {step}", "receives")] = [received for _, received in chunks]
     return pd.DataFrame(steps, index=[f"rank {rank}" for rank in range(world_size)])
 
 

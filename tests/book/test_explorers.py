@@ -79,7 +79,7 @@ def test_the_ring_explorer_steps_and_costs_as_lesson_code_does():
     }""", [data, worlds, RING_SIZES])
     costs = choose.stored_costs(choose.STORED)
     for n, js in zip(worlds, got, strict=True):
-        assert js["chunks"] == [[[list(ring_chunk_indices(phase, r, s, n)) for s in range(n - 1)]
+        assert js["chunks"] == [[[list(ring_chunk_indices(phase, r, s + 1, n)) for s in range(n - 1)]
                                  for r in range(n)] for phase in ("reduce_scatter", "all_gather")]
         frames = ring_states(n)
         assert [(f["phase"], f["step"]) for f in js["states"]] == [(p, s) for p, s, _, _ in frames]
@@ -90,7 +90,7 @@ def test_the_ring_explorer_steps_and_costs_as_lesson_code_does():
             # the caption's formula, at the step it shows, names the chunk the frame outlines
             assert words["k"] == frame["step"] + 1 and words["t"] == n - 1
             assert [caption_chunk(words["f"], r, words["k"], n) for r in range(n)] == [
-                ring_chunk_indices(frame["phase"], r, frame["step"], n)[0] for r in range(n)] == [
+                ring_chunk_indices(frame["phase"], r, frame["step"] + 1, n)[0] for r in range(n)] == [
                 chunk for _, chunk in sorted(frame["sent"])]
         for model, rows in zip(data["models"].values(), js["costs"], strict=True):
             for nbytes, (messages, per_rank, seconds) in zip(RING_SIZES, rows):

@@ -37,10 +37,18 @@ def test_the_ring_table_is_the_ring_schedule_counted_from_step_one():
     assert table.index.tolist() == [f"rank {rank}" for rank in range(5)]
     assert [step for step, _ in table.columns[::2]] == ["step 1", "step 2", "step 3", "step 4"]
     for rank in range(5):
-        for step in range(4):
+        for step in range(1, 5):
             sent, received = ring_chunk_indices("all_gather", rank, step, 5)
-            assert table.loc[f"rank {rank}", (f"step {step + 1}", "sends")] == sent
-            assert table.loc[f"rank {rank}", (f"step {step + 1}", "receives")] == received
+            assert table.loc[f"rank {rank}", (f"step {step}", "sends")] == sent
+            assert table.loc[f"rank {rank}", (f"step {step}", "receives")] == received
+    # steps counted from 1, as the lesson's text counts them: in step 1 of a reduce-scatter on
+    # 4 ranks rank 0 sends chunk 3 and receives chunk 2; in an all-gather it sends its own
+    assert ring_chunk_indices("reduce_scatter", 0, 1, 4) == (3, 2)
+    assert ring_chunk_indices("reduce_scatter", 0, 3, 4) == (1, 0)  # the last step: its own
+    assert ring_chunk_indices("all_gather", 2, 1, 4) == (2, 1)
+    for step in (0, 4):
+        with pytest.raises(ValueError, match="is not a step"):
+            ring_chunk_indices("all_gather", 0, step, 4)
     shown = figures.localized(figures.ring_schedule_table(3), "fa")
     assert shown.index.tolist() == ["رتبهٔ ۰", "رتبهٔ ۱", "رتبهٔ ۲"]
     assert shown.columns.tolist()[0] == ("گام ۱", "می‌فرستد")
