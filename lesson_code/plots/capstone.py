@@ -18,7 +18,8 @@ from lesson_code.plots import label_ranks, legend, legend_below, number, start_f
 from lesson_code.plots.tables import translate
 
 LABELS = {
-    "en": {"step": "step", "loss": "loss", "rollback": "rollback", "rank": "rank",
+    "en": {"step": "step", "loss": "loss", "rollback": "checkpoint rolled back to (step {step})",
+           "trained": "loss, in the order trained", "rank": "rank",
            "bytes": "bytes per rank", "parameters": "parameters", "gradients": "gradients",
            "optimizer": "optimizer state", "formula": "12P/N", "diverged": "rejected step (loss {loss:.0f})",
            "never_stopped": "never stopped", "killed": "killed after step {step}",
@@ -26,7 +27,8 @@ LABELS = {
            "resume": "checkpoint it continued from", "save": "a save of {save} s",
            "young": "Young's interval", "interval": "save interval T (min), modelled",
            "lost": "time lost (%)", "saves": "saves, C/T", "redone": "steps trained again, T/2M"},
-    "fa": {"step": "گام", "loss": "زیان", "rollback": "بازگشت به چکپوینت", "rank": "رتبه",
+    "fa": {"step": "گام", "loss": "زیان", "rollback": "چکپوینتی که اجرا به آن بازگشت (گام {step})",
+           "trained": "زیان، به ترتیب آموزش", "rank": "رتبه",
            "bytes": "بایت در هر رتبه", "parameters": "پارامترها", "gradients": "گرادیان‌ها",
            "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N", "diverged": "گام ردشده (زیان {loss:.0f})",
            "never_stopped": "اجرای بی‌وقفه", "killed": "کشته‌شده پس از گام {step}",
@@ -110,9 +112,11 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
     """
     steps = [r for r in rows if "step" in r and "event" not in r]
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
-    ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], marker="o", markersize=3)
+    ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], marker="o", markersize=3,
+            label=labels["trained"])
     for event in (r for r in rows if r.get("event") == "rollback"):
-        ax.axvline(event["to_step"], color="#d62728", linestyle=":", label=labels["rollback"])
+        ax.axvline(event["to_step"], color="#d62728", linestyle=":",
+                   label=number(labels["rollback"].format(step=event["to_step"]), lang))
         if "at_step" in event:
             before = [r for r in steps if r["step"] == event["at_step"] - 1]
             xs = [event["at_step"] - 1, event["at_step"]] if before else [event["at_step"]]

@@ -233,6 +233,19 @@ def test_gantt_axis_says_a_slot_is_one_blocks_forward_when_stages_differ():
         plt.close("all")
 
 
+def test_the_loss_curve_legend_names_the_curve_and_the_checkpoint_rolled_back_to():
+    rows = [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0},
+            {"event": "rollback", "to_step": 1, "at_step": 3, "loss": 129.0}]
+    for lang, expected in (("en", ["loss, in the order trained", "checkpoint rolled back to (step 1)"]),
+                           ("fa", ["زیان، به ترتیب آموزش", "چکپوینتی که اجرا به آن بازگشت (گام ۱)"])):
+        figure = capstone.loss_curve_figure(rows, lang=lang)
+        try:
+            texts = [t.get_text().lstrip("\u200f") for t in figure.axes[0].get_legend().get_texts()]
+            assert texts[:2] == expected, texts
+        finally:
+            plt.close(figure)
+
+
 def test_the_loss_curve_ticks_whole_steps():
     rows = [{"step": step, "loss": 4.0 - step / 10} for step in range(1, 21)]
     figure = capstone.loss_curve_figure(rows)
