@@ -394,7 +394,8 @@ class CheckpointPolicy:
     last_save_time: float = field(default_factory=time.monotonic)
     group: Any = field(default=None, repr=False)  # the ranks that save together; None: all
     on_request: bool = False  # True: a rank may call request_save, so should_save is collective
-    requested: bool = False  # this rank was asked; after should_save, any rank was
+    requested: bool = False  # a save was asked for and the ranks agree on it (set by should_save)
+    asked_here: bool = field(default=False, repr=False)  # this rank's handler ran (request_save)
 
     def __post_init__(self):
         if self.every_steps is None and self.every_seconds is None and not self.on_request:
@@ -403,8 +404,10 @@ class CheckpointPolicy:
 
     def request_save(self, *_signal) -> None:
         """Ask for a save after the current step. Only sets a flag, so it may be a signal handler
-        (it takes the handler's two arguments); needs `on_request=True` to reach the other ranks."""
-        self.requested = True
+        (it takes the handler's two arguments); needs `on_request=True` to reach the other ranks.
+        It sets `asked_here`, not `requested`: a signal may arrive at any moment, also after this
+        step's all-reduce, and a rank that acted on it alone would save while the others do not."""
+        self.asked_here = True
 
     def should_save(self, step: int, now: float | None = None) -> bool:
         """True if the checkpoint after `step` (counted from 1) is due; resets the clock if so.
@@ -414,17 +417,20 @@ class CheckpointPolicy:
         save at the step where the first of them finds it due (Megatron-LM agrees on its
         time-based exit the same way). `now` (seconds, default time.monotonic()) is this rank's
         clock. With `on_request=True` it is collective too, and a save requested on any rank is
-        due on all of them, each left with `requested` set.
+        due on all of them, each left with `requested` set. The decision uses only the reduced
+        flags: a request that reaches a rank after it read its flag counts at the next step, on
+        every rank alike.
         """
         now = time.monotonic() if now is None else now
         by_clock = self.every_seconds is not None and now - self.last_save_time >= self.every_seconds
+        asked = self.asked_here  # read once: what the all-reduce carries is what this rank decides
         agreeing = self.every_seconds is not None or self.on_request
         if agreeing and dist.is_available() and dist.is_initialized():
             device = "cuda" if dist.get_backend(self.group) == "nccl" else "cpu"
-            flags = torch.tensor([int(by_clock), int(self.requested)], device=device)
+            flags = torch.tensor([int(by_clock), int(asked)], device=device)
             dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
-            by_clock, anyone = (bool(flag) for flag in flags.tolist())
-            self.requested = self.requested or anyone  # or a signal during the all-reduce
+            by_clock, asked = (bool(flag) for flag in flags.tolist())
+        self.requested = self.requested or asked
         due = ((self.every_steps is not None and step % self.every_steps == 0) or by_clock
                or self.requested)
         if due:

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from lesson_code import checkpoint, checkpoint_exercises, checkpoint_lab, launch
 from lesson_code.checkpoint import load_sharded, step_folder
@@ -258,6 +259,34 @@ def test_a_signal_on_one_rank_makes_every_rank_save_at_the_same_step():
     decisions = launch.spawn(checkpoint_lab.save_on_signal, 2, 3, world_size=3, timeout_s=60)
     assert [d["saves after step"] for d in decisions] == [3, 3, 3]
     assert [d["signal received"] for d in decisions] == [False, False, True]
+
+
+def late_request_decisions(rank, world_size):
+    """A save asked for on rank 2 just after step 2's all-reduce of the flags (a signal that
+    arrives then): each rank's (due, requested) after steps 1 to 3."""
+    policy = CheckpointPolicy(every_steps=100, on_request=True)
+    real_all_reduce = dist.all_reduce
+
+    def all_reduce_then_signal(*args, **kwargs):
+        work = real_all_reduce(*args, **kwargs)
+        policy.request_save()  # what the signal handler does
+        return work
+
+    decisions = []
+    for step in range(1, 4):
+        dist.all_reduce = all_reduce_then_signal if (rank, step) == (2, 2) else real_all_reduce
+        try:
+            decisions.append((policy.should_save(step), policy.requested))
+        finally:
+            dist.all_reduce = real_all_reduce
+    return decisions
+
+
+def test_a_request_after_the_all_reduce_counts_at_the_next_step_on_every_rank():
+    """Acting on it at once, on rank 2 alone, would make rank 2 save (and stop) while the others
+    go on: the next collective would then wait until the group's timeout."""
+    decisions = launch.spawn(late_request_decisions, world_size=3, timeout_s=60)
+    assert decisions == [[(False, False), (False, False), (True, True)]] * 3
 
 
 def test_keep_last_k_and_the_clock_policy(saved, tmp_path):
