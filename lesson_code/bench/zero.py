@@ -22,6 +22,10 @@ it, the highest rank; DDP is `NaiveDDP` there), the formula of `lesson_code.memo
 with what the gap is made of, and the slowest rank's median step time over 8 steps (after 2
 warm-up steps; DDP is the bucketed one there), the time its communication took and the MB
 (10**6 bytes) each rank sent. Stored as `measured_zero_stages.csv`.
+The step is so small that, with more ranks than cores, each collective call waits for the other
+ranks to be scheduled: its time columns count the calls a stage makes per step (ZeRO-1 two; DDP,
+ZeRO-2 and ZeRO-3 per bucket or per layer) more than the bytes, and the lessons read only its
+memory columns (lesson 78 says why; `bench zero` is the timing benchmark).
 """
 
 from __future__ import annotations
