@@ -413,13 +413,14 @@ class CheckpointPolicy:
         """True if the checkpoint after `step` (counted from 1) is due; resets the clock if so.
 
         Collective when `every_seconds` is set and a process group is initialised: call on every
-        rank of `group` after every step. The ranks all-reduce "due by my clock" with MAX, so all
-        save at the step where the first of them finds it due (Megatron-LM agrees on its
-        time-based exit the same way). `now` (seconds, default time.monotonic()) is this rank's
-        clock. With `on_request=True` it is collective too, and a save requested on any rank is
-        due on all of them, each left with `requested` set. The decision uses only the reduced
-        flags: a request that reaches a rank after it read its flag counts at the next step, on
-        every rank alike.
+        rank of `group` after every step, or only every n steps (n dividing `every_steps`) where an
+        all-reduce per step costs too much; the clock's save then comes up to n - 1 steps late.
+        The ranks all-reduce "due by my clock" with MAX, so all save at the step where the first
+        of them finds it due (Megatron-LM agrees on its time-based exit the same way). `now`
+        (seconds, default time.monotonic()) is this rank's clock. With `on_request=True` it is
+        collective too, and a save requested on any rank is due on all of them, each left with
+        `requested` set. The decision uses only the reduced flags: a request that reaches a rank
+        after it read its flag counts at the next step, on every rank alike.
         """
         now = time.monotonic() if now is None else now
         by_clock = self.every_seconds is not None and now - self.last_save_time >= self.every_seconds
