@@ -504,7 +504,7 @@ SAVE_IN_STEPS = {
 def save_in_steps(result: dict, lang: str = "en") -> str:
     """A line of `lang` saying how many training steps one save took, from a rank's
     `timed_save` result: C counted in steps (times a step's duration, the seconds Young's interval
-    takes). At the lesson's sizes (tens of KB per rank) a save measures fixed latency (fsyncs,
+    takes). At the lesson's sizes (about 100 KB per rank) a save measures fixed latency (fsyncs,
     collectives, the lock), not bytes, so the number illustrates the method; it is no C for a
     cluster."""
     return language.fill(SAVE_IN_STEPS[language.check_language(lang)], lang,

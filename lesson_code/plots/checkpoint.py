@@ -18,13 +18,13 @@ LABELS = {
     "en": {"rank": "rank", "time": "time from the start of the save (ms)", "write": "file written",
            "fsync": "fsync", "rename": "rename", "publish": "folder renamed: published",
            "elements": "element of the flat parameter vector", "ranks": "{n} ranks",
-           "padding": "+{n} padding",
+           "padding": "+{n} padding", "root fsync": "root fsync",
            "files": {".owner": ".owner", "shard": "shard", "replicated.pt": "replicated",
                      "manifest.json": "manifest", "manifest.sha256": ".sha256"}},
     "fa": {"rank": "رتبه", "time": "زمان از آغاز ذخیره (میلی‌ثانیه)", "write": "نوشتن فایل",
            "fsync": "fsync", "rename": "تغییر نام", "publish": "تغییر نام پوشه: انتشار",
            "elements": "عنصرِ بردار تخت پارامترها", "ranks": "{n} رتبه",
-           "padding": "{n} عنصر پدینگ",
+           "padding": "{n} عنصر پدینگ", "root fsync": "fsync ریشه",
            "files": {".owner": "نشانه", "shard": "شارد", "replicated.pt": "تکثیرشده",
                      "manifest.json": "مانیفست", "manifest.sha256": "sha256"}},
 }
@@ -87,16 +87,19 @@ def table(frame, lang: str = "en"):
 def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     """A row per rank: each file's write (light), its fsyncs (dark), renames (ticks), and the
     rename that publishes the folder (red line over every row), in milliseconds. Rank 0's file
-    writes are named (`.owner`, its shard, `replicated.pt` and the manifest's two files),
-    alternately above and below its row so that neighbours do not collide.
+    writes are named (`.owner`, its shard, `replicated.pt` and the manifest's two files), and so
+    is an fsync before its first write (the root's, after creating the staging folder): all above
+    its row, never between rank 0 and rank 1, alternately at two heights so that neighbours do not
+    collide.
 
     `results` are every rank's `checkpoint_lab.timed_save` results.
     """
-    labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.9 + 0.55 * len(results)))
-    seen, names = set(), {True: [], False: []}  # rank 0's file names above and below its row
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 2.2 + 0.55 * len(results)))
+    seen, named = set(), []  # rank 0's named events: (middle in ms, text)
     for result in results:
         rank = result["rank"]
-        named = 0
+        first_write = min((start for kind, _, start, _ in result["events"] if kind == "write"),
+                          default=float("inf"))
         for kind, name, start, end in sorted(result["events"], key=lambda e: e[0] != "write"):
             label = labels[kind] if kind not in seen else None
             seen.add(kind)
@@ -104,12 +107,10 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
                 ax.barh(rank, 1e3 * (end - start), left=1e3 * start, color=COLOURS[kind],
                         height=0.6 if kind == "write" else 0.3, label=label)
                 file = labels["files"].get("shard" if name.startswith("shard-") else name)
-                if kind == "write" and rank == 0 and file:
-                    above = named % 2 == 0
-                    y = rank - 0.34 if above else rank + 0.34
-                    names[above].append(ax.text(1e3 * (start + end) / 2, y, file, ha="center",
-                                                va="bottom" if above else "top", fontsize=10))
-                    named += 1
+                if kind == "fsync" and end <= first_write:
+                    file = labels["root fsync"]
+                if rank == 0 and file and (kind == "write" or end <= first_write):
+                    named.append((1e3 * (start + end) / 2, file))
             elif kind == "rename":
                 ax.plot([1e3 * end] * 2, [rank - 0.32, rank + 0.32], color=COLOURS[kind],
                         linewidth=1, label=label)
@@ -117,12 +118,17 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
                 ax.axvline(1e3 * end, color=COLOURS[kind], linestyle="--", label=label)
     ranks = [r["rank"] for r in results]
     ax.set_yticks(ranks, [language.numbered(labels["rank"], r, lang) for r in ranks])
-    ax.set_ylim(max(ranks) + 0.6, min(ranks) - 0.9)  # rank 0 on top, room for its file names
+    ax.set_ylim(max(ranks) + 0.6, min(ranks) - 1.25)  # rank 0 on top, room for its file names
+    rows = {True: [], False: []}  # the labels nearer rank 0's bar, and those above them
+    for index, (x, file) in enumerate(sorted(named)):
+        near = index % 2 == 0
+        rows[near].append(ax.text(x, -0.34 if near else -0.74, file, ha="center", va="bottom",
+                                  fontsize=10))
     ax.set_xlabel(labels["time"])
     ax.set_xlim(left=0)  # the save starts at 0: the lock and the staging folder come first
     legend_below(ax, ncol=2)
     fig.tight_layout()
-    for row in names.values():
+    for row in rows.values():
         _spread(ax, row)
     return fig
 
@@ -159,7 +165,7 @@ def reshard_layout_figure(layouts: list[list[dict]], numel: int, lang: str = "en
                         edgecolor="grey", hatch="///", height=0.6)
                 ax.annotate(labels["padding"].format(n=number(shard["padding"], lang)),
                             (shard["start"] + shard["length"], row + 0.32), ha="right",
-                            va="top", fontsize=10)
+                            va="top", fontsize=10, xytext=(-3, 0), textcoords="offset points")
     ax.set_yticks(range(len(layouts)),
                   [labels["ranks"].format(n=number(len(shards), lang)) for shards in layouts])
     ax.invert_yaxis()

@@ -278,3 +278,23 @@ def test_the_save_timeline_names_rank_0s_files_only(lang):
     files = figures.LABELS[lang]["files"]
     assert texts == [files[".owner"], files["shard"]]  # rank 0's two files; rank 1's shard unnamed
     plt.close("all")
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_save_timeline_names_the_roots_fsync_and_keeps_rank_0s_names_above_its_row(lang):
+    """Lesson 80's bullets start from the root's fsync, before rank 0's first write: the figure
+    names it. Every name of rank 0 sits above its row (y < 0 on an axis with rank 0 on top): a
+    name below it would read as rank 1's."""
+    import matplotlib.pyplot as plt
+
+    from lesson_code.plots import checkpoint as figures
+    saves = [{"rank": 0, "events": [("fsync", "", 0.0, 0.0005), ("write", ".owner", 0.001, 0.002),
+                                    ("write", "shard-00000-of-00002.pt", 0.003, 0.004)]},
+             {"rank": 1, "events": [("fsync", "", 0.0, 0.0005),
+                                    ("write", "shard-00001-of-00002.pt", 0.003, 0.004)]}]
+    texts = figures.save_timeline_figure(saves, lang=lang).axes[0].texts
+    labels = figures.LABELS[lang]
+    assert [t.get_text().lstrip("\u200f") for t in texts] == [  # a Persian label starts with RLM
+        labels["root fsync"], labels["files"][".owner"], labels["files"]["shard"]]
+    assert all(t.get_position()[1] < 0 for t in texts)
+    plt.close("all")
