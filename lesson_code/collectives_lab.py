@@ -429,8 +429,10 @@ SAY = {
         "without": "without shared memory, from 4 MiB up: {low:.2f}x to {high:.2f}x",
         "agrees": "verdict: agrees with the book (naive at {low:,} bytes, shared memory at "
                   "{high:,}, each ahead by more than {bound:.2f}x)",
-        "undecided": "verdict: undecided, rerun (a gap at {low:,} or {high:,} bytes within "
-                     "{bound:.2f}x, or a load of {load:.2f} on {cores} cores)",
+        "undecided": "verdict: undecided, rerun ({reasons})", "reasons_join": "; ",
+        "undecided_load": "load: {load:.2f} on {cores} cores at the start",
+        "undecided_gap": "gap: within {bound:.2f}x at {sizes} bytes",
+        "gaps_clear": "gaps: both over {bound:.2f}x",
         "differs": "verdict: differs from the book (the switch is not between {low:,} and "
                    "{high:,} bytes)",
         "hang": "rank {rank} of {ranks} gave up after {seconds:g} s in {op}: a message it waited "
@@ -461,8 +463,10 @@ SAY = {
         "without": "بدون حافظهٔ مشترک، از ۴ MiB به بالا: {low:.2f} تا {high:.2f} برابر",
         "agrees": "حکم: با کتاب همخوان است (روش ساده‌لوحانه در {low:,} بایت و حافظهٔ مشترک در "
                   "{high:,} بایت، هر کدام بیش از {bound:.2f} برابر جلوتر)",
-        "undecided": "حکم: نامعلوم، دوباره اجرا کنید (فاصله‌ای در {low:,} یا {high:,} بایت در "
-                     "حد {bound:.2f} برابر، یا بار {load:.2f} روی {cores} هسته)",
+        "undecided": "حکم: نامعلوم، دوباره اجرا کنید ({reasons})", "reasons_join": "؛ ",
+        "undecided_load": "بار: {load:.2f} روی {cores} هسته در آغاز",
+        "undecided_gap": "فاصله: در حد {bound:.2f} برابر در {sizes} بایت",
+        "gaps_clear": "فاصله‌ها: هر دو بیش از {bound:.2f} برابر",
         "differs": "حکم: با کتاب فرق دارد (نقطهٔ تغییر میان {low:,} و {high:,} بایت نیست)",
         "hang": "رتبهٔ {rank} از {ranks} رتبه پس از {seconds:g} ثانیه در {op} دست کشید: پیامی که "
                 "منتظرش بود هرگز نرسید",
@@ -593,15 +597,24 @@ def switch_verdict(rows: list[dict], bound: float, load: float, cores: int, lang
     `rows` are {algorithm, nbytes, seconds} of both algorithms at three or more sizes. The run
     agrees when the naive all-reduce wins the smallest size and shared memory the largest, each
     by more than `bound` (the stored table's largest inversion); it is undecided when either gap
-    is within `bound` or the load average at the start reached the core count; else it differs.
+    is within `bound` or the load average at the start reached the core count, and then says
+    which of the two applied (both, or the load with both gaps over `bound`); else it differs.
     """
     times = {(row["algorithm"], row["nbytes"]): row["seconds"] for row in rows}
     sizes = sorted({nbytes for _, nbytes in times})
     low, high = sizes[0], sizes[-1]
     shm_over_naive = {n: times["shared_memory", n] / times["naive", n] for n in (low, high)}
     values = {"low": low, "high": high, "bound": bound}
-    if load >= cores or any(1 / bound <= ratio <= bound for ratio in shm_over_naive.values()):
-        return say("undecided", lang, load=load, cores=cores, **values)
+    close = [n for n, ratio in shm_over_naive.items() if 1 / bound <= ratio <= bound]
+    if load >= cores or close:
+        reasons = [say("undecided_load", lang, load=load, cores=cores)] if load >= cores else []
+        if close:
+            sizes = (" و " if lang == "fa" else " and ").join(
+                language.number(n, lang, ",") for n in close)
+            reasons.append(say("undecided_gap", lang, bound=bound, sizes=sizes))
+        else:
+            reasons.append(say("gaps_clear", lang, bound=bound))
+        return say("undecided", lang, reasons=say("reasons_join", lang).join(reasons))
     if shm_over_naive[low] > bound and shm_over_naive[high] < 1 / bound:
         return say("agrees", lang, **values)
     return say("differs", lang, **values)

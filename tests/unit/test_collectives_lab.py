@@ -105,3 +105,17 @@ def test_the_verdict_of_exercise_5_reads_both_outer_gaps_and_the_load(lang):
     assert collectives_lab.switch_verdict(book, 1.86, 2.9, 2, lang).startswith(say["undecided"][:6])
     below = _two_algorithms([4.0, 8.0, 32.0], [1.0, 2.0, 8.0])  # shared memory won everywhere
     assert collectives_lab.switch_verdict(below, 1.86, 0.5, 2, lang).startswith(say["differs"][:6])
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_an_undecided_verdict_names_the_reason_that_applied(lang):
+    load, gap, clear = (collectives_lab.SAY[lang][key].split(":")[0] + ":"  # "load:", ...
+                        for key in ("undecided_load", "undecided_gap", "gaps_clear"))
+    book = _two_algorithms([1.0, 2.0, 8.0], [2.4, 2.1, 3.9])  # both gaps over 1.86
+    loaded = collectives_lab.switch_verdict(book, 1.86, 8.64, 2, lang)
+    assert load in loaded and clear in loaded and gap not in loaded
+    close = _two_algorithms([1.0, 2.3, 8.6], [2.2, 1.7, 10.8])  # naive won at 4 MiB too
+    quiet = collectives_lab.switch_verdict(close, 1.86, 0.5, 2, lang)
+    assert gap in quiet and load not in quiet
+    named, unnamed = ("4,194,304", "262") if lang == "en" else ("۴٬۱۹۴٬۳۰۴", "۲۶۲")
+    assert named in quiet and unnamed not in quiet  # only the size whose gap was close
