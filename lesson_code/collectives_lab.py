@@ -417,6 +417,10 @@ SAY = {
         "crossover_always": "model: ring faster at every size",
         "measured_faster": "measured ring faster at {sizes} bytes",
         "measured_never": "measured ring faster at no size", "then": "; ",
+        "crossover_size": "model: ring faster above {size}",
+        "measured_faster_size": "measured ring faster at {sizes}", "sign_at_size": "{name} at {sizes}",
+        "fit_agrees": "fit and run agree: each size's faster scheme is the one the fit predicts",
+        "fit_disagrees": "fit and run disagree at {sizes}",
         "sign": "over {percent}% slower than a larger size: {found}",
         "sign_at": "{name} at {sizes} bytes", "sign_none": "{name} at no size", "sign_join": "; ",
         "extrapolated": " (extrapolated: above the largest size timed)",
@@ -449,6 +453,12 @@ SAY = {
         "crossover_always": "مدل: حلقه در همهٔ اندازه‌ها سریع‌تر است",
         "measured_faster": "اندازه‌گیری: حلقه در {sizes} بایت سریع‌تر بود",
         "measured_never": "اندازه‌گیری: حلقه در هیچ اندازه‌ای سریع‌تر نبود", "then": "؛ ",
+        "crossover_size": "مدل: حلقه از {size} به بالا سریع‌تر است",
+        "measured_faster_size": "اندازه‌گیری: حلقه در {sizes} سریع‌تر بود",
+        "sign_at_size": "{name} در {sizes}",
+        "fit_agrees": "برازش و اجرا با هم می‌خوانند: در هر اندازه همان روشی سریع‌تر بود که "
+                      "برازش پیش‌بینی می‌کند",
+        "fit_disagrees": "برازش و اجرا در {sizes} با هم نمی‌خوانند",
         "sign": "بیش از {percent}٪ کندتر از اندازه‌ای بزرگ‌تر: {found}",
         "sign_at": "{name} در {sizes} بایت", "sign_none": "{name}: در هیچ اندازه‌ای",
         "sign_join": "؛ ",
@@ -485,27 +495,50 @@ def say(key: str, lang: str, **values) -> str:
 
 
 def crossover_line(crossover: float, faster_sizes: list[int], lang: str,
-                   largest: int | None = None) -> str:
+                   largest: int | None = None, readable: bool = False) -> str:
     """The crossover of `crossover_bytes` beside the sizes at which the ring was measured faster.
 
     An infinite crossover (the fit never favours the ring) reads "never", a zero one "every size",
     and no faster size "no size", rather than "inf KiB", "0 KiB" or "[]"; Persian lists the
     sizes with its own comma and joins the last one with «و», as Persian prose does. A finite
     crossover above `largest` (the largest size timed, bytes) is marked as extrapolated.
+    `readable=True` writes every size in KiB or MiB (`size_text`) instead of bytes.
     """
     if math.isinf(crossover):
         model = say("crossover_never", lang)
     elif crossover == 0:
         model = say("crossover_always", lang)
+    elif readable:
+        model = say("crossover_size", lang, size=size_text(crossover, lang))
     else:
         model = say("crossover", lang, kib=crossover / 1024)
-        if largest is not None and crossover > largest:
-            model += say("extrapolated", lang)
+    if 0 < crossover < math.inf and largest is not None and crossover > largest:
+        model += say("extrapolated", lang)
     if not faster_sizes:
         measured = say("measured_never", lang)
+    elif readable:
+        measured = say("measured_faster_size", lang, sizes=_size_texts(faster_sizes, lang))
     else:
         measured = say("measured_faster", lang, sizes=_sizes(faster_sizes, lang))
     return model + say("then", lang) + measured
+
+
+def size_text(nbytes: float, lang: str) -> str:
+    """A size in bytes as the lesson's prose writes it: "4 KiB", "16 MiB", "12.1 MiB" (a whole
+    number of units without decimals, another with one), in `lang`'s digits."""
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if nbytes >= scale:
+            value = nbytes / scale
+            return f"{language.number(value, lang, '.0f' if value == int(value) else '.1f')} {unit}"
+    return f"{language.number(nbytes, lang, '.0f')} {'بایت' if lang == 'fa' else 'B'}"
+
+
+def _size_texts(sizes: list[int], lang: str) -> str:
+    """A non-empty list of sizes in `size_text`'s units, joined as `lang`'s prose joins a list."""
+    shown = [size_text(n, lang) for n in sizes]
+    if lang == "fa":
+        return " و ".join(filter(None, (language.listed(shown[:-1], "fa"), shown[-1])))
+    return ", ".join(shown)
 
 
 def _sizes(sizes: list[int], lang: str):
@@ -517,11 +550,12 @@ def _sizes(sizes: list[int], lang: str):
     return " و ".join(filter(None, (language.listed(shown[:-1], "fa"), shown[-1])))
 
 
-def sign_line(found: dict[str, list[int]], lang: str, slack: float = RELIABILITY_SLACK) -> str:
+def sign_line(found: dict[str, list[int]], lang: str, slack: float = RELIABILITY_SLACK,
+              readable: bool = False) -> str:
     """`slower_than_larger`'s sizes of each timed operation ({name: [bytes, ...]}) as a line of
-    `lang`; the names are printed as given (pass them in the page's language)."""
-    parts = [say("sign_at", lang, name=name, sizes=_sizes(sizes, lang)) if sizes
-             else say("sign_none", lang, name=name) for name, sizes in found.items()]
+    `lang`; the names are printed as given (pass them in the page's language).
+    `readable=True` writes the sizes in KiB or MiB (`size_text`) instead of bytes."""
+    parts = [_sizes_of(name, sizes, lang, readable) for name, sizes in found.items()]
     found_line = say("sign_join", lang).join(parts)
     return say("sign", lang, percent=round(100 * (slack - 1)), found=found_line)
 
@@ -546,20 +580,42 @@ def inversion_line(inversions: dict[str, float], lang: str) -> str:
     return say("inversion", lang, found=found)
 
 
-def ahead_line(ring: dict[int, float], naive: dict[int, float], bound: float, lang: str) -> str:
+def _sizes_of(name: str, sizes: list[int], lang: str, readable: bool) -> str:
+    """"<name> at <sizes>" of the lesson's lines, or "<name> at no size" for an empty list."""
+    if not sizes:
+        return say("sign_none", lang, name=name)
+    if readable:
+        return say("sign_at_size", lang, name=name, sizes=_size_texts(sizes, lang))
+    return say("sign_at", lang, name=name, sizes=_sizes(sizes, lang))
+
+
+def ahead_line(ring: dict[int, float], naive: dict[int, float], bound: float, lang: str,
+               readable: bool = False) -> str:
     """The sizes at which the ring or the naive all-reduce was faster by more than `bound` (the
     run's largest inversion), and those at which neither was, as a line of `lang`.
 
-    `ring` and `naive` map a tensor's bytes to its time, at the same sizes.
+    `ring` and `naive` map a tensor's bytes to its time, at the same sizes; `readable=True`
+    writes the sizes in KiB or MiB (`size_text`) instead of bytes.
     """
     ratios = {n: ring[n] / naive[n] for n in sorted(ring)}
     ring_name, naive_name = ("حلقه", "روش ساده‌لوحانه") if lang == "fa" else ("ring", "naive")
     groups = {ring_name: [n for n, q in ratios.items() if q < 1 / bound],
               naive_name: [n for n, q in ratios.items() if q > bound],
               say("neither", lang): [n for n, q in ratios.items() if 1 / bound <= q <= bound]}
-    parts = [say("sign_at", lang, name=name, sizes=_sizes(sizes, lang)) if sizes
-             else say("sign_none", lang, name=name) for name, sizes in groups.items()]
+    parts = [_sizes_of(name, sizes, lang, readable) for name, sizes in groups.items()]
     return say("ahead", lang, bound=bound, found=say("sign_join", lang).join(parts))
+
+
+def fit_agreement_line(crossover: float, faster_sizes: list[int], sizes: list[int],
+                       lang: str) -> str:
+    """Whether a run and the fit made from it order the ring and the naive all-reduce alike at
+    every size timed: the fit (`crossover_bytes`) makes the ring faster at the sizes above
+    `crossover`; the run made it faster at `faster_sizes`. Names the sizes where they differ."""
+    predicted = {n for n in sizes if n > crossover}
+    differing = sorted(predicted.symmetric_difference(faster_sizes))
+    if not differing:
+        return say("fit_agrees", lang)
+    return say("fit_disagrees", lang, sizes=_size_texts(differing, lang))
 
 
 def hang_line(rank_traceback: str, lang: str) -> str:

@@ -216,8 +216,9 @@ def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") 
     """
     labels, fig, ax = start_figure(LABELS, lang, figsize=(5.5, 3.6))
     sizes = sorted(traffic)
-    for key in ("naive", "ring"):
-        ax.plot(sizes, [traffic[n][key] for n in sizes], marker="o", label=labels[key])
+    for key, colour in (("naive", "C2"), ("ring", "C0")):  # alpha_beta_figure's colours
+        ax.plot(sizes, [traffic[n][key] for n in sizes], marker="o", color=colour,
+                label=labels[key])
     ax.set_xticks(sizes)
     return _finish(fig, ax, labels["ranks"], labels["busiest"])
 
@@ -289,6 +290,8 @@ TABLE_LABELS = {
     "stored run": "اجرای ذخیره‌شده", "this run": "این اجرا",
     "largest model error (%)": "بزرگ‌ترین خطای مدل (٪)",
     "1 MiB": "۱ MiB", "1 GiB": "۱ GiB",
+    "scatter + all-gather": "پخش از یک رتبه + گردآوری همگانی",
+    "this run / stored run": "این اجرا / اجرای ذخیره‌شده", "crossover": "نقطهٔ تقاطع",
 }
 
 

@@ -89,6 +89,40 @@ def test_the_reliability_sign_line_in_both_editions():
     assert persian.endswith("در هیچ اندازه‌ای") and "[" not in persian
 
 
+def test_sizes_print_in_kib_and_mib_when_readable_and_in_bytes_otherwise():
+    assert [collectives_lab.size_text(n, "en") for n in (4096, 2 ** 20, 12397 * 1024, 100)] == [
+        "4 KiB", "1 MiB", "12.1 MiB", "100 B"]
+    assert collectives_lab.size_text(9.0 * 2 ** 20 - 1, "fa") == "۹٫۰ MiB"
+    assert collectives_lab.crossover_line(12397 * 1024, [], "en", largest=2 ** 24,
+                                          readable=True) == (
+        "model: ring faster above 12.1 MiB; measured ring faster at no size")
+    assert collectives_lab.sign_line({"ring": [4096, 65536, 2 ** 20]}, "en", readable=True) == (
+        "over 20% slower than a larger size: ring at 4 KiB, 64 KiB, 1 MiB")
+    line = collectives_lab.ahead_line({4096: 1.0, 2 ** 24: 3.0}, {4096: 2.0, 2 ** 24: 1.0}, 1.2,
+                                      "en", readable=True)
+    assert line.endswith("ring at 4 KiB; naive at 16 MiB; neither at no size")
+    persian = collectives_lab.sign_line({"حلقه": [4096, 2 ** 20]}, "fa", readable=True)
+    assert "حلقه در ۴ KiB و ۱ MiB" in persian and "بایت" not in persian
+    # without readable=True, the lines are as before: sizes in bytes (lesson 76a prints those)
+    assert collectives_lab.sign_line({"ring": [4096]}, "en").endswith("ring at [4096] bytes")
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_fit_and_run_agree_only_when_the_ring_was_faster_exactly_above_the_crossover(lang):
+    sizes = [4096, 2 ** 20, 2 ** 24]
+    agree = collectives_lab.say("fit_agrees", lang)
+    assert collectives_lab.fit_agreement_line(2 ** 21, [2 ** 24], sizes, lang) == agree
+    assert collectives_lab.fit_agreement_line(math.inf, [], sizes, lang) == agree
+    assert collectives_lab.fit_agreement_line(0.0, sizes, sizes, lang) == agree
+    # the run of a loaded machine: the fit favours the ring above 12.1 MiB, the run nowhere
+    line = collectives_lab.fit_agreement_line(12397 * 1024, [], sizes, lang)
+    assert line == collectives_lab.say("fit_disagrees", lang, sizes=collectives_lab.size_text(
+        2 ** 24, lang))
+    both = collectives_lab.fit_agreement_line(2 ** 21, [4096], sizes, lang)  # wrong on each side
+    assert collectives_lab.size_text(4096, lang) in both
+    assert collectives_lab.size_text(2 ** 24, lang) in both
+
+
 def _two_algorithms(naive_ms, shm_ms, sizes=(2 ** 18, 2 ** 20, 2 ** 22)):
     return ([{"algorithm": "naive", "nbytes": n, "seconds": t / 1e3} for n, t in zip(sizes, naive_ms)]
             + [{"algorithm": "shared_memory", "nbytes": n, "seconds": t / 1e3}
