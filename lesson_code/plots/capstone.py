@@ -48,8 +48,8 @@ TABLE_WORDS = {"fa": {
     "(a) loss falls at every step": "(الف) زیان در هر گام کم می‌شود",
     "(b) same parameter norm on every rank, every step": "(ب) نُرم پارامترها در همهٔ رتبه‌ها و همهٔ گام‌ها یکسان است",
     "(c) optimizer bytes = 12P/N on every rank": "(ج) بایت‌های بهینه‌ساز در هر رتبه = 12P/N",
-    "(d) checkpoints of steps 10 and 20 restore byte for byte":
-        "(د) چکپوینت‌های گام‌های ۱۰ و ۲۰ بایت‌به‌بایت بازیابی می‌شوند",
+    "(d) tensors of the step-10 and step-20 checkpoints restore byte for byte":
+        "(د) تنسورهای چکپوینت‌های گام‌های ۱۰ و ۲۰ بایت‌به‌بایت بازیابی می‌شوند",
     "command": "فرمان", "median_s": "میانه (ثانیه)", "runs_s": "اجراها (ثانیه)",
     "loss_rows": "سطرهای زیان", "same_losses": "زیان‌های یکسان",
     "2 ranks, half the heads each": "۲ رتبه، هر کدام نیمی از سرها",
@@ -111,7 +111,8 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
     ticks at 2, 3 and 4 for that curve.
     """
     steps = [r for r in rows if "step" in r and "event" not in r]
-    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
+    events = any(r.get("event") for r in rows)  # a legend then, under the axes: more height
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4.6 if events else 3.6))
     ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], marker="o", markersize=3,
             label=labels["trained"])
     for event in (r for r in rows if r.get("event") == "rollback"):
@@ -132,8 +133,8 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 2.5
     ax.set_xlabel(labels["step"])
     ax.set_ylabel(labels["loss"])
-    if any(r.get("event") for r in rows):
-        legend(ax, loc="upper left")  # the curve runs low and the rejected step far right
+    if events:
+        legend_below(ax, ncol=2)  # under the axes: it covers neither the curve nor the step line
     fig.tight_layout()
     return fig
 

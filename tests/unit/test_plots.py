@@ -246,6 +246,21 @@ def test_the_loss_curve_legend_names_the_curve_and_the_checkpoint_rolled_back_to
             plt.close(figure)
 
 
+def test_the_loss_curve_legend_lies_under_the_axes_and_covers_no_data():
+    rows = [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0},
+            {"event": "rollback", "to_step": 1, "at_step": 3, "loss": 129.0}]
+    figure = capstone.loss_curve_figure(rows)
+    try:
+        figure.canvas.draw()
+        renderer = figure.canvas.get_renderer()
+        ax = figure.axes[0]
+        box, axes_box = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert box.y1 < axes_box.y0, (box, axes_box)  # wholly under the plot area
+        assert box.y0 >= 0  # and still on the figure
+    finally:
+        plt.close(figure)
+
+
 def test_the_loss_curve_ticks_whole_steps():
     rows = [{"step": step, "loss": 4.0 - step / 10} for step in range(1, 21)]
     figure = capstone.loss_curve_figure(rows)
