@@ -88,6 +88,39 @@ def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
             "check all-reduces (one number, outside the ledger)": model.checks}
 
 
+def misplaced_no_sync(rank: int, world_size: int, run: DDPRun) -> dict[str, dict]:
+    """Lesson 77, exercise 5: gradient accumulation over `run.accumulation` micro-batches, with
+    all but the last one's forward and backward inside `no_sync()` ("forward and backward inside
+    no_sync") or only their `loss.backward()` ("backward inside no_sync"). Collective: every rank.
+
+    BucketedDDP on the ring (the ledger counts its gradient all-reduces, as `ledger_per_step`).
+    Returns, per placement, the gradient all-reduces of the step and the largest difference of
+    the accumulated gradient from one process's on the whole batch (`run.batch(0)`)."""
+    device = current_device()
+    whole = build_model(run.model, run.seed, run.gpt, device)
+    whole(*run.batch(0))[1].backward()
+    expected = torch.cat([p.grad.reshape(-1) for p in whole.parameters()])
+    micro = list(zip(*(torch.tensor_split(t, run.accumulation)
+                       for t in run.local_batch(0, rank, world_size))))
+    results = {}
+    for placement in ("forward and backward inside no_sync", "backward inside no_sync"):
+        ledger = CommLedger()
+        model = wrap(replace(run, wrapper="bucketed", comm="ring", all_reduce="ring"),
+                     build_model(run.model, run.seed, run.gpt, device), ledger)
+        ledger.clear()
+        for index, (xm, ym) in enumerate(micro):
+            skip = index < len(micro) - 1  # every micro-batch but the last skips synchronising
+            with model.no_sync() if skip and placement.startswith("forward") else nullcontext():
+                loss = model(xm, ym)[1] / run.accumulation
+            with model.no_sync() if skip else nullcontext():
+                loss.backward()
+        got = torch.cat([p.grad.reshape(-1) for p in model.module.parameters()])
+        results[placement] = {"gradient all-reduces": ledger.totals()["all_reduce"]["calls"],
+                              "largest difference from one process":
+                                  (got - expected).abs().max().item()}
+    return results
+
+
 def token_weighted_gradients(rank: int, world_size: int, seed: int = 0) -> dict[str, float]:
     """Lesson 77, exercise 3: ranks whose slices count different numbers of tokens in the loss.
 

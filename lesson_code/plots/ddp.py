@@ -36,7 +36,7 @@ LABELS = {
            **{name: ddp_lab.WORDS[name] for name in (*ddp_lab.WRAPPERS, "ring", "builtin")}},
 }
 COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "check": "#9467bd",
-           "comm": "#ff9f4a", "optimizer": "#2ca02c"}
+           "comm": "#ff9f4a", "comm odd": "#c4620f", "optimizer": "#2ca02c"}
 
 
 def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: bool = False,
@@ -54,11 +54,18 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
             ax.barh(y + 1, 1e3 * (end - start), left=1e3 * start, height=0.8,
                     color=COLOURS[phase], label=labels[phase] if rank == 0 else None)
         for bucket in timeline["buckets"]:
+            # Measured: neighbouring buckets in two shades, and each ready tick numbered, so
+            # that a tick can be matched with the all-reduce it starts (bucket 1 first).
+            odd = not modelled and bucket["bucket"] % 2 == 1
             ax.barh(y, 1e3 * (bucket["end"] - bucket["start"]), left=1e3 * bucket["start"],
-                    height=0.8, color=COLOURS["comm"], edgecolor="white",
+                    height=0.8, color=COLOURS["comm odd" if odd else "comm"], edgecolor="white",
                     label=comm if rank == 0 and bucket["bucket"] == 0 else None)
             ax.plot(1e3 * bucket["ready"], y + 0.5, "k|", markersize=10,
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
+            if not modelled:
+                ax.annotate(language.number(bucket["bucket"] + 1, lang),
+                            (1e3 * bucket["ready"], y + 0.5), xytext=(2, 0),
+                            textcoords="offset points", ha="left", va="center", fontsize="small")
     if lanes is None:
         lanes = ([labels["modelled rank"]] if modelled else
                  [language.numbered(labels["rank"], rank, lang) for rank in range(len(timelines))])
@@ -143,6 +150,9 @@ TABLE_LABELS = {
     "max_loss_diff": "بیشینهٔ اختلاف زیان", "first_loss": "زیان نخستین گام",
     "last_loss": "زیان آخرین گام", "accumulation": "تعداد میکرودسته‌ها",
     "wait": "انتظار", "after backward": "پس از گذر برگشت",
+    "forward ends": "پایان گذر رفت", "backward ends": "پایان گذر برگشت", "wait ends": "پایان انتظار",
+    "wait after own backward": "انتظار پس از گذر برگشتِ خودش",
+    "forward and backward inside no_sync": "گذر رفت و گذر برگشت درون `no_sync`",
     "check": "بررسی و کپی به گرادیان‌ها", "check (ms)": "بررسی (ms)", "step low": "کوتاه‌ترین گام در دورها",
     "step high": "بلندترین گام در دورها", "vs torch low": "نسبت به DDP در PyTorch، کمترین",
     "vs torch high": "نسبت به DDP در PyTorch، بیشترین", "vs one bucket": "نسبت به یک باکت",

@@ -96,7 +96,12 @@ def test_lesson_77s_lines_in_both_editions():
     facts = {"auto": dict(mb=4, ranks=4, algorithm="shared_memory"),
              "fit": dict(alpha_us=1672.87, gbps=1.0644),
              "cluster": dict(parameters=163037184, mib=621.94, backward_ms=42.739, ranks=4,
-                             ratio=1.05)}
+                             ratio=1.05),
+             "exposed": dict(ms=68.94, rank=3, own=22.46, spread=46.31)}
+    assert ddp_lab.say("exposed", "en", **facts["exposed"]) == (
+        "the step's exposed communication, last wait end - last backward end: 68.9 ms; rank 3, "
+        "whose backward ended last, waited 22.5 ms after it (a lower bound); the ranks left their "
+        "waits 46.3 ms apart")
     assert ddp_lab.say("fit", "en", **facts["fit"]) == (
         "ring all-reduce fitted to these times: α = 1673 µs per message, 1/β = 1.06 GB/s")
     assert "۱۶۳٬۰۳۷٬۱۸۴ پارامتر" in ddp_lab.say("cluster", "fa", **facts["cluster"])

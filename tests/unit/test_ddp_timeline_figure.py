@@ -1,0 +1,35 @@
+"""Lesson 77's measured timeline: each bucket's ready tick carries its number and neighbouring
+buckets' all-reduces alternate two shades, so that a tick can be matched with its all-reduce;
+the modelled timelines (lesson 77's companion page) keep one shade and no numbers."""
+
+import matplotlib
+import pytest
+from matplotlib.colors import to_hex
+
+from lesson_code.plots import ddp
+
+TIMELINE = {"forward": (0.0, 0.1), "backward": (0.1, 0.5), "wait": (0.5, 0.6),
+            "buckets": [{"bucket": k, "ready": 0.2 + 0.1 * k, "start": 0.2 + 0.1 * k,
+                         "end": 0.28 + 0.1 * k} for k in range(4)]}
+
+
+def bucket_shades(figure) -> set[str]:
+    ax = figure.axes[0]
+    return {to_hex(patch.get_facecolor()) for patch in ax.patches} & {
+        ddp.COLOURS["comm"], ddp.COLOURS["comm odd"]}
+
+
+@pytest.mark.parametrize("lang, numbers", [("en", ["1", "2", "3", "4"]), ("fa", ["۱", "۲", "۳", "۴"])])
+def test_the_measured_timeline_numbers_its_ticks_and_alternates_shades(lang, numbers):
+    figure = ddp.overlap_timeline_figure([TIMELINE, TIMELINE], lang=lang)
+    texts = [t.get_text() for t in figure.axes[0].texts]
+    assert sorted(texts) == sorted(numbers * 2)
+    assert bucket_shades(figure) == {ddp.COLOURS["comm"], ddp.COLOURS["comm odd"]}
+    matplotlib.pyplot.close(figure)
+
+
+def test_the_modelled_timeline_keeps_one_shade_and_no_numbers():
+    modelled = {key: TIMELINE[key] for key in ("backward", "wait", "buckets")}
+    figure = ddp.overlap_timeline_figure([modelled], lang="en", modelled=True)
+    assert list(figure.axes[0].texts) == [] and bucket_shades(figure) == {ddp.COLOURS["comm"]}
+    matplotlib.pyplot.close(figure)
