@@ -35,8 +35,8 @@ from lesson_code.harness.allocations import BEFORE, AllocationTrace
 from lesson_code.harness.timing import PhaseClock
 from lesson_code.models import GPTConfig, build_model, count_parameters
 from lesson_code.harness.validate import require_choice, require_positive
-from lesson_code.zero import (MasterAdam, NaiveZeroOptimizer, ZeroOptimizer, flatten_params,
-                              storage_bytes)
+from lesson_code.zero import (MasterAdam, NaiveZeroOptimizer, ZeroOptimizer, flat_gradient,
+                              flatten_params, storage_bytes)
 from lesson_code.zero2 import Zero2Optimizer
 from lesson_code.zero3 import Zero3Optimizer, default_units
 
@@ -304,6 +304,25 @@ def memory_profile(rank: int, world_size: int, run: ZeroRun) -> dict[str, int]:
         held = optimizer.optimizer_state_bytes()
     return {"rank": rank, "parameters": storage_bytes(*inner.parameters()), "gradients": grads,
             "optimizer": held}
+
+
+def reduction_precision(rank: int, world_size: int, run: ZeroRun) -> dict:
+    """The same step's averaged gradient shard reduce-scattered in the gradients' dtype (as
+    `ZeroOptimizer` does) and cast to fp32 first (as production systems often do).
+
+    Collective: call on every rank. Returns this rank's largest absolute difference between the
+    two shards, the largest magnitude of the fp32 one, and the two shards' relative L2 distance.
+    """
+    model, optimizer = build_optimizer(replace(run, optimizer="zero"), run_model(run), rank,
+                                       world_size)
+    run_loss(run, model, 0, rank, world_size).backward()
+    flat = optimizer._padded(flat_gradient(optimizer.params))
+    in_dtype = optimizer.comm.reduce_scatter(flat.clone(), op="avg").to(torch.float32)
+    in_fp32 = optimizer.comm.reduce_scatter(flat.to(torch.float32), op="avg")
+    gap = in_dtype - in_fp32
+    return {"rank": rank, "largest_difference": gap.abs().max().item(),
+            "largest_gradient": in_fp32.abs().max().item(),
+            "relative_l2": (gap.norm() / in_fp32.norm()).item()}
 
 
 STAGE_OPTIMIZERS = {"DDP": "naive_ddp", "ZeRO-1": "zero", "ZeRO-2": "zero2", "ZeRO-3": "zero3"}

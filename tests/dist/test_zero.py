@@ -265,3 +265,15 @@ def test_the_bounds_catch_a_shard_off_by_one(dtype):
     if dtype == "float32":
         with pytest.raises(AssertionError):
             assert_close_to(wrong[0], reference, run)
+
+
+def test_a_bf16_reduction_rounds_the_averaged_gradient_to_bf16_precision():
+    # The same bf16 gradient averaged in bf16 (our ring) and cast to fp32 first: bf16 keeps 8
+    # significant bits, so the shard moves by about its unit roundoff, 2**-9 (0.2%), while a
+    # float32 model's two reductions are the same computation and agree exactly.
+    run = zero_lab.ZeroRun(dtype="bfloat16")
+    ranks = launch.spawn(zero_lab.reduction_precision, run, world_size=4)
+    assert all(2 ** -10 < rank["relative_l2"] < 2 ** -7 for rank in ranks)
+    assert all(rank["largest_difference"] < 2 ** -6 * rank["largest_gradient"] for rank in ranks)
+    exact = launch.spawn(zero_lab.reduction_precision, replace(run, dtype="float32"), world_size=2)
+    assert all(rank["largest_difference"] == 0 for rank in exact)
