@@ -69,16 +69,17 @@ TABLE_WORDS = {"fa": {
     "model state, Adam in mixed precision": "وضعیت مدل، Adam با دقت ترکیبی",
     "bf16 weights ZeRO-3 gathers per pass": "وزن‌های bf16 که ZeRO-3 در هر گذر گرد می‌آورد",
     "bf16 activations at one cut, per sequence": "فعال‌سازی‌های bf16 در یک برش، برای هر دنباله",
-    "ZeRO-3 rank, sent per step: 2 all-gathers, 1 reduce-scatter": "هر رتبهٔ ZeRO-3، ارسال در هر گام: ۲ گردآوری همگانی و ۱ کاهش و پخش",
+    "ZeRO-3 rank, sent per step: 2 all-gathers, 1 reduce-scatter (one gather per step)":
+        "هر رتبهٔ ZeRO-3، ارسال در هر گام: ۲ گردآوری همگانی و ۱ کاهش و پخش (یک گردآوری در هر گام)",
     "pipeline stage, sent per step: activations and gradients": "هر مرحلهٔ پایپلاین، ارسال در هر گام: فعال‌سازی‌ها و گرادیان‌ها",
     "stage at P = 8, sent per step: all-reduce of its bf16 gradients over its 8 replicas":
         "هر مرحله در P = ۸، ارسال در هر گام: کاهش همگانی گرادیان‌های bf16 آن روی ۸ رونوشتش",
-    "stage at P = 8, sent per step: ZeRO-3 over its 8 replicas":
-        "هر مرحله در P = ۸، ارسال در هر گام: ZeRO-3 روی ۸ رونوشتش",
-    "stage at P = 8, in all, with the all-reduce (350 GB a rank: does not fit)":
-        "هر مرحله در P = ۸، روی هم، با کاهش همگانی (۳۵۰ گیگابایت برای هر رتبه: جا نمی‌شود)",
-    "stage at P = 8, in all, with ZeRO-3 (44 GB a rank)":
-        "هر مرحله در P = ۸، روی هم، با ZeRO-3 (۴۴ گیگابایت برای هر رتبه)",
+    "stage at P = 8, sent per step: ZeRO-3 over its 8 replicas (one gather per step)":
+        "هر مرحله در P = ۸، ارسال در هر گام: ZeRO-3 روی ۸ رونوشتش (یک گردآوری در هر گام)",
+    "stage at P = 8, in all, with the all-reduce (350 GB a rank between steps: does not fit)":
+        "هر مرحله در P = ۸، روی هم، با کاهش همگانی (۳۵۰ گیگابایت برای هر رتبه میان گام‌ها: جا نمی‌شود)",
+    "stage at P = 8, in all, with ZeRO-3 (44 GB a rank between steps)":
+        "هر مرحله در P = ۸، روی هم، با ZeRO-3 (۴۴ گیگابایت برای هر رتبه میان گام‌ها)",
     "one micro-batch of one sequence": "یک میکرودسته با یک دنباله",
     "GPipe, m = 32": "GPipe، m = ۳۲", "1F1B, stage 0 of 8": "1F1B، مرحلهٔ ۰ از ۸",
     "model state of one stage of 8": "وضعیت مدلِ یکی از ۸ مرحله",
