@@ -106,3 +106,24 @@ def test_the_rank_s_own_input_coming_back_is_diagnosed_as_nothing_of_the_others_
     assert failure.kind == "mismatch" and failure.diagnosis == DIAGNOSES["own_input"]
     assert failure.diagnosis.text("en") == ("it is this rank's own input, unchanged: nothing "
                                             "that the other ranks sent is in it")
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_template_numbers_the_ring_steps_as_the_lesson_does(lang: str) -> None:
+    """Both docstrings give step k = 1 .. N - 1 and the chunks of ring_chunk_indices at that k."""
+    import re
+
+    from lesson_code.collectives.ring import ring_chunk_indices
+
+    text = template_path(76, lang).read_text()
+    for phase, function in [("reduce_scatter", "def ring_reduce_scatter("),
+                            ("all_gather", "def ring_all_gather(")]:
+        docstring = text.split(function)[1].split('"""')[1]
+        assert "k = 1, ..., N - 1" in docstring and "step s" not in docstring
+        send, receive = re.findall(r"\((r - k[^)]*)\) % N", docstring)
+        for size in range(2, 6):
+            for rank in range(size):
+                for k in range(1, size):
+                    formulas = (eval(send, {"r": rank, "k": k}) % size,
+                                eval(receive, {"r": rank, "k": k}) % size)
+                    assert formulas == ring_chunk_indices(phase, rank, k, size)
