@@ -27,7 +27,7 @@ from lesson_code.checkpoint.tools import list_checkpoints
 from lesson_code.ddp_lab import attention_key_bias_mask
 from lesson_code.capstone import CapstoneConfig, MiniGPT, run_rank, torch_baseline
 from lesson_code.models import GPTConfig, gpt_parameters
-from lesson_code.capstone.train import COMPARED, compare_resumed, run_and_resume
+from lesson_code.capstone.train import COMPARED, compare_resumed, run_and_resume, timed_run_rank
 from lesson_code.capstone.tensor_parallel import (single_rank_gradients, single_rank_loss,
                                                   tensor_parallel_gradients, tensor_parallel_loss)
 from lesson_code.experiment import flat_parameters
@@ -45,6 +45,17 @@ ROOT = Path(__file__).resolve().parents[2]
 def clean_run(tmp_path_factory):
     config = CapstoneConfig(out_dir=str(tmp_path_factory.mktemp("capstone")))
     return config, launch.spawn(run_rank, config, world_size=4)
+
+
+def test_a_timed_run_counts_its_steps_and_saves_but_not_the_start_up(tmp_path):
+    config = CapstoneConfig(out_dir=str(tmp_path), steps=4, checkpoint_step=2)
+    results = launch.spawn(timed_run_rank, config, world_size=2)
+    for result in results:
+        steps = sum(row["step_time_s"] for row in result["records"])
+        assert steps < result["run_s"] < 60  # the steps, plus the build and the two saves
+    assert [row["loss"] for row in results[0]["records"]] == [
+        row["loss"] for row in launch.spawn(run_rank, dataclasses.replace(
+            config, out_dir=str(tmp_path / "plain")), world_size=2)[0]["records"]]
 
 
 def losses(results):
