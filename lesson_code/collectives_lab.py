@@ -372,7 +372,9 @@ def time_primitives(rank: int, world_size: int, sizes: list[int], trials: int = 
 def crossover_bytes(ring: cost_model.AlphaBeta, naive: cost_model.AlphaBeta,
                     world_size: int) -> float:
     """Tensor size (bytes) above which the fitted models predict the ring all-reduce faster than
-    the naive one on `world_size` ranks: 0 when the ring is never slower, inf when never faster.
+    the naive one on `world_size` ranks: 0 when the ring is never slower, inf when never faster,
+    and -x when the ring is faster only below x bytes (its fitted alpha the smaller, its cost per
+    byte the higher).
 
     Both models send m = 2(N-1) messages in a row, so T_ring(n) < T_naive(n) when
     m (alpha_ring - alpha_naive) < n (b_naive beta_naive - b_ring beta_ring), with b the bytes per
@@ -381,10 +383,12 @@ def crossover_bytes(ring: cost_model.AlphaBeta, naive: cost_model.AlphaBeta,
     latency_gap = (ring.alpha - naive.alpha) * cost_model.message_count("all_reduce", world_size)
     byte_gap = (cost_model.bytes_per_rank("naive_all_reduce", 1, world_size) * naive.beta
                 - cost_model.bytes_per_rank("all_reduce", 1, world_size) * ring.beta)
-    if byte_gap <= 0:  # the ring pays as much per byte or more: it wins at no size above some
-        # point, unless the per-byte costs are equal and it wins on latency at every size
-        return 0.0 if latency_gap < 0 and byte_gap == 0 else math.inf
-    return max(latency_gap / byte_gap, 0.0)
+    if byte_gap > 0:  # the ring's bytes are the cheaper: it wins above some size
+        return max(latency_gap / byte_gap, 0.0)
+    if latency_gap >= 0:  # no cheaper on either term: it wins at no size
+        return math.inf
+    # cheaper per message, no cheaper per byte: it wins at every size, or below -latency/-bytes
+    return 0.0 if byte_gap == 0 else -latency_gap / byte_gap
 
 
 # A timing run's sign of unreliability: a collective's time hardly falls as the tensor grows, so a
@@ -415,6 +419,8 @@ SAY = {
         "crossover": "model: ring faster above {kib:.0f} KiB",
         "crossover_never": "model: ring never faster (its fitted cost per byte is the higher)",
         "crossover_always": "model: ring faster at every size",
+        "crossover_below": "model: ring faster below {kib:.0f} KiB",
+        "crossover_below_size": "model: ring faster below {size}",
         "measured_faster": "measured ring faster at {sizes} bytes",
         "measured_never": "measured ring faster at no size", "then": "; ",
         "crossover_size": "model: ring faster above {size}",
@@ -451,6 +457,8 @@ SAY = {
         "crossover_never": "مدل: حلقه در هیچ اندازه‌ای سریع‌تر نیست (هزینهٔ برازش‌شدهٔ هر بایتش "
                            "بیشتر است)",
         "crossover_always": "مدل: حلقه در همهٔ اندازه‌ها سریع‌تر است",
+        "crossover_below": "مدل: حلقه زیر {kib:.0f} KiB سریع‌تر است",
+        "crossover_below_size": "مدل: حلقه زیر {size} سریع‌تر است",
         "measured_faster": "اندازه‌گیری: حلقه در {sizes} بایت سریع‌تر بود",
         "measured_never": "اندازه‌گیری: حلقه در هیچ اندازه‌ای سریع‌تر نبود", "then": "؛ ",
         "crossover_size": "مدل: حلقه از {size} به بالا سریع‌تر است",
@@ -499,7 +507,8 @@ def crossover_line(crossover: float, faster_sizes: list[int], lang: str,
     """The crossover of `crossover_bytes` beside the sizes at which the ring was measured faster.
 
     An infinite crossover (the fit never favours the ring) reads "never", a zero one "every size",
-    and no faster size "no size", rather than "inf KiB", "0 KiB" or "[]"; Persian lists the
+    a negative one -x "faster below x", and no faster size "no size", rather than "inf KiB",
+    "0 KiB", "-x KiB" or "[]"; Persian lists the
     sizes with its own comma and joins the last one with «و», as Persian prose does. A finite
     crossover above `largest` (the largest size timed, bytes) is marked as extrapolated.
     `readable=True` writes every size in KiB or MiB (`size_text`) instead of bytes.
@@ -508,11 +517,13 @@ def crossover_line(crossover: float, faster_sizes: list[int], lang: str,
         model = say("crossover_never", lang)
     elif crossover == 0:
         model = say("crossover_always", lang)
-    elif readable:
-        model = say("crossover_size", lang, size=size_text(crossover, lang))
     else:
-        model = say("crossover", lang, kib=crossover / 1024)
-    if 0 < crossover < math.inf and largest is not None and crossover > largest:
+        below = "_below" if crossover < 0 else ""
+        if readable:
+            model = say(f"crossover{below}_size", lang, size=size_text(abs(crossover), lang))
+        else:
+            model = say(f"crossover{below}", lang, kib=abs(crossover) / 1024)
+    if 0 < abs(crossover) < math.inf and largest is not None and abs(crossover) > largest:
         model += say("extrapolated", lang)
     if not faster_sizes:
         measured = say("measured_never", lang)
@@ -610,8 +621,9 @@ def fit_agreement_line(crossover: float, faster_sizes: list[int], sizes: list[in
                        lang: str) -> str:
     """Whether a run and the fit made from it order the ring and the naive all-reduce alike at
     every size timed: the fit (`crossover_bytes`) makes the ring faster at the sizes above
-    `crossover`; the run made it faster at `faster_sizes`. Names the sizes where they differ."""
-    predicted = {n for n in sizes if n > crossover}
+    `crossover` (below -`crossover` when it is negative); the run made it faster at
+    `faster_sizes`. Names the sizes where they differ."""
+    predicted = {n for n in sizes if (n < -crossover if crossover < 0 else n > crossover)}
     differing = sorted(predicted.symmetric_difference(faster_sizes))
     if not differing:
         return say("fit_agrees", lang)

@@ -32,6 +32,26 @@ def test_a_ring_that_is_never_slower_crosses_at_zero_and_one_never_faster_at_inf
     assert collectives_lab.crossover_bytes(slow, AlphaBeta(alpha=1e-5, beta=0.25e-9), 4) == math.inf
 
 
+
+@pytest.mark.parametrize("world_size", [2, 4, 7])
+def test_a_ring_cheaper_per_message_but_dearer_per_byte_is_faster_below_its_crossover(world_size):
+    # the naive scheme's bytes many times cheaper, its messages ten times dearer
+    ring, naive = AlphaBeta(alpha=1e-4, beta=1e-9), AlphaBeta(alpha=1e-3, beta=0.01e-9)
+    crossover = collectives_lab.crossover_bytes(ring, naive, world_size)
+    assert -math.inf < crossover < 0
+    size = -crossover
+    for nbytes, ring_faster in ((size / 2, True), (size * 2, False)):
+        assert (cost_model.predict("all_reduce", nbytes, world_size, ring.alpha, ring.beta)
+                < cost_model.predict("naive_all_reduce", nbytes, world_size, naive.alpha,
+                                     naive.beta)) is ring_faster
+    line = collectives_lab.crossover_line(-3 * 2 ** 20, [4096], "en", readable=True)
+    assert line == "model: ring faster below 3 MiB; measured ring faster at 4 KiB"
+    assert "زیر ۳ MiB" in collectives_lab.crossover_line(-3 * 2 ** 20, [4096], "fa", readable=True)
+    sizes = [4096, 2 ** 24]
+    assert collectives_lab.fit_agreement_line(-2 ** 21, [4096], sizes, "en") == (
+        "fit and run agree: each size's faster scheme is the one the fit predicts")
+
+
 def test_the_ring_table_is_the_ring_schedule_counted_from_step_one():
     table = figures.ring_schedule_table(5, "all_gather")
     assert table.index.tolist() == [f"rank {rank}" for rank in range(5)]
