@@ -1,0 +1,71 @@
+"""Lesson 77's reference data-parallel job under torchrun, put together from the lesson's pieces.
+
+    torchrun --nproc-per-node=8 -m lesson_code.jobs.ddp_torchrun          # one process per GPU
+    torchrun --nproc-per-node=2 -m lesson_code.jobs.ddp_torchrun --cpu    # gloo, a quick check
+
+Lesson 77 names `train_job` and does not run it (the book's machine has no GPU); a test runs it
+on CPU with gloo. Its data are `data.make_batch`'s synthetic sequences: swap in a real dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from lesson_code.data import make_batch
+from lesson_code.models import build_model
+
+
+def train_job(cuda: bool = True, epochs: int = 2, accumulation: int = 4,
+              checkpoint: str = "ddp_job.pt") -> float:
+    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun, with RANK and WORLD_SIZE
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+    rank = dist.get_rank()
+    torch.manual_seed(rank)  # dropout, augmentation: independent draws on each rank
+    model = DistributedDataParallel(build_model("gpt", seed=0, device=device),
+                                    device_ids=[local_rank] if cuda else None)
+    dataset = TensorDataset(*make_batch("gpt", 256, step=0))  # 256 synthetic sequences
+    sampler = DistributedSampler(dataset, seed=0, drop_last=True)  # a slice per rank
+    loader = DataLoader(dataset, batch_size=4, sampler=sampler)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        for index, (x, y) in enumerate(loader):
+            synchronise = (index + 1) % accumulation == 0  # a step's last micro-batch
+            with nullcontext() if synchronise else model.no_sync():  # forward and backward
+                loss = model(x.to(device), y.to(device))[1] / accumulation
+                loss.backward()
+            if synchronise:  # .grad holds the ranks' average: clip it, then step
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+    if rank == 0:
+        torch.save(model.module.state_dict(), checkpoint)  # keys without "module."
+    dist.destroy_process_group()
+    return accumulation * loss.item()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `train_job` in this torchrun process and print rank 0's last micro-batch loss."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--cpu", action="store_true", help="gloo on CPU instead of NCCL on GPUs")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--checkpoint", default="ddp_job.pt")
+    args = parser.parse_args(argv)
+    loss = train_job(cuda=not args.cpu, epochs=args.epochs, checkpoint=args.checkpoint)
+    if os.environ.get("RANK") == "0":
+        print(f"last micro-batch loss on rank 0: {loss:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
