@@ -207,11 +207,13 @@ def resume_with_dropout(rank: int, world_size: int, run: ZeroRun, root: str,
 
 
 def save_on_signal(rank: int, world_size: int, signalled: int = 2, during: int = 3,
-                   steps: int = 5) -> dict:
+                   steps: int = 5, late: bool = False) -> dict:
     """A preemption warning that reaches one rank: a policy that saves every 100 steps or on
     request, its `request_save` the handler of SIGUSR1 on every rank, and SIGUSR1 sent to rank
-    `signalled` alone during step `during`. Each rank stops after the first requested save and
-    returns whether it received the signal and after which step it saved (None: never).
+    `signalled` alone during step `during`: before that step's `should_save`, or with `late`
+    just after it (after the all-reduce of the flags, so it counts at the next step). Each rank
+    stops after the first requested save and returns whether its handler ran (`asked_here`) and
+    after which step it saved (None: never).
 
     Collective: call on every rank (from its main thread, where Python runs signal handlers).
     """
@@ -220,15 +222,19 @@ def save_on_signal(rank: int, world_size: int, signalled: int = 2, during: int =
     saved = None
     try:
         for step in range(1, steps + 1):
-            if rank == signalled and step == during:
+            signal_now = rank == signalled and step == during
+            if signal_now and not late:
                 os.kill(os.getpid(), signal.SIGUSR1)
-            if policy.should_save(step) and saved is None:
+            due = policy.should_save(step)
+            if signal_now and late:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            if due and saved is None:
                 saved = step  # a script would save here
             if policy.requested:
                 break  # then stop: the job is being preempted
     finally:
         signal.signal(signal.SIGUSR1, previous)
-    return {"signal received": rank == signalled, "saves after step": saved}
+    return {"handler ran": policy.asked_here, "saves after step": saved}
 
 
 def round_trip(rank: int, world_size: int, run: ZeroRun, root: str) -> dict[str, bool]:

@@ -75,6 +75,19 @@ TABLE_WORDS = {"fa": {
     "largest |parameter|": "بزرگ‌ترین قدرمطلق پارامتر", "float32 spacing there": "فاصلهٔ float32 در آنجا",
     "tolerance in spacings": "آستانه بر حسب این فاصله", "difference on 2 ranks": "اختلاف روی ۲ رتبه",
     "difference, step count lost": "اختلاف، بدون شمار گام‌های Adam",
+    "handler ran": "گرداننده اجرا شد",
+    "saves after step, signal after the all-reduce": "ذخیره پس از گام، با سیگنال پس از کاهش همگانی",
+    "part": "بخش", "bound by": "محدود به", "s": "ثانیه", "GB": "GB",
+    "client": "کلاینت گره", "core": "یک هسته",
+    "write the shards (a node's 8 ranks)": "نوشتن شاردها (۸ رتبهٔ یک گره)",
+    "hash a shard (each rank)": "چکیده‌گیری از یک شارد (هر رتبه)",
+    "write replicated.pt (rank 0)": "نوشتن replicated.pt (رتبهٔ ۰)",
+    "hash replicated.pt (rank 0)": "چکیده‌گیری از replicated.pt (رتبهٔ ۰)",
+    "blocking save, in all": "ذخیرهٔ مسدودکننده، روی هم",
+    "verify a load without replicated.pt, in all": "وارسی در بارگذاری بی replicated.pt، روی هم",
+    "read the shards and replicated.pt (a node's 8 ranks)": "خواندن شاردها و replicated.pt (۸ رتبهٔ یک گره)",
+    "blocking save": "ذخیرهٔ مسدودکننده", "BackgroundSaver's pageable copy": "رونوشت صفحه‌پذیرِ BackgroundSaver",
+    "exercise 5's pinned copy": "رونوشت سنجاق‌شدهٔ تمرین ۵", "Young's interval (min)": "فاصلهٔ یانگ (دقیقه)",
 }}
 
 
@@ -172,5 +185,104 @@ def reshard_layout_figure(layouts: list[list[dict]], numel: int, lang: str = "en
     ax.axvline(numel, color="black", linewidth=0.8)
     ax.set_xlabel(labels["elements"])
     ax.set_xlim(0, numel * 1.04)
+    fig.tight_layout()
+    return fig
+
+
+STATES_LABELS = {
+    "en": {"title": "A step's folder: its five states, and what moves it between them",
+           "staging": "staging", "committed": "committed", "published": "published",
+           "aside": "aside", "deleting": "deleting", "gone": "deleted",
+           "rows": "rows {a} to {b}", "row": "row {a}",
+           "sha256": "manifest.sha256\nwritten", "publish": "renamed:\npublished",
+           "re-save": "↓ renamed by\na re-save", "back": "↑ renamed back\nif no step-N",
+           "prune": "renamed by\na prune", "debris": "the next save of\nits step, or a prune",
+           "by prune": "the prune", "replaced": "once the new copy\nis published",
+           "complete": "a crash here leaves a complete copy",
+           "skipped": "a crash here leaves debris, which readers skip"},
+    "fa": {"title": "پوشهٔ یک گام: پنج وضعیتش، و آنچه آن را از یکی به دیگری می‌برد",
+           "staging": "آماده‌سازی", "committed": "قطعی‌شده", "published": "منتشرشده",
+           "aside": "کنارگذاشته", "deleting": "در حال پاک شدن", "gone": "پاک‌شده",
+           "rows": "ردیف‌های {a} تا {b}", "row": "ردیف {a}",
+           "sha256": "نوشتن\nmanifest.sha256", "publish": "تغییر نام:\nانتشار",
+           "re-save": "↓ تغییر نام در\nذخیرهٔ دوباره", "back": "↑ تغییر نام وارونه\nاگر step-N نباشد",
+           "prune": "تغییر نام\nدر هرس", "debris": "ذخیرهٔ بعدیِ همان گام\nیا هرس",
+           "by prune": "هرس", "replaced": "همین که رونوشت تازه\nمنتشر شد",
+           "complete": "از کار افتادن در اینجا رونوشتی کامل به جا می‌گذارد",
+           "skipped": "از کار افتادن در اینجا پس‌مانده‌ای به جا می‌گذارد که خواننده‌ها کنارش می‌گذارند"},
+}
+# (state, folder on disk, its rows in the table of a save's moments, centre x, centre y)
+FOLDER_STATES = [("staging", ".step-N.tmp", (1, 6), 0.0, 2.6),
+                 ("committed", ".step-N.tmp\n+ manifest.sha256", (7, 7), 2.5, 2.6),
+                 ("published", "step-N", (8, 8), 5.0, 2.6),
+                 ("deleting", ".step-N.deleting", None, 2.5, 0.0),
+                 ("aside", ".step-N.replaced", None, 5.0, 0.0)]
+STATE_COLOURS = {"complete": "#c7e9c0", "skipped": "#e0e0e0"}
+
+
+def folder_states_figure(lang: str = "en") -> Figure:
+    """The five states a step's folder can be left in (lesson 80a): boxes coloured by what a
+    crash there leaves (a complete copy, or debris), arrows labelled by the write, rename or
+    deletion that moves the folder on, each box with its rows in the table of a save's moments
+    (`faults.states_of_a_save`). Drawn right to left in Persian. A schematic: no data."""
+    from matplotlib.patches import FancyBboxPatch, Patch
+
+    labels, fig, ax = start_figure(STATES_LABELS, lang, figsize=(FIGURE_WIDTH, 6.4))
+    side = -1 if lang == "fa" else 1  # Persian reads right to left: mirror the x axis
+    align = {1: "left", -1: "right"}
+    half_w, half_h = 1.1, 0.7
+    centres = {}
+    for state, folder, rows, x, y in FOLDER_STATES:
+        x *= side
+        centres[state] = (x, y)
+        kind = "skipped" if state in ("staging", "deleting") else "complete"
+        ax.add_patch(FancyBboxPatch((x - half_w, y - half_h), 2 * half_w, 2 * half_h,
+                                    boxstyle="round,pad=0.02", facecolor=STATE_COLOURS[kind],
+                                    edgecolor="#555555"))
+        ax.text(x, y + 0.4, labels[state], ha="center", va="center", fontsize=12, weight="bold")
+        if lang == "fa" and "\n" not in folder:
+            folder = f"\u2066{folder}\u2069"  # a name: left to right, Latin in a Persian figure
+        ax.text(x, y - 0.05 if "\n" in folder else y, folder, ha="center", va="center",
+                fontsize=10.5)
+        if rows:
+            text = labels["row" if rows[0] == rows[1] else "rows"].format(
+                a=number(rows[0], lang), b=number(rows[1], lang))
+            ax.text(x, y - 0.48, text, ha="center", va="center", fontsize=10.5, color="#08519c")
+    band_y = -2.1
+    left, right = sorted((-1.1 * side, 7.6 * side))
+    ax.add_patch(FancyBboxPatch((left, band_y - 0.25), right - left, 0.5, boxstyle="round,pad=0.02",
+                                facecolor="white", edgecolor="#555555", linestyle="--"))
+    ax.text((left + right) / 2, band_y, labels["gone"], ha="center", va="center", fontsize=12)
+
+    def arrow(start, end, text, at, ha="center", colour="black"):
+        ax.annotate("", end, start, arrowprops={"arrowstyle": "-|>", "color": colour, "lw": 1.4,
+                                                "shrinkA": 0, "shrinkB": 0})
+        ax.text(*at, text, ha=ha, va="center", fontsize=10.5)
+
+    (sx, sy), (cx, cy), (px, py) = centres["staging"], centres["committed"], centres["published"]
+    (dx, dy), (ax_, ay) = centres["deleting"], centres["aside"]
+    arrow((sx + side * half_w, sy), (cx - side * half_w, cy), labels["sha256"],
+          ((sx + cx) / 2, sy + half_h + 0.4))
+    arrow((cx + side * half_w, cy), (px - side * half_w, py), labels["publish"],
+          ((cx + px) / 2, cy + half_h + 0.4))
+    arrow((px + 0.3 * side, py - half_h), (ax_ + 0.3 * side, ay + half_h), labels["re-save"],
+          (px + 0.5 * side, (py + ay) / 2 + 0.3), align[side])
+    arrow((ax_ - 0.3 * side, ay + half_h), (px - 0.3 * side, py - half_h), labels["back"],
+          (px + 0.5 * side, (py + ay) / 2 - 0.3), align[side])
+    arrow((px - 0.9 * side, py - half_h), (dx + 0.5 * side, dy + half_h), labels["prune"],
+          (dx - 0.3 * side, (py + dy) / 2), align[-side])
+    arrow((sx, sy - half_h), (sx, band_y + 0.27), labels["debris"],
+          (sx + 0.12 * side, (dy - half_h + band_y) / 2), align[side], "#777777")
+    arrow((dx, dy - half_h), (dx, band_y + 0.27), labels["by prune"],
+          (dx + 0.12 * side, (dy + band_y) / 2), align[side], "#777777")
+    arrow((ax_, ay - half_h), (ax_, band_y + 0.27), labels["replaced"],
+          (ax_ + 0.12 * side, (ay + band_y) / 2), align[side], "#777777")
+    ax.set_xlim(sorted((-1.2 * side, 7.7 * side)))
+    ax.set_ylim(band_y - 0.35, 4.3)
+    ax.axis("off")
+    ax.set_title(labels["title"], fontsize=12)
+    legend_below(ax, ncol=1, below=0.1,
+                 handles=[Patch(facecolor=STATE_COLOURS[k], edgecolor="#555555", label=labels[k])
+                          for k in ("complete", "skipped")])
     fig.tight_layout()
     return fig

@@ -258,7 +258,15 @@ def test_a_signal_on_one_rank_makes_every_rank_save_at_the_same_step():
     """SIGUSR1 reaches rank 2 alone, during step 3: every rank saves after step 3, and stops."""
     decisions = launch.spawn(checkpoint_lab.save_on_signal, 2, 3, world_size=3, timeout_s=60)
     assert [d["saves after step"] for d in decisions] == [3, 3, 3]
-    assert [d["signal received"] for d in decisions] == [False, False, True]
+    assert [d["handler ran"] for d in decisions] == [False, False, True]
+
+
+def test_a_signal_just_after_the_flags_all_reduce_makes_every_rank_save_at_the_next_step():
+    """The same signal sent just after step 3's should_save: rank 2's handler ran, its flag
+    missed step 3's all-reduce, so every rank saves after step 4."""
+    decisions = launch.spawn(checkpoint_lab.save_on_signal, 2, 3, 5, True, world_size=3, timeout_s=60)
+    assert [d["saves after step"] for d in decisions] == [4, 4, 4]
+    assert [d["handler ran"] for d in decisions] == [False, False, True]
 
 
 def late_request_decisions(rank, world_size):
