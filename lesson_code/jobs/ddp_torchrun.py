@@ -2,6 +2,7 @@
 
     torchrun --nproc-per-node=8 -m lesson_code.jobs.ddp_torchrun          # one process per GPU
     torchrun --nproc-per-node=2 -m lesson_code.jobs.ddp_torchrun --cpu    # gloo, a quick check
+    torchrun --nproc-per-node=2 -m lesson_code.jobs.ddp_torchrun --cpu --lang fa   # in Persian
 
 Lesson 77 names `train_job` and does not run it (the book's machine has no GPU); a test runs it
 on CPU with gloo. Its data are `data.make_batch`'s synthetic sequences: swap in a real dataset.
@@ -18,8 +19,14 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from lesson_code import launch
 from lesson_code.data import make_batch
+from lesson_code.harness.cli_args import add_language, positive_int
+from lesson_code.language import number
 from lesson_code.models import build_model
+
+SAY = {"en": "last micro-batch loss on rank 0: {loss}",
+       "fa": "زیان آخرین میکرودستهٔ رتبهٔ ۰: {loss}"}
 
 
 def train_job(cuda: bool = True, epochs: int = 2, accumulation: int = 4,
@@ -55,15 +62,25 @@ def train_job(cuda: bool = True, epochs: int = 2, accumulation: int = 4,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `train_job` in this torchrun process and print rank 0's last micro-batch loss."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
+    """Run `train_job` in this torchrun process and print rank 0's last micro-batch loss.
+
+    Exits with status 2, before any process group starts, when it was not started by torchrun
+    or when it is asked for GPUs that this machine does not have."""
+    parser = argparse.ArgumentParser(prog="torchrun --nproc-per-node=N -m lesson_code.jobs.ddp_torchrun",
+                                     description=main.__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="gloo on CPU instead of NCCL on GPUs")
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=positive_int, default=2)
     parser.add_argument("--checkpoint", default="ddp_job.pt")
+    add_language(parser)
     args = parser.parse_args(argv)
+    if not launch.under_torchrun():
+        parser.error("this job runs one process per rank under torchrun: start it with "
+                     "torchrun --nproc-per-node=2 -m lesson_code.jobs.ddp_torchrun --cpu")
+    if not args.cpu and not torch.cuda.is_available():
+        parser.error("this machine has no CUDA device: pass --cpu to run on gloo")
     loss = train_job(cuda=not args.cpu, epochs=args.epochs, checkpoint=args.checkpoint)
     if os.environ.get("RANK") == "0":
-        print(f"last micro-batch loss on rank 0: {loss:.3f}")
+        print(SAY[args.lang].format(loss=number(loss, args.lang, ".3f")))
     return 0
 
 

@@ -20,3 +20,25 @@ def test_the_reference_job_trains_under_torchrun_and_saves_the_bare_model(tmp_pa
     state = torch.load(checkpoint)
     assert not any(key.startswith("module.") for key in state)  # saved from model.module
     build_model("gpt", seed=0).load_state_dict(state)  # loads into the bare model
+
+
+def test_the_job_exits_2_with_the_fix_when_not_under_torchrun_or_asked_for_missing_gpus(
+        monkeypatch, capsys):
+    from lesson_code.jobs import ddp_torchrun
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    cases = [(["--cpu"], "start it with torchrun --nproc-per-node=2"),
+             (["--cpu", "--epochs", "0"], "0 is not positive")]
+    if not torch.cuda.is_available():
+        cases.append((["--lang", "fa"], "pass --cpu"))
+    for argv, fix in cases:
+        if fix == "pass --cpu":
+            monkeypatch.setenv("RANK", "0")
+            monkeypatch.setenv("WORLD_SIZE", "1")
+        try:
+            ddp_torchrun.main(argv)
+        except SystemExit as stop:
+            assert stop.code == 2
+        else:
+            raise AssertionError(f"{argv} did not exit")
+        assert fix in capsys.readouterr().err
