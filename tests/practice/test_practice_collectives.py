@@ -30,7 +30,7 @@ MISTAKES = {
     "all_reduce_avg": [("        own = own / size\n", "        own = own\n")],
     "reduce_scatter": [("torch.tensor_split(tensor.reshape(-1), size)",
                         "torch.chunk(tensor.reshape(-1), size)")],
-    "all_gather": [("chunks[(rank - step - 1) % size], group", "chunks[(rank - step + 1) % size], group")],
+    "all_gather": [("chunks[(rank - step) % size], group", "chunks[(rank - step + 2) % size], group")],
     "bytes": [("def ring_all_reduce(tensor, op=\"sum\", *, group=None, timeout_s=DEFAULT_WAIT_S):\n",
                "def ring_all_reduce(tensor, op=\"sum\", *, group=None, timeout_s=DEFAULT_WAIT_S):\n"
                "    dist.all_reduce(tensor, group=group)\n"

@@ -26,8 +26,8 @@ def _step(send: torch.Tensor, recv: torch.Tensor, group, timeout_s: float) -> No
 def _reduce_scatter(chunks, rank: int, size: int, group, timeout_s: float) -> torch.Tensor:
     """The sum over ranks of chunk `rank`, after N - 1 steps around the ring."""
     partial = chunks[(rank - 1) % size].clone()
-    for step in range(size - 1):
-        index = (rank - step - 2) % size
+    for step in range(1, size):  # the lesson's steps k = 1 .. N - 1: receive chunk r - k - 1
+        index = (rank - step - 1) % size
         received = torch.empty_like(chunks[index])
         _step(partial, received, group, timeout_s)
         partial = received + chunks[index]
@@ -36,8 +36,8 @@ def _reduce_scatter(chunks, rank: int, size: int, group, timeout_s: float) -> to
 
 def _all_gather(chunks, rank: int, size: int, group, timeout_s: float) -> None:
     """Fill every chunk from its owner, forwarding around the ring for N - 1 steps."""
-    for step in range(size - 1):
-        _step(chunks[(rank - step) % size], chunks[(rank - step - 1) % size], group, timeout_s)
+    for step in range(1, size):  # send chunk r - k + 1, receive chunk r - k
+        _step(chunks[(rank - step + 1) % size], chunks[(rank - step) % size], group, timeout_s)
 
 
 def ring_all_reduce(tensor, op="sum", *, group=None, timeout_s=DEFAULT_WAIT_S):
