@@ -37,6 +37,8 @@ LABELS = {
         "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
         "model": "solid: measured, joined as auto reads them; dashed: the fitted model",
         "switch": "auto's switch",
+        "modelled": "the model on {n} ranks, α = {alpha:g} µs, 1/β = {bw:g} GB/s: nothing measured",
+        "model_switch": "the model's switch", "time_us": "time (µs)",
     },
     "fa": {
         "reduce_scatter": "کاهش و پخش، گام {step}", "all_gather": "گردآوری همگانی، گام {step}",
@@ -53,6 +55,8 @@ LABELS = {
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
         "model": "خط پیوسته: اندازه‌گیری‌شده، همان‌گونه که auto می‌خواند؛ خط‌چین: مدل برازش‌شده",
         "switch": "نقطهٔ تغییر auto",
+        "modelled": "مدل روی {n} رتبه، \u2066α = {alpha:g} µs\u2069، \u20661/β = {bw:g} GB/s\u2069: بی اندازه‌گیری",
+        "model_switch": "نقطهٔ تغییرِ مدل", "time_us": "زمان (µs)",
     },
 }
 
@@ -246,6 +250,26 @@ def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en"
     ax.yaxis.set_major_locator(LogLocator(base=10, numticks=20))  # a tick at every decade
     ax.set_title(labels["model"], fontsize=11)
     return _finish(fig, ax, labels["size"], labels["time"])
+
+
+def modelled_algorithms_figure(costs, world_size: int, sizes: list[int], lang: str = "en",
+                               switches: list[tuple[int, str, str]] = ()) -> Figure:
+    """The time one alpha-beta model gives each algorithm of `costs` (a `choose.AlgorithmCosts`
+    whose fits are all that model) against size, log-log, with a vertical line at each of
+    `switches` ((bytes, from, to)). Nothing measured: where two lines cross the choice changes.
+    """
+    labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 5.5))
+    for name in costs.fits:
+        ax.plot(sizes, [1e6 * costs.predict(name, n, world_size) for n in sizes], label=labels[name])
+    for index, (nbytes, _, _) in enumerate(switches):
+        ax.axvline(nbytes, color="black", linestyle=":",
+                   label=None if index else labels["model_switch"])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    (model,) = set(costs.fits.values())  # one model for every algorithm
+    ax.set_title(labels["modelled"].format(n=world_size, alpha=1e6 * model.alpha,
+                                           bw=1e-9 / model.beta), fontsize=11)
+    return _finish(fig, ax, labels["size"], labels["time_us"])
 
 
 # The tables of lesson 76 in Persian: English label -> Persian term (book/fa/glossary.md).

@@ -71,6 +71,11 @@ FIGURES = {
     "algorithms": lambda lang: collectives.algorithms_figure(
         choose.stored_times(), choose.stored_costs(), 4, lang=lang,
         switches=choose.predicted_switches(choose.stored_costs(), 4)),
+    "modelled algorithms": lambda lang: collectives.modelled_algorithms_figure(
+        choose.AlgorithmCosts(fits={"ring": AlphaBeta(5e-6, 4e-11),
+                                    "halving_doubling": AlphaBeta(5e-6, 4e-11)}, source="model"),
+        48, [2 ** k for k in range(10, 31)], lang=lang,
+        switches=[(5178948, "halving_doubling", "ring")]),
     "busiest rank": lambda lang: collectives.busiest_rank_figure(
         {2: {"ring": 2.0, "naive": 2.0}, 4: {"ring": 3.0, "naive": 6.0}}, lang=lang),
     "overlap": lambda lang: ddp.overlap_timeline_figure([TIMELINE, TIMELINE], lang=lang),
@@ -120,6 +125,15 @@ def test_each_figure_draws_with_its_labels(name, lang):
         persian = any("\u0600" <= ch <= "\u06ff" for ch in words)
         assert persian == (lang == "fa"), (name, lang, words[:200])
         figure.canvas.draw()  # lays out every artist: fails on bad data shapes
+    finally:
+        plt.close(figure)
+
+
+def test_the_modelled_figure_names_its_one_model_and_measures_nothing():
+    figure = FIGURES["modelled algorithms"]("en")
+    try:
+        assert figure.axes[0].get_title() == \
+            "the model on 48 ranks, α = 5 µs, 1/β = 25 GB/s: nothing measured"
     finally:
         plt.close(figure)
 
