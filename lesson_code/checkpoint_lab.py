@@ -564,3 +564,57 @@ def folder_changes(states: list[list[str]]) -> list[str]:
         lines.append("; ".join([f"+ {path}" for path in sorted({name(p) for p in added})]
                                + [f"− {path}" for path in sorted({name(p) for p in removed})]))
     return lines
+
+
+def save_flat_as_dtensors(rank: int, world_size: int, folder: str, destination: str) -> None:
+    """Write the flat vectors of our checkpoint in `folder` (saved by `world_size` ranks) again
+    with DCP into `destination`, each as a DTensor sharded on its one dimension (`Shard(0)`):
+    this rank's real elements (its shard without the padding) are its local piece, so the global
+    tensor is the unpadded vector, cut as `torch.chunk` cuts it. Collective: call on every rank.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    shard, _, manifest = load_sharded(folder, rank=rank, world_size=world_size, replicated=False)
+    layout = next(entry["layout"] for entry in manifest["files"] if entry["rank"] == rank)
+    real = layout["length"] - layout["padding"]
+    mesh = init_device_mesh("cpu", (world_size,))
+    state = {name: DTensor.from_local(shard[name][:real], mesh, [Shard(0)], run_check=False,
+                                      shape=torch.Size([layout["numel"]]), stride=(1,))
+             for name in layout["flat"]}
+    dcp.save(state, checkpoint_id=destination)
+
+
+def load_dtensors_resharded(rank: int, world_size: int, source: str, resharded: str) -> dict:
+    """Load the DTensors that `save_flat_as_dtensors` wrote to `source` on this job's
+    `world_size` ranks, into DTensors of the same global shape sharded on dimension 0 (DCP
+    reshards at load time), and compare this rank's piece with the shard of the same vectors in
+    `resharded` (our `reshard` of the same checkpoint for `world_size` ranks). Returns the DCP
+    files this rank read (each holds the chunk one saving rank wrote) and whether the pieces are
+    equal bit for bit. Collective: call on every rank.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, zeros
+
+    class RecordingPlanner(DefaultLoadPlanner):
+        def create_local_plan(self):
+            plan = super().create_local_plan()
+            self.files = sorted({self.metadata.storage_data[item.storage_index].relative_path
+                                 for item in plan.items})
+            return plan
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    metadata = dcp.FileSystemReader(source).read_metadata()
+    state = {name: zeros(meta.size, device_mesh=mesh, placements=[Shard(0)])
+             for name, meta in metadata.state_dict_metadata.items()}
+    planner = RecordingPlanner()
+    dcp.load(state, checkpoint_id=source, planner=planner)
+    ours, _, manifest = load_sharded(resharded, rank=rank, world_size=world_size, replicated=False)
+    layout = next(entry["layout"] for entry in manifest["files"] if entry["rank"] == rank)
+    real = layout["length"] - layout["padding"]
+    return {"files read": ", ".join(planner.files),
+            "equal to reshard's, bit for bit": all(torch.equal(state[name].to_local(), ours[name][:real])
+                                                   for name in layout["flat"])}

@@ -88,6 +88,7 @@ TABLE_WORDS = {"fa": {
     "read the shards and replicated.pt (a node's 8 ranks)": "خواندن شاردها و replicated.pt (۸ رتبهٔ یک گره)",
     "blocking save": "ذخیرهٔ مسدودکننده", "BackgroundSaver's pageable copy": "رونوشت صفحه‌پذیرِ BackgroundSaver",
     "exercise 5's pinned copy": "رونوشت سنجاق‌شدهٔ تمرین ۵", "Young's interval (min)": "فاصلهٔ یانگ (دقیقه)",
+    "files read": "فایل‌های خوانده‌شده", "equal to reshard's, bit for bit": "برابر با شارد `reshard`، بیت‌به‌بیت",
 }}
 
 

@@ -360,3 +360,19 @@ def test_dcp_places_the_shared_model_tensors_on_the_least_loaded_holder_or_on_th
     assert files[False][0] == 0 and min(files[False][1:]) > 0
     assert files[True] == [sum(files[False]), 0, 0, 0]
     assert sizes[True][1:] == [sizes[False][0]] * 3 and sum(sizes[True]) == sum(sizes[False])
+
+
+def test_dcp_reshards_our_flat_vectors_at_load_time_as_reshard_does(tmp_path):
+    """Step 15's flat vectors saved again by 4 ranks as DTensors (Shard(0)) and loaded by 2: each
+    rank reads only the files whose chunks overlap its half, and gets reshard's shard exactly."""
+    root = tmp_path / "run"
+    launch.spawn(checkpoint_lab.train_with_checkpoints, RUN, str(root), [15], world_size=4,
+                 timeout_s=120)
+    reshard(step_folder(root, 15), tmp_path / "two", 2)
+    launch.spawn(checkpoint_lab.save_flat_as_dtensors, str(step_folder(root, 15)), str(tmp_path / "dcp"),
+                 world_size=4, timeout_s=60)
+    loaded = launch.spawn(checkpoint_lab.load_dtensors_resharded, str(tmp_path / "dcp"),
+                          str(step_folder(tmp_path / "two", 15)), world_size=2, timeout_s=60)
+    assert [r["files read"] for r in loaded] == ["__0_0.distcp, __1_0.distcp",
+                                                 "__1_0.distcp, __2_0.distcp, __3_0.distcp"]
+    assert all(r["equal to reshard's, bit for bit"] for r in loaded)
