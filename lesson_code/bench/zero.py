@@ -24,8 +24,9 @@ warm-up steps; DDP is the bucketed one there), the time its communication took a
 (10**6 bytes) each rank sent. Stored as `measured_zero_stages.csv`.
 The step is so small that, with more ranks than cores, each collective call waits for the other
 ranks to be scheduled: its time columns count the calls a stage makes per step (ZeRO-1 two; DDP,
-ZeRO-2 and ZeRO-3 per bucket or per layer) more than the bytes, and the lessons read only its
-memory columns (lesson 78 says why; `bench zero` is the timing benchmark).
+ZeRO-2 and ZeRO-3 per bucket or per layer) more than the bytes (there ZeRO-1's two calls make
+it far faster than the bucketed DDP), so the lessons read only its memory columns; `bench zero`,
+where our DDP makes one call, is the timing benchmark.
 """
 
 from __future__ import annotations

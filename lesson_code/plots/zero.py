@@ -47,6 +47,8 @@ TABLE_LABELS = {
     "torch.optim.AdamW, decay on all": "torch.optim.AdamW، واپاشی وزن روی همه",
     "largest difference, ZeRO-1 with groups": "بیشینهٔ اختلاف، ZeRO-1 با گروه‌ها",
     "largest difference from torch.optim.Adam": "بیشینهٔ قدر مطلق اختلاف پارامترها با torch.optim.Adam",
+    "relative L2 (%)": "فاصلهٔ نسبی L2 (٪)", "largest difference": "بیشینهٔ قدر مطلق اختلاف",
+    "largest gradient": "بیشینهٔ قدر مطلق گرادیان",
     **{f"ZeRO-1, N={n}": f"ZeRO-1، N={n}" for n in (1, 2, 3, 4)},
     "ZeroRedundancyOptimizer, N=4": "ZeroRedundancyOptimizer، N=4",
     "the bound the cell asserts": "کرانی که سلول وارسی می‌کند",

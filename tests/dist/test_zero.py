@@ -269,8 +269,9 @@ def test_the_bounds_catch_a_shard_off_by_one(dtype):
 
 def test_a_bf16_reduction_rounds_the_averaged_gradient_to_bf16_precision():
     # The same bf16 gradient averaged in bf16 (our ring) and cast to fp32 first: bf16 keeps 8
-    # significant bits, so the shard moves by about its unit roundoff, 2**-9 (0.2%), while a
-    # float32 model's two reductions are the same computation and agree exactly.
+    # significant bits, so each of the ring's N - 1 roundings of a partial sum is off by at most
+    # its unit roundoff, 2**-8 (0.4%), while a float32 model's two reductions are the same
+    # computation and agree exactly.
     run = zero_lab.ZeroRun(dtype="bfloat16")
     ranks = launch.spawn(zero_lab.reduction_precision, run, world_size=4)
     assert all(2 ** -10 < rank["relative_l2"] < 2 ** -7 for rank in ranks)
