@@ -313,7 +313,7 @@ TABLE_LABELS = {
     "float32 throughout": "سراسر با float32",
     "stored run": "اجرای ذخیره‌شده", "this run": "این اجرا",
     "largest model error (%)": "بزرگ‌ترین خطای مدل (٪)",
-    "α (ms per message)": "α (ms برای هر پیام)",
+    "α (ms per message)": "α برای هر پیام (ms)",
     "1 MiB": "۱ MiB", "1 GiB": "۱ GiB",
     "scatter + all-gather": "پخش از یک رتبه + گردآوری همگانی",
     "this run / stored run": "این اجرا / اجرای ذخیره‌شده", "crossover": "نقطهٔ تقاطع",
