@@ -421,14 +421,14 @@ SAY = {
         "crossover_always": "model: ring faster at every size",
         "crossover_below": "model: ring faster below {kib:.0f} KiB",
         "crossover_below_size": "model: ring faster below {size}",
-        "measured_faster": "measured ring faster at {sizes} bytes",
-        "measured_never": "measured ring faster at no size", "then": "; ",
+        "measured_faster": "measured: ring faster at {sizes} bytes",
+        "measured_never": "measured: ring faster at no size", "then": "; ",
         "crossover_size": "model: ring faster above {size}",
-        "measured_faster_size": "measured ring faster at {sizes}", "sign_at_size": "{name} at {sizes}",
+        "measured_faster_size": "measured: ring faster at {sizes}", "sign_at_size": "{name} at {sizes}",
         "fit_agrees": "fit and run agree: each size's faster scheme is the one the fit predicts",
         "fit_disagrees": "fit and run disagree at {sizes}",
         "sign": "over {percent}% slower than a larger size: {found}",
-        "sign_at": "{name} at {sizes} bytes", "sign_none": "{name} at no size", "sign_join": "; ",
+        "sign_at": "{name} at {sizes} bytes", "sign_none": "none", "sign_join": "; ",
         "extrapolated": " (extrapolated: above the largest size timed)",
         "inversion": "largest inversion: {found}", "inversion_of": "{name} {ratio:.2f}x",
         "ahead": "faster by more than the largest inversion, {bound:.2f}x: {found}",
@@ -468,7 +468,7 @@ SAY = {
                       "برازش پیش‌بینی می‌کند",
         "fit_disagrees": "برازش و اجرا در {sizes} با هم نمی‌خوانند",
         "sign": "بیش از {percent}٪ کندتر از اندازه‌ای بزرگ‌تر: {found}",
-        "sign_at": "{name} در {sizes} بایت", "sign_none": "{name}: در هیچ اندازه‌ای",
+        "sign_at": "{name} در {sizes} بایت", "sign_none": "هیچ",
         "sign_join": "؛ ",
         "extrapolated": " (برون‌یابی: بالاتر از بزرگ‌ترین اندازهٔ زمان‌گیری‌شده)",
         "inversion": "بزرگ‌ترین وارونگی: {found}", "inversion_of": "{name} {ratio:.2f} برابر",
@@ -564,11 +564,10 @@ def _sizes(sizes: list[int], lang: str):
 def sign_line(found: dict[str, list[int]], lang: str, slack: float = RELIABILITY_SLACK,
               readable: bool = False) -> str:
     """`slower_than_larger`'s sizes of each timed operation ({name: [bytes, ...]}) as a line of
-    `lang`; the names are printed as given (pass them in the page's language).
-    `readable=True` writes the sizes in KiB or MiB (`size_text`) instead of bytes."""
-    parts = [_sizes_of(name, sizes, lang, readable) for name, sizes in found.items()]
-    found_line = say("sign_join", lang).join(parts)
-    return say("sign", lang, percent=round(100 * (slack - 1)), found=found_line)
+    `lang`; the names are printed as given (pass them in the page's language), and a name with no
+    size is left out. `readable=True` writes the sizes in KiB or MiB (`size_text`) instead of bytes."""
+    return say("sign", lang, percent=round(100 * (slack - 1)),
+               found=_groups_text(found, lang, readable))
 
 
 def largest_inversion(seconds: dict[int, float]) -> float:
@@ -591,10 +590,15 @@ def inversion_line(inversions: dict[str, float], lang: str) -> str:
     return say("inversion", lang, found=found)
 
 
+def _groups_text(groups: dict[str, list[int]], lang: str, readable: bool) -> str:
+    """"<name> at <sizes>" for each group that has a size, joined; the groups with no size are
+    left out, and "none" stands for them all when every group is empty."""
+    parts = [_sizes_of(name, sizes, lang, readable) for name, sizes in groups.items() if sizes]
+    return say("sign_join", lang).join(parts) if parts else say("sign_none", lang)
+
+
 def _sizes_of(name: str, sizes: list[int], lang: str, readable: bool) -> str:
-    """"<name> at <sizes>" of the lesson's lines, or "<name> at no size" for an empty list."""
-    if not sizes:
-        return say("sign_none", lang, name=name)
+    """"<name> at <sizes>" of the lesson's lines, for a non-empty list of sizes."""
     if readable:
         return say("sign_at_size", lang, name=name, sizes=_size_texts(sizes, lang))
     return say("sign_at", lang, name=name, sizes=_sizes(sizes, lang))
@@ -603,7 +607,8 @@ def _sizes_of(name: str, sizes: list[int], lang: str, readable: bool) -> str:
 def ahead_line(ring: dict[int, float], naive: dict[int, float], bound: float, lang: str,
                readable: bool = False) -> str:
     """The sizes at which the ring or the naive all-reduce was faster by more than `bound` (the
-    run's largest inversion), and those at which neither was, as a line of `lang`.
+    run's largest inversion), and those at which neither was, as a line of `lang`; a group with
+    no size is left out.
 
     `ring` and `naive` map a tensor's bytes to its time, at the same sizes; `readable=True`
     writes the sizes in KiB or MiB (`size_text`) instead of bytes.
@@ -613,8 +618,7 @@ def ahead_line(ring: dict[int, float], naive: dict[int, float], bound: float, la
     groups = {ring_name: [n for n, q in ratios.items() if q < 1 / bound],
               naive_name: [n for n, q in ratios.items() if q > bound],
               say("neither", lang): [n for n, q in ratios.items() if 1 / bound <= q <= bound]}
-    parts = [_sizes_of(name, sizes, lang, readable) for name, sizes in groups.items()]
-    return say("ahead", lang, bound=bound, found=say("sign_join", lang).join(parts))
+    return say("ahead", lang, bound=bound, found=_groups_text(groups, lang, readable))
 
 
 def fit_agreement_line(crossover: float, faster_sizes: list[int], sizes: list[int],

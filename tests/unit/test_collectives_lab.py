@@ -45,7 +45,7 @@ def test_a_ring_cheaper_per_message_but_dearer_per_byte_is_faster_below_its_cros
                 < cost_model.predict("naive_all_reduce", nbytes, world_size, naive.alpha,
                                      naive.beta)) is ring_faster
     line = collectives_lab.crossover_line(-3 * 2 ** 20, [4096], "en", readable=True)
-    assert line == "model: ring faster below 3 MiB; measured ring faster at 4 KiB"
+    assert line == "model: ring faster below 3 MiB; measured: ring faster at 4 KiB"
     assert "زیر ۳ MiB" in collectives_lab.crossover_line(-3 * 2 ** 20, [4096], "fa", readable=True)
     sizes = [4096, 2 ** 24]
     assert collectives_lab.fit_agreement_line(-2 ** 21, [4096], sizes, "en") == (
@@ -100,13 +100,12 @@ def test_the_reliability_sign_names_each_size_over_20_percent_slower_than_a_larg
 def test_the_reliability_sign_line_in_both_editions():
     found = {"ring all_reduce": [4096, 65536], "naive all_reduce": []}
     assert collectives_lab.sign_line(found, "en") == (
-        "over 20% slower than a larger size: ring all_reduce at [4096, 65536] bytes; "
-        "naive all_reduce at no size")
+        "over 20% slower than a larger size: ring all_reduce at [4096, 65536] bytes")
     persian = collectives_lab.sign_line({"کاهش همگانی حلقه‌ای": [4096, 65536],
                                          "کاهش همگانی gloo": []}, "fa")
     assert persian.startswith("بیش از ۲۰٪ کندتر از اندازه‌ای بزرگ‌تر: ")
-    assert "کاهش همگانی حلقه‌ای در ۴۰۹۶ و ۶۵۵۳۶ بایت؛ " in persian
-    assert persian.endswith("در هیچ اندازه‌ای") and "[" not in persian
+    assert "کاهش همگانی حلقه‌ای در ۴۰۹۶ و ۶۵۵۳۶ بایت" in persian
+    assert persian.endswith("۶۵۵۳۶ بایت") and "gloo" not in persian and "[" not in persian
 
 
 def test_sizes_print_in_kib_and_mib_when_readable_and_in_bytes_otherwise():
@@ -115,12 +114,12 @@ def test_sizes_print_in_kib_and_mib_when_readable_and_in_bytes_otherwise():
     assert collectives_lab.size_text(9.0 * 2 ** 20 - 1, "fa") == "۹٫۰ MiB"
     assert collectives_lab.crossover_line(12397 * 1024, [], "en", largest=2 ** 24,
                                           readable=True) == (
-        "model: ring faster above 12.1 MiB; measured ring faster at no size")
+        "model: ring faster above 12.1 MiB; measured: ring faster at no size")
     assert collectives_lab.sign_line({"ring": [4096, 65536, 2 ** 20]}, "en", readable=True) == (
         "over 20% slower than a larger size: ring at 4 KiB, 64 KiB, 1 MiB")
     line = collectives_lab.ahead_line({4096: 1.0, 2 ** 24: 3.0}, {4096: 2.0, 2 ** 24: 1.0}, 1.2,
                                       "en", readable=True)
-    assert line.endswith("ring at 4 KiB; naive at 16 MiB; neither at no size")
+    assert line.endswith("1.20x: ring at 4 KiB; naive at 16 MiB")
     persian = collectives_lab.sign_line({"حلقه": [4096, 2 ** 20]}, "fa", readable=True)
     assert "حلقه در ۴ KiB و ۱ MiB" in persian and "بایت" not in persian
     # without readable=True, the lines are as before: sizes in bytes (lesson 76a prints those)
@@ -173,3 +172,17 @@ def test_an_undecided_verdict_names_the_reason_that_applied(lang):
     assert gap in quiet and load not in quiet
     named, unnamed = ("4,194,304", "262") if lang == "en" else ("۴٬۱۹۴٬۳۰۴", "۲۶۲")
     assert named in quiet and unnamed not in quiet  # only the size whose gap was close
+
+
+def test_the_printed_lines_leave_out_a_group_with_no_size():
+    ring, naive = {4096: 1.0, 2 ** 20: 1.0}, {4096: 1.0, 2 ** 20: 1.0}  # neither is ahead
+    assert collectives_lab.ahead_line(ring, naive, 1.2, "en", readable=True) == (
+        "faster by more than the largest inversion, 1.20x: neither at 4 KiB, 1 MiB")
+    persian = collectives_lab.ahead_line(ring, naive, 1.2, "fa", readable=True)
+    assert persian.endswith("برابر: هیچ‌یک در ۴ KiB و ۱ MiB")
+    assert collectives_lab.sign_line({"ring": [], "naive": []}, "en") == (
+        "over 20% slower than a larger size: none")
+    assert collectives_lab.sign_line({"حلقه": [], "ساده": []}, "fa").endswith(": هیچ")
+    assert collectives_lab.crossover_line(math.inf, [], "en") == (
+        "model: ring never faster (its fitted cost per byte is the higher); "
+        "measured: ring faster at no size")

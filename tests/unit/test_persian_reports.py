@@ -25,7 +25,7 @@ def latin_words(text: str) -> set[str]:
 
 def test_lesson_76s_lines_in_both_editions():
     assert collectives_lab.crossover_line(9648.2 * 1024, [4194304, 16777216], "en") == (
-        "model: ring faster above 9648 KiB; measured ring faster at [4194304, 16777216] bytes")
+        "model: ring faster above 9648 KiB; measured: ring faster at [4194304, 16777216] bytes")
     persian = collectives_lab.crossover_line(9648.2 * 1024, [4194304, 16777216], "fa")
     assert "۹۶۴۸ KiB" in persian and "در ۴۱۹۴۳۰۴ و ۱۶۷۷۷۲۱۶ بایت" in persian
     three = collectives_lab.crossover_line(9648.2 * 1024, [4096, 65536, 16777216], "fa")
@@ -33,9 +33,9 @@ def test_lesson_76s_lines_in_both_editions():
     assert not latin_words(persian)
     assert collectives_lab.crossover_line(math.inf, [16777216], "en") == (
         "model: ring never faster (its fitted cost per byte is the higher); "
-        "measured ring faster at [16777216] bytes")
+        "measured: ring faster at [16777216] bytes")
     assert collectives_lab.crossover_line(0.0, [], "en") == (
-        "model: ring faster at every size; measured ring faster at no size")
+        "model: ring faster at every size; measured: ring faster at no size")
     for crossover in (math.inf, 0.0, 9648.2 * 1024):
         persian = collectives_lab.crossover_line(crossover, [16777216], "fa")
         assert "inf" not in persian and "۱۶۷۷۷۲۱۶" in persian and not latin_words(persian)
@@ -66,7 +66,7 @@ def test_lesson_76s_run_is_read_against_its_own_largest_inversion():
     assert collectives_lab.largest_inversion(ring) == pytest.approx(31.6 / 19.0)  # 4 KiB vs 64 KiB
     assert collectives_lab.largest_inversion({1: 1.0, 2: 2.0, 4: 4.0}) == 1.0  # rising: none
     assert collectives_lab.ahead_line(ring, naive, 1.66, "en") == (
-        "faster by more than the largest inversion, 1.66x: ring at no size; "
+        "faster by more than the largest inversion, 1.66x: "
         "naive at [4096, 65536, 1048576, 4194304] bytes; neither at [16777216] bytes")
     persian = collectives_lab.ahead_line(ring, naive, 1.66, "fa")
     assert "هیچ‌یک در ۱۶۷۷۷۲۱۶ بایت" in persian and "۱٫۶۶" in persian and not latin_words(persian)
