@@ -290,3 +290,59 @@ def folder_states_figure(lang: str = "en") -> Figure:
                           for k in ("complete", "skipped")])
     fig.tight_layout()
     return fig
+
+
+MODES_LABELS = {
+    "en": {"blocking": "blocking save:\ntraining loop", "loop": "background save:\ntraining loop",
+           "writer": "background save:\nwriter thread", "step": "training step",
+           "save": "save: training stopped", "copy": "copy to host memory",
+           "write": "write and hash, beside training", "seconds": "{s} s",
+           "copied": "copy, {s} s",
+           "time": "time (s), modelled: the 7.5B example, steps of {step} s"},
+    "fa": {"blocking": "ذخیرهٔ مسدودکننده:\nحلقهٔ آموزش", "loop": "ذخیرهٔ پس‌زمینه:\nحلقهٔ آموزش",
+           "writer": "ذخیرهٔ پس‌زمینه:\nرشتهٔ نویسنده", "step": "گام آموزش",
+           "save": "ذخیره: آموزش متوقف", "copy": "رونوشت در حافظهٔ میزبان",
+           "write": "نوشتن و چکیده‌گیری، کنار آموزش", "seconds": "{s} ثانیه",
+           "copied": "رونوشت، {s} ثانیه",
+           "time": "زمان (ثانیه)، برآوردشده: مدل ۷٫۵ میلیارد پارامتری، گام‌های {step} ثانیه‌ای"},
+}
+MODES_COLOURS = {"step": "#c6dbef", "save": "#d62728", "copy": "#08519c", "write": "#fdae6b"}
+
+
+def save_modes_figure(blocking_s: float, copy_s: float, step_s: float = 10.0,
+                      lang: str = "en") -> Figure:
+    """One save of each kind on a time axis, modelled (lesson 80a): a blocking save stops the
+    training loop for `blocking_s`; a background save stops it for its copy, `copy_s`, and its
+    writer thread then spends `blocking_s` writing and hashing beside the next steps. Two steps of
+    `step_s` before the save, and steps after it up to the same end time."""
+    labels, fig, ax = start_figure(MODES_LABELS, lang, figsize=(FIGURE_WIDTH, 3.6))
+    before = 2 * step_s
+    end = before + blocking_s + 2 * step_s
+
+    def steps(row, start):
+        while start < end:
+            ax.barh(row, min(step_s, end - start), left=start, height=0.6, color=MODES_COLOURS["step"],
+                    edgecolor="white", label=labels["step"] if row == 0 and start == 0 else None)
+            start += step_s
+
+    steps(0, 0.0)
+    ax.barh(0, blocking_s, left=before, height=0.6, color=MODES_COLOURS["save"], label=labels["save"])
+    ax.text(before + blocking_s / 2, 0, labels["seconds"].format(s=number(round(blocking_s, 1), lang)),
+            ha="center", va="center", color="white", fontsize=11)
+    steps(0, before + blocking_s)
+    steps(1, 0.0)
+    ax.barh(1, max(copy_s, 0.004 * end), left=before, height=0.6, color=MODES_COLOURS["copy"],
+            label=labels["copy"])
+    steps(1, before + copy_s)
+    ax.annotate(labels["copied"].format(s=number(round(copy_s, 2), lang)), (before, 1.3),
+                xytext=(before - 0.02 * end, 1.62), ha="right", va="center", fontsize=10.5,
+                arrowprops={"arrowstyle": "-", "color": "#555555"})
+    ax.barh(2, blocking_s, left=before + copy_s, height=0.6, color=MODES_COLOURS["write"],
+            label=labels["write"])
+    ax.set_yticks([0, 1, 2], [labels["blocking"], labels["loop"], labels["writer"]])
+    ax.set_ylim(2.5, -0.5)
+    ax.set_xlim(0, end)
+    ax.set_xlabel(labels["time"].format(step=number(round(step_s), lang)))
+    legend_below(ax, ncol=2)
+    fig.tight_layout()
+    return fig

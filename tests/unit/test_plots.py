@@ -99,6 +99,7 @@ FIGURES = {
     "save timeline": lambda lang: checkpoint.save_timeline_figure(SAVES, lang=lang),
     "reshard layout": lambda lang: checkpoint.reshard_layout_figure(LAYOUTS, 6, lang=lang),
     "folder states": lambda lang: checkpoint.folder_states_figure(lang=lang),
+    "save modes": lambda lang: checkpoint.save_modes_figure(20.5, 0.33, lang=lang),
     "loss": lambda lang: capstone.loss_curve_figure(
         [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0},
          {"event": "rollback", "to_step": 1}], lang=lang),
