@@ -80,6 +80,11 @@ TABLE_WORDS = {"fa": {
         "هر مرحله در P = ۸، روی هم، با کاهش همگانی (۳۵۰ گیگابایت برای هر رتبه میان گام‌ها: جا نمی‌شود)",
     "stage at P = 8, in all, with ZeRO-3 (44 GB a rank between steps)":
         "هر مرحله در P = ۸، روی هم، با ZeRO-3 (۴۴ گیگابایت برای هر رتبه میان گام‌ها)",
+    "GB sent per step: gradients": "گیگابایت ارسالی در هر گام: گرادیان‌ها",
+    "GB sent per step: in all": "گیگابایت ارسالی در هر گام: روی هم",
+    "GB on stage 0 at the step's peak, at least": "گیگابایت روی مرحلهٔ ۰ در اوج گام، دست‌کم",
+    "fits in 80 GB": "جا شدن در ۸۰ گیگابایت", "yes": "بله", "no": "خیر",
+    "all-reduce over the 8 replicas": "کاهش همگانی روی ۸ رونوشت", "ZeRO-3 over the 8 replicas": "ZeRO-3 روی ۸ رونوشت",
     "one micro-batch of one sequence": "یک میکرودسته با یک دنباله",
     "GPipe, m = 32": "GPipe، m = ۳۲", "1F1B, stage 0 of 8": "1F1B، مرحلهٔ ۰ از ۸",
     "model state of one stage of 8": "وضعیت مدلِ یکی از ۸ مرحله",
