@@ -163,6 +163,7 @@ TABLE_LABELS = {
     "each rank's loss": "زیان هر رتبه", "mean of its own tokens": "میانگین زیانِ توکن‌های خودش",
     "sum / global token count": "جمع / تعداد سراسری توکن‌ها",
     "largest difference from one process": "بزرگ‌ترین اختلاف با یک فرایند",
+    "relative to the largest gradient element": "نسبت به بزرگ‌ترین عنصر گرادیان",
     "max_param_diff, float32": "بیشینهٔ اختلاف پارامتر، `float32`",
     "max_param_diff, bfloat16": "بیشینهٔ اختلاف پارامتر، `bfloat16`",
     "first-order estimate s·lr·N·2⁻⁸·max|g|": "برآورد مرتبهٔ اول `s·lr·N·2⁻⁸·max|g|`",
