@@ -202,7 +202,8 @@ STATES_LABELS = {
            "re-save": "↓ renamed by\na re-save", "back": "↑ renamed back\nif no step-N",
            "prune": "renamed by\na prune", "debris": "the next save of\nits step, or a prune",
            "by prune": "the prune", "replaced": "once the new copy\nis published",
-           "complete": "a crash here leaves a complete copy",
+           "if published": "if step-N\nexists: debris",
+           "complete": "a crash here leaves a complete copy, published if its step has none",
            "skipped": "a crash here leaves debris, which readers skip"},
     "fa": {"title": "پوشهٔ یک گام: پنج وضعیتش، و آنچه آن را از یکی به دیگری می‌برد",
            "staging": "آماده‌سازی", "committed": "قطعی‌شده", "published": "منتشرشده",
@@ -212,7 +213,8 @@ STATES_LABELS = {
            "re-save": "↓ تغییر نام در\nذخیرهٔ دوباره", "back": "↑ تغییر نام وارونه\nاگر step-N نباشد",
            "prune": "تغییر نام\nدر هرس", "debris": "ذخیرهٔ بعدیِ همان گام\nیا هرس",
            "by prune": "هرس", "replaced": "همین که رونوشت تازه\nمنتشر شد",
-           "complete": "از کار افتادن در اینجا رونوشتی کامل به جا می‌گذارد",
+           "if published": "اگر step-N\nباشد:\nپس‌مانده",
+           "complete": "از کار افتادن در اینجا رونوشتی کامل به جا می‌گذارد، که اگر step-N نباشد منتشر می‌شود",
            "skipped": "از کار افتادن در اینجا پس‌مانده‌ای به جا می‌گذارد که خواننده‌ها کنارش می‌گذارند"},
 }
 # (state, folder on disk, its rows in the table of a save's moments, centre x, centre y)
@@ -226,7 +228,8 @@ STATE_COLOURS = {"complete": "#c7e9c0", "skipped": "#e0e0e0"}
 
 def folder_states_figure(lang: str = "en") -> Figure:
     """The five states a step's folder can be left in (lesson 80a): boxes coloured by what a
-    crash there leaves (a complete copy, or debris), arrows labelled by the write, rename or
+    crash there leaves (a complete copy, or debris; a committed copy beside a published step-N
+    is debris, the grey arrow from it), arrows labelled by the write, rename or
     deletion that moves the folder on, each box with its rows in the table of a save's moments
     (`faults.states_of_a_save`). Drawn right to left in Persian. A schematic: no data."""
     from matplotlib.patches import FancyBboxPatch, Patch
@@ -274,7 +277,10 @@ def folder_states_figure(lang: str = "en") -> Figure:
     arrow((ax_ - 0.3 * side, ay + half_h), (px - 0.3 * side, py - half_h), labels["back"],
           (px + 0.5 * side, (py + ay) / 2 - 0.3), align[side])
     arrow((px - 0.9 * side, py - half_h), (dx + 0.5 * side, dy + half_h), labels["prune"],
-          (dx - 0.3 * side, (py + dy) / 2), align[-side])
+          (dx + 0.75 * side, (py + dy) / 2), align[-side])
+    # a committed copy beside a published step-N is debris too: it joins the staging copy's way out
+    arrow((cx - 0.9 * side, cy - half_h), (sx + 0.03 * side, sy - half_h - 0.75),
+          labels["if published"], (sx + 0.15 * side, sy - half_h - 1.3), align[side], "#777777")
     arrow((sx, sy - half_h), (sx, band_y + 0.27), labels["debris"],
           (sx + 0.12 * side, (dy - half_h + band_y) / 2), align[side], "#777777")
     arrow((dx, dy - half_h), (dx, band_y + 0.27), labels["by prune"],
