@@ -448,9 +448,9 @@ SAY = {
            "nodes of 8": "{ranks} GPUs in nodes of 8 at NCCL's modelled latency, {latency_us:.0f} µs "
                          "per all-reduce: exposed communication {exposed_ms:.1f} ms, efficiency "
                          "{efficiency:.2f}",
-           "exposed": "the step's exposed communication, last wait end - last backward end: "
-                      "{ms:.1f} ms; rank {rank}, whose backward ended last, waited {own:.1f} ms "
-                      "after it (a lower bound); the ranks left their waits {spread:.1f} ms apart"},
+           "exposed": "the step's exposed communication (last wait end - last backward end): "
+                      "{ms:.1f} ms\nwait of rank {rank}, whose backward ended last (a lower "
+                      "bound): {own:.1f} ms\nspread of the ranks' wait ends: {spread:.1f} ms"},
     "fa": {"title": "درس ۷۷: آموزش با موازی‌سازی داده روی {ranks} رتبه در برابر یک فرایند، {steps} گام",
            "row": "  {model} {optimizer} {wrapper}: رتبه‌ها یکسان: {identical}، بیشینهٔ |اختلاف پارامتر| "
                   "{param_diff:.1e} (با DDP در PyTorch {torch_diff:.1e})، بیشینهٔ |اختلاف زیان| "
@@ -472,10 +472,10 @@ SAY = {
            "nodes of 8": "{ranks} GPU در گره‌هایی با ۸ GPU، با تأخیر مدل‌شدهٔ NCCL، {latency_us:.0f} µs "
                          "برای هر کاهش همگانی: ارتباط پنهان‌نشده {exposed_ms:.1f} میلی‌ثانیه، "
                          "کارایی مقیاس‌پذیری {efficiency:.2f}",
-           "exposed": "ارتباط پنهان‌نشدهٔ گام، آخرین پایان انتظار منهای آخرین پایان گذر برگشت: "
-                      "{ms:.1f} میلی‌ثانیه؛ رتبهٔ {rank}، که گذر برگشتش از همه دیرتر تمام شد، "
-                      "پس از آن {own:.1f} میلی‌ثانیه منتظر ماند (یک کران پایین)؛ رتبه‌ها با "
-                      "{spread:.1f} میلی‌ثانیه فاصله از انتظار بیرون آمدند"},
+           "exposed": "ارتباط پنهان‌نشدهٔ گام (آخرین پایان انتظار منهای آخرین پایان گذر برگشت): "
+                      "{ms:.1f} میلی‌ثانیه\nانتظارِ رتبهٔ {rank}، که گذر برگشتش از همه دیرتر تمام "
+                      "شد (یک کران پایین): {own:.1f} میلی‌ثانیه\nفاصلهٔ پایان انتظارِ رتبه‌ها: "
+                      "{spread:.1f} میلی‌ثانیه"},
 }
 WORDS = {"mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "naive": "ساده‌لوحانه",
          "bucketed": "باکت‌دار", "torch": "DDP در PyTorch", "ring": "حلقه", "builtin": "توکار"}

@@ -55,7 +55,8 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
                     color=COLOURS[phase], label=labels[phase] if rank == 0 else None)
         for bucket in timeline["buckets"]:
             # Measured: neighbouring buckets in two shades, and each ready tick numbered, so
-            # that a tick can be matched with the all-reduce it starts (bucket 1 first).
+            # that a tick can be matched with the all-reduce it starts (bucket 1 first); the
+            # numbers alternate above and below the lane, so that close ticks' numbers stay apart.
             odd = not modelled and bucket["bucket"] % 2 == 1
             ax.barh(y, 1e3 * (bucket["end"] - bucket["start"]), left=1e3 * bucket["start"],
                     height=0.8, color=COLOURS["comm odd" if odd else "comm"], edgecolor="white",
@@ -64,7 +65,8 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
             if not modelled:
                 ax.annotate(language.number(bucket["bucket"] + 1, lang),
-                            (1e3 * bucket["ready"], y + 0.5), xytext=(2, 0),
+                            (1e3 * bucket["ready"], y + 0.5),
+                            xytext=(2, 5 if bucket["bucket"] % 2 else -5),
                             textcoords="offset points", ha="left", va="center", fontsize="small")
     if lanes is None:
         lanes = ([labels["modelled rank"]] if modelled else

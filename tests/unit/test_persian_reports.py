@@ -99,9 +99,9 @@ def test_lesson_77s_lines_in_both_editions():
                              ratio=1.05),
              "exposed": dict(ms=68.94, rank=3, own=22.46, spread=46.31)}
     assert ddp_lab.say("exposed", "en", **facts["exposed"]) == (
-        "the step's exposed communication, last wait end - last backward end: 68.9 ms; rank 3, "
-        "whose backward ended last, waited 22.5 ms after it (a lower bound); the ranks left their "
-        "waits 46.3 ms apart")
+        "the step's exposed communication (last wait end - last backward end): 68.9 ms\n"
+        "wait of rank 3, whose backward ended last (a lower bound): 22.5 ms\n"
+        "spread of the ranks' wait ends: 46.3 ms")
     assert ddp_lab.say("fit", "en", **facts["fit"]) == (
         "ring all-reduce fitted to these times: α = 1673 µs per message, 1/β = 1.06 GB/s")
     assert "۱۶۳٬۰۳۷٬۱۸۴ پارامتر" in ddp_lab.say("cluster", "fa", **facts["cluster"])
