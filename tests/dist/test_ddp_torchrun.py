@@ -1,6 +1,7 @@
 """Lesson 77's reference torchrun job (lesson_code/jobs/ddp_torchrun.py), which the lesson names
 but does not run: here it runs on 2 gloo ranks on CPU, as `torchrun --nproc-per-node=2 ... --cpu`."""
 
+import signal
 import subprocess
 import sys
 
@@ -10,13 +11,20 @@ from lesson_code.models import build_model
 
 
 def test_the_reference_job_trains_under_torchrun_and_saves_the_bare_model(tmp_path):
+    """3 ranks: 21 micro-batches of 4 a rank, so each epoch ends with a step of one micro-batch."""
     checkpoint = tmp_path / "ddp_job.pt"
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-                           "-m", "lesson_code.jobs.ddp_torchrun", "--cpu", "--epochs", "1",
-                           "--checkpoint", str(checkpoint)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "last micro-batch loss on rank 0" in done.stdout
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=3",
+                            "-m", "lesson_code.jobs.ddp_torchrun", "--cpu", "--epochs", "1",
+                            "--timeout-s", "60", "--checkpoint", str(checkpoint)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = job.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        job.send_signal(signal.SIGTERM)  # torchrun stops its workers before it exits
+        stdout, stderr = job.communicate(timeout=60)
+        raise AssertionError(f"the job ran over 300 s:\n{stderr[-2000:]}") from None
+    assert job.returncode == 0, stderr[-2000:]
+    assert "last micro-batch loss on rank 0" in stdout
     state = torch.load(checkpoint)
     assert not any(key.startswith("module.") for key in state)  # saved from model.module
     build_model("gpt", seed=0).load_state_dict(state)  # loads into the bare model
@@ -25,7 +33,7 @@ def test_the_reference_job_trains_under_torchrun_and_saves_the_bare_model(tmp_pa
 def test_the_job_exits_2_with_the_fix_when_not_under_torchrun_or_asked_for_missing_gpus(
         monkeypatch, capsys):
     from lesson_code.jobs import ddp_torchrun
-    for name in ("RANK", "WORLD_SIZE"):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     cases = [(["--cpu"], "start it with torchrun --nproc-per-node=2"),
              (["--cpu", "--epochs", "0"], "0 is not positive")]
@@ -35,6 +43,7 @@ def test_the_job_exits_2_with_the_fix_when_not_under_torchrun_or_asked_for_missi
         if fix == "pass --cpu":
             monkeypatch.setenv("RANK", "0")
             monkeypatch.setenv("WORLD_SIZE", "1")
+            monkeypatch.setenv("LOCAL_RANK", "0")
         try:
             ddp_torchrun.main(argv)
         except SystemExit as stop:
