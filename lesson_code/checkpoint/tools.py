@@ -395,7 +395,7 @@ class CheckpointPolicy:
     group: Any = field(default=None, repr=False)  # the ranks that save together; None: all
     on_request: bool = False  # True: a rank may call request_save, so should_save is collective
     requested: bool = False  # a save was asked for and the ranks agree on it (set by should_save)
-    asked_here: bool = field(default=False, repr=False)  # this rank's handler ran (request_save)
+    asked_here: bool = field(default=False, repr=False)  # request_save ran here since the last save it asked for
 
     def __post_init__(self):
         if self.every_steps is None and self.every_seconds is None and not self.on_request:
@@ -419,8 +419,9 @@ class CheckpointPolicy:
         of them finds it due (Megatron-LM agrees on its time-based exit the same way). `now`
         (seconds, default time.monotonic()) is this rank's clock. With `on_request=True` it is
         collective too, and a save requested on any rank is due on all of them, each left with
-        `requested` set. The decision uses only the reduced flags: a request that reaches a rank
-        after it read its flag counts at the next step, on every rank alike.
+        `requested` set; one request makes one save, and a later one another. The decision uses
+        only the reduced flags: a request that reaches a rank after it read its flag counts at
+        the next step, on every rank alike.
         """
         now = time.monotonic() if now is None else now
         by_clock = self.every_seconds is not None and now - self.last_save_time >= self.every_seconds
@@ -431,9 +432,11 @@ class CheckpointPolicy:
             flags = torch.tensor([int(by_clock), int(asked)], device=device)
             dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
             by_clock, asked = (bool(flag) for flag in flags.tolist())
+        if asked:  # every rank saves after this step, which answers any request made so far
+            self.asked_here = False
         self.requested = self.requested or asked
         due = ((self.every_steps is not None and step % self.every_steps == 0) or by_clock
-               or self.requested)
+               or asked)
         if due:
             self.last_save_time = now
         return due

@@ -298,3 +298,16 @@ def test_the_save_timeline_names_the_roots_fsync_and_keeps_rank_0s_names_above_i
         labels["root fsync"], labels["files"][".owner"], labels["files"]["shard"]]
     assert all(t.get_position()[1] < 0 for t in texts)
     plt.close("all")
+
+
+def test_one_request_makes_one_save_and_a_later_request_another():
+    """Without a process group the policy decides alone; a request is answered by one save, and
+    `requested` stays set so that a preempted job knows to stop."""
+    from lesson_code.checkpoint.tools import CheckpointPolicy
+    policy = CheckpointPolicy(every_steps=100, on_request=True)
+    assert not policy.should_save(1)
+    policy.request_save()
+    assert policy.should_save(2) and policy.requested
+    assert not policy.should_save(3) and policy.requested
+    policy.request_save()
+    assert policy.should_save(4)
