@@ -395,7 +395,7 @@ class CheckpointPolicy:
     group: Any = field(default=None, repr=False)  # the ranks that save together; None: all
     on_request: bool = False  # True: a rank may call request_save, so should_save is collective
     requested: bool = False  # a save was asked for and the ranks agree on it (set by should_save)
-    asked_here: bool = field(default=False, repr=False)  # request_save ran here since the last save it asked for
+    asked_here: bool = field(default=False, repr=False)  # request_save ran here, no save since
 
     def __post_init__(self):
         if self.every_steps is None and self.every_seconds is None and not self.on_request:
