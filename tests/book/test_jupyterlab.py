@@ -60,7 +60,7 @@ SCREENSHOTS = ROOT / "_build" / "screenshots"
 SETTINGS = ROOT / "book" / "static" / "jupyterlab-settings.json"  # make lab's defaults
 TOKEN = "lesson-code-test"
 START_TIMEOUT_S = 120
-SETTLE_TIMEOUT_S = 10  # for a drawn cell's style to settle
+SETTLE_TIMEOUT_S = 30  # for a drawn cell's style to settle (a loaded 2-core CI machine took over 10 s)
 KERNEL_TIMEOUT_MS = 240_000  # the lesson's imports (torch, pandas) on a busy 2-core machine
 # The options of `make lab`'s jupyter lab besides the folder it serves (the Makefile's $(CURDIR))
 LAB_OPTIONS = ["--ServerApp.ip=127.0.0.1", "--LabApp.default_url=/lab/tree/notebooks",
@@ -251,7 +251,8 @@ def assert_persian_prose_right_to_left(page) -> None:
     except PlaywrightTimeout:
         pass  # the assertion below says how many there were
     # A cell drawn while the page is read may not have its final style yet (seen once on a loaded
-    # machine): give the drawing a few seconds to settle; a paragraph that stays wrong fails.
+    # machine, and again in a full CI run): give the drawing time to settle; a paragraph that
+    # stays wrong fails.
     try:
         page.wait_for_function(f"""() => ({PROSE})().every(([direction, align]) =>
                                    direction === "rtl" && align === "right")""",
