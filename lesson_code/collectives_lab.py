@@ -546,10 +546,7 @@ def size_text(nbytes: float, lang: str) -> str:
 
 def _size_texts(sizes: list[int], lang: str) -> str:
     """A non-empty list of sizes in `size_text`'s units, joined as `lang`'s prose joins a list."""
-    shown = [size_text(n, lang) for n in sizes]
-    if lang == "fa":
-        return " و ".join(filter(None, (language.listed(shown[:-1], "fa"), shown[-1])))
-    return ", ".join(shown)
+    return language.series([size_text(n, lang) for n in sizes], lang)
 
 
 def _sizes(sizes: list[int], lang: str):
@@ -557,8 +554,7 @@ def _sizes(sizes: list[int], lang: str):
     its own comma and the last one joined with «و», as Persian prose does."""
     if lang != "fa":
         return sizes
-    shown = [language.number(n, "fa") for n in sizes]
-    return " و ".join(filter(None, (language.listed(shown[:-1], "fa"), shown[-1])))
+    return language.series([language.number(n, "fa") for n in sizes], "fa")
 
 
 def sign_line(found: dict[str, list[int]], lang: str, slack: float = RELIABILITY_SLACK,
