@@ -585,9 +585,11 @@ def save_flat_as_dtensors(rank: int, world_size: int, folder: str, destination: 
     shard, _, manifest = load_sharded(folder, rank=rank, world_size=world_size, replicated=False)
     layout = next(entry["layout"] for entry in manifest["files"] if entry["rank"] == rank)
     real = layout["length"] - layout["padding"]
-    mesh = init_device_mesh("cpu", (world_size,))
-    state = {name: DTensor.from_local(shard[name][:real], mesh, [Shard(0)], run_check=False,
-                                      shape=torch.Size([layout["numel"]]), stride=(1,))
+    device = current_device()  # the group's device: a mesh of another type has no collectives
+    mesh = init_device_mesh(device.type, (world_size,))
+    state = {name: DTensor.from_local(shard[name][:real].to(device), mesh, [Shard(0)],
+                                      run_check=False, shape=torch.Size([layout["numel"]]),
+                                      stride=(1,))
              for name in layout["flat"]}
     dcp.save(state, checkpoint_id=destination)
 
@@ -612,7 +614,7 @@ def load_dtensors_resharded(rank: int, world_size: int, source: str, resharded: 
                                  for item in plan.items})
             return plan
 
-    mesh = init_device_mesh("cpu", (world_size,))
+    mesh = init_device_mesh(current_device().type, (world_size,))  # the group's device
     metadata = dcp.FileSystemReader(source).read_metadata()
     state = {name: zeros(meta.size, device_mesh=mesh, placements=[Shard(0)])
              for name, meta in metadata.state_dict_metadata.items()}
@@ -622,5 +624,6 @@ def load_dtensors_resharded(rank: int, world_size: int, source: str, resharded: 
     layout = next(entry["layout"] for entry in manifest["files"] if entry["rank"] == rank)
     real = layout["length"] - layout["padding"]
     return {"files read": ", ".join(planner.files),
-            "equal to reshard's, bit for bit": all(torch.equal(state[name].to_local(), ours[name][:real])
-                                                   for name in layout["flat"])}
+            "equal to reshard's, bit for bit": all(
+                torch.equal(state[name].to_local().cpu(), ours[name][:real].cpu())
+                for name in layout["flat"])}
