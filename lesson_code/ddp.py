@@ -83,6 +83,10 @@ class _DataParallel(nn.Module):
         # missing, and BucketedDDP's copy of the buckets back into .grad).
         self.stats = {"comm_s": 0.0, "wait_s": 0.0, "finish_s": 0.0}
         self.checks = 0  # one-element all-reduces made by _agree_on_missing (one per sync)
+        # The number _agree_on_missing all-reduces, made once and kept: gloo's worker thread
+        # holds the tensor it reduced for a moment after the wait returns, so a tensor made
+        # afresh at each backward would outlive the step for a time that varies from run to run.
+        self._missing_flag = torch.zeros(1, device=self.params[0].device)
         broadcast_parameters(module, comm=self.comm)
         for param in self.params:
             param.register_post_accumulate_grad_hook(self._on_gradient_ready)
@@ -146,7 +150,7 @@ class _DataParallel(nn.Module):
         waited there for it until their timeout. (torch DDP checks locally, at the next forward.)
         """
         self.checks += 1
-        flag = torch.tensor([float(len(missing))], device=self.params[0].device)
+        flag = self._missing_flag.fill_(float(len(missing)))
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.comm.group)
         if flag.item() == 0:
             return

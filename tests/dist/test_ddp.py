@@ -18,12 +18,13 @@ Tolerances (float32, 4 ranks, 10 steps):
 
 import math
 from dataclasses import replace
+from unittest import mock
 
 import pytest
 import torch
 from torch import nn
 
-from lesson_code import ddp_exercises, ddp_lab, launch
+from lesson_code import ddp as ddp_module, ddp_exercises, ddp_lab, launch
 from lesson_code.collectives.comm import Communicator
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters, make_buckets
 from lesson_code.ddp_lab import DDPRun, train_ranks, train_single_process
@@ -194,13 +195,26 @@ def test_every_all_reduce_algorithm_trains_as_one_process(algorithm, references)
 
 
 def ledger_of_one_step(rank, world_size):
+    """One step's ledger, then the tensors the ranks' agreement on missing gradients
+    all-reduced at that backward and at the next one (each kept, so none can take another's
+    place)."""
     ledger = CommLedger()
     model = BucketedDDP(build_model("gpt", 0), bucket_cap_mb=0.05,
                         comm=Communicator("ring", ledger, algorithm="ring"))  # the ring's bytes
     ledger.clear()  # forget the initial broadcast
     x, y = DDPRun(model="gpt").local_batch(0, rank, world_size)
-    model(x, y)[1].backward()
-    return {"sent": ledger.totals()["all_reduce"]["bytes_sent"], "buckets": len(model.buckets)}
+    agreed, all_reduce = [], ddp_module.dist.all_reduce
+
+    def recording(tensor, *args, **kwargs):
+        agreed.append(tensor)
+        return all_reduce(tensor, *args, **kwargs)
+
+    with mock.patch.object(ddp_module.dist, "all_reduce", recording):
+        model(x, y)[1].backward()
+        sent = ledger.totals()["all_reduce"]["bytes_sent"]
+        model(x, y)[1].backward()
+    return {"sent": sent, "buckets": len(model.buckets),
+            "agreed": [(t.numel(), t.untyped_storage().data_ptr()) for t in agreed]}
 
 
 def test_one_step_sends_one_all_reduce_of_the_gradients():
@@ -209,6 +223,12 @@ def test_one_step_sends_one_all_reduce_of_the_gradients():
     gradient_bytes = 4 * count_parameters(build_model("gpt", 0))
     assert results[0]["buckets"] > 1
     assert sum(r["sent"] for r in results) == 2 * (world_size - 1) * gradient_bytes
+    # The agreement reduces the same one-number tensor at every backward: one made afresh each
+    # time would be held by gloo's worker thread for a while after the wait, and outlive the
+    # step by a time that varies (lesson 78b's peaks on real ranks would vary with it).
+    for result in results:
+        (size, first), (_, second) = result["agreed"]
+        assert size == 1 and first == second, result["agreed"]
 
 
 def test_buckets_respect_the_cap_and_keep_every_parameter_once():
