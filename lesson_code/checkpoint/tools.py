@@ -406,7 +406,15 @@ class CheckpointPolicy:
         """Ask for a save after the current step. Only sets a flag, so it may be a signal handler
         (it takes the handler's two arguments); needs `on_request=True` to reach the other ranks.
         It sets `asked_here`, not `requested`: a signal may arrive at any moment, also after this
-        step's all-reduce, and a rank that acted on it alone would save while the others do not."""
+        step's all-reduce, and a rank that acted on it alone would save while the others do not.
+        Raises ValueError without `on_request=True`: `should_save` would then not share the
+        request, and this rank would save alone while the others wait for it in their next
+        collective until the group's timeout (in a signal handler, the error stops this rank,
+        and the launcher takes the others down with it)."""
+        if not self.on_request:
+            raise ValueError("request_save needs CheckpointPolicy(..., on_request=True): without "
+                             "it should_save does not share a request with the other ranks, and "
+                             "this rank would save alone; pass on_request=True")
         self.asked_here = True
 
     def should_save(self, step: int, now: float | None = None) -> bool:

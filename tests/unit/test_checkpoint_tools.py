@@ -311,3 +311,8 @@ def test_one_request_makes_one_save_and_a_later_request_another():
     assert not policy.should_save(3) and policy.requested
     policy.request_save()
     assert policy.should_save(4)
+    # Without on_request the request would not be shared: a rank would save alone.
+    steps_only = CheckpointPolicy(every_steps=100)
+    with pytest.raises(ValueError, match="on_request=True"):
+        steps_only.request_save()
+    assert not steps_only.asked_here and not steps_only.should_save(1)
