@@ -132,7 +132,9 @@ def skip_a_collective(rank: int, world_size: int, timeout_s: float = 2.0) -> str
 
 
 def make_input(rank: int, length: int, dtype_name: str, seed: int = 0) -> torch.Tensor:
-    """Rank `rank`'s deterministic test tensor of `length` elements (floats ~N(0, 10), ints in +-100).
+    """Rank `rank`'s deterministic test tensor of `length` elements.
+
+    Floats are 10·N(0, 1) (std 10), ints lie in +-100.
 
     Drawn on the CPU (the same numbers on every machine), then moved to this process's device.
     """

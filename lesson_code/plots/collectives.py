@@ -11,6 +11,7 @@ from `python -m lesson_code.bench collectives` or the notebook's own runs.
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -189,19 +190,23 @@ def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
     """Measured times (points) beside the fitted alpha-beta model (lines), log-log.
 
     A point that shows the reliability sign (`collectives_lab.slower_than_larger`) is ringed.
-    The legend gives each fit in ms and GB/s, the units of lesson 76's fit table.
+    The first scheme's points are filled, the others' hollow, so that equal times stay visible.
+    Each line is the model on 50 log-spaced sizes between the measured ones, so it bends only
+    where the model does. The legend gives each fit in ms and GB/s, lesson 76's fit table's units.
     """
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4))
-    for op, fit in fits.items():
+    for index, (op, fit) in enumerate(fits.items()):
         points = _measured(rows, op)
         algorithm = op.replace(" ", "_") if op.startswith("naive") else op.split()[-1]
         sizes = [n for n, _ in points]
-        line, = ax.plot(sizes, [1e3 * t for _, t in points], "o")
+        line, = ax.plot(sizes, [1e3 * t for _, t in points], "o", zorder=3,
+                        **({} if index == 0 else {"markerfacecolor": "none"}))
         flagged = slower_than_larger(dict(points))
         ax.plot(flagged, [1e3 * t for n, t in points if n in flagged], "o", markersize=14,
                 markerfacecolor="none", markeredgecolor=line.get_color())
-        ax.plot(sizes, [1e3 * cost_model.predict(algorithm, n, world_size, fit.alpha, fit.beta)
-                        for n in sizes], "-", color=line.get_color(),
+        grid = np.geomspace(min(sizes), max(sizes), 50)
+        ax.plot(grid, [1e3 * cost_model.predict(algorithm, n, world_size, fit.alpha, fit.beta)
+                       for n in grid], "-", color=line.get_color(),
                 label=labels["fit"].format(op=operation(op, lang), alpha=fit.alpha * 1e3,
                                            bw=fit.bandwidth / 1e9))
     ax.set_xscale("log", base=2)

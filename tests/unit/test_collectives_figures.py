@@ -69,3 +69,19 @@ def test_the_persian_ring_figure_separates_the_ranks_of_a_partial_sum():
     finally:
         for fig in figures.values():
             plt.close(fig)
+
+
+def test_equal_times_of_two_schemes_stay_visible_and_the_fitted_lines_are_smooth():
+    rows = ROWS + [{"op": "naive all_reduce", "nbytes": n, "seconds": s} for n, s in TIMES.items()]
+    fits = {**FITS, "naive all_reduce": AlphaBeta(alpha=1e-4, beta=1e-8)}
+    fig = collectives.alpha_beta_figure(rows, fits, 4, lang="en")
+    try:
+        lines = fig.axes[0].get_lines()
+        points = [line for line in lines if line.get_marker() == "o" and line.get_markersize() < 14]
+        # the ring's points filled, the naive scheme's hollow: drawn on the same times, both show
+        assert [line.get_markerfacecolor() == "none" for line in points] == [False, True]
+        models = [line for line in lines if line.get_linestyle() == "-"]
+        # the model between the measured sizes, not straight segments joining them
+        assert [len(line.get_xdata()) for line in models] == [50, 50]
+    finally:
+        plt.close(fig)
