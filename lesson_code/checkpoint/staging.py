@@ -58,8 +58,9 @@ def seal(staging: Path, final: Path, files: list[dict], *, step: int, world_size
          disk: Disk = DISK) -> None:
     """Finish a staged checkpoint: the replicated file, then the manifest, then `publish`.
 
-    `files` are the manifest entries of the shards already in `staging`. The manifest is written
-    only now, when every file it lists is on disk, so a folder with a manifest is complete.
+    `files` are the manifest entries of the shards already in `staging`. manifest.json and then
+    manifest.sha256 are written only now, when every file listed is on disk; a manifest is trusted
+    only once it matches manifest.sha256, so the save commits when that file, the last, lands.
     """
     if replicated is not None:
         files = [*files, {**write_file(staging, REPLICATED, replicated, disk), "rank": None,
