@@ -19,7 +19,8 @@ from lesson_code.plots.tables import translate
 
 LABELS = {
     "en": {"step": "step", "loss": "loss", "rollback": "checkpoint rolled back to (step {step})",
-           "trained": "loss, in the order trained", "rank": "rank",
+           "trained": "loss, each step's last pass", "rank": "rank",
+           "first_pass": "first pass, undone by the rollback (shifted right)",
            "bytes": "bytes per rank", "parameters": "parameters", "gradients": "gradients",
            "optimizer": "optimizer state", "formula": "12P/N", "diverged": "rejected step (loss {loss:.0f})",
            "never_stopped": "never stopped", "killed": "killed after step {step}",
@@ -28,7 +29,8 @@ LABELS = {
            "young": "Young's interval", "interval": "save interval T (min), modelled",
            "lost": "time lost (%)", "saves": "saves, C/T", "redone": "steps trained again, T/2M"},
     "fa": {"step": "گام", "loss": "زیان", "rollback": "چکپوینتی که اجرا به آن بازگشت (گام {step})",
-           "trained": "زیان، به ترتیب آموزش", "rank": "رتبه",
+           "trained": "زیان، آخرین گذر هر گام", "rank": "رتبه",
+           "first_pass": "گذر نخست، که بازگشت بی‌اثرش کرد (کمی به راست)",
            "bytes": "بایت در هر رتبه", "parameters": "پارامترها", "gradients": "گرادیان‌ها",
            "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N", "diverged": "گام ردشده (زیان {loss:.0f})",
            "never_stopped": "اجرای بی‌وقفه", "killed": "کشته‌شده پس از گام {step}",
@@ -105,16 +107,22 @@ def table(frame, lang: str = "en"):
 def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
     """Loss per step from metrics rows (step records and guard events), rollbacks marked.
 
+    The line joins each step's last pass; a step trained again after a rollback has its first
+    pass drawn as hollow markers a quarter step to the right, where the replay cannot hide it.
+
     A rollback event that names the step it rejected (`at_step`) is drawn there with its loss,
     joined to the last accepted step before it; the loss axis is then logarithmic, so a spike a
     hundred times the loss stays on the figure beside the curve it interrupted, with labelled
     ticks at 2, 3 and 4 for that curve.
     """
     steps = [r for r in rows if "step" in r and "event" not in r]
+    last = {r["step"]: index for index, r in enumerate(steps)}  # each step's last pass
+    kept = [r for index, r in enumerate(steps) if last[r["step"]] == index]
+    undone = [r for index, r in enumerate(steps) if last[r["step"]] != index]  # trained again later
     events = any(r.get("event") for r in rows)  # a legend then, under the axes: more height
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4.6 if events else 3.6))
-    ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], marker="o", markersize=3,
-            label=labels["trained"])
+    line, = ax.plot([r["step"] for r in kept], [r["loss"] for r in kept], marker="o", markersize=3,
+                    label=labels["trained"])
     for event in (r for r in rows if r.get("event") == "rollback"):
         ax.axvline(event["to_step"], color="#d62728", linestyle=":",
                    label=number(labels["rollback"].format(step=event["to_step"]), lang))
@@ -130,6 +138,9 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
             ax.yaxis.set_major_locator(FixedLocator([2, 3, 4, 6, 10, 20, 50, 100, 200]))
             ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: number(f"{value:g}", lang)))
             ax.yaxis.set_minor_locator(NullLocator())
+    if undone:  # a replay lands on its first pass when the fault fires once: shift that pass aside
+        ax.plot([r["step"] + 0.25 for r in undone], [r["loss"] for r in undone], "o", markersize=5,
+                markerfacecolor="none", color=line.get_color(), label=labels["first_pass"])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 2.5
     ax.set_xlabel(labels["step"])
     ax.set_ylabel(labels["loss"])

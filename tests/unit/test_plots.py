@@ -135,6 +135,8 @@ def test_the_modelled_figure_names_its_one_model_and_measures_nothing():
     try:
         assert figure.axes[0].get_title() == \
             "the model on 48 ranks, α = 5 µs, 1/β = 25 GB/s: nothing measured"
+        # every other size from the first, as on the measured figure beside it (not 2^9, 2^12, ...)
+        assert list(figure.axes[0].get_xticks()) == [2 ** k for k in range(10, 31, 2)]
     finally:
         plt.close(figure)
 
@@ -252,14 +254,29 @@ def test_gantt_axis_says_a_slot_is_one_blocks_forward_when_stages_differ():
 def test_the_loss_curve_legend_names_the_curve_and_the_checkpoint_rolled_back_to():
     rows = [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0},
             {"event": "rollback", "to_step": 1, "at_step": 3, "loss": 129.0}]
-    for lang, expected in (("en", ["loss, in the order trained", "checkpoint rolled back to (step 1)"]),
-                           ("fa", ["زیان، به ترتیب آموزش", "چکپوینتی که اجرا به آن بازگشت (گام ۱)"])):
+    for lang, expected in (("en", ["loss, each step's last pass", "checkpoint rolled back to (step 1)"]),
+                           ("fa", ["زیان، آخرین گذر هر گام", "چکپوینتی که اجرا به آن بازگشت (گام ۱)"])):
         figure = capstone.loss_curve_figure(rows, lang=lang)
         try:
             texts = [t.get_text().lstrip("\u200f") for t in figure.axes[0].get_legend().get_texts()]
             assert texts[:2] == expected, texts
         finally:
             plt.close(figure)
+
+
+def test_the_loss_curve_draws_a_replayed_steps_first_pass_beside_its_replay():
+    rows = [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0}, {"step": 3, "loss": 2.5},
+            {"event": "rollback", "to_step": 1, "at_step": 4, "loss": 129.0},
+            {"step": 2, "loss": 3.0}, {"step": 3, "loss": 2.5}, {"step": 4, "loss": 2.2}]
+    figure = capstone.loss_curve_figure(rows)
+    try:
+        lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+        assert list(lines["loss, each step's last pass"].get_xdata()) == [1, 2, 3, 4]
+        first = lines["first pass, undone by the rollback (shifted right)"]
+        assert list(first.get_xdata()) == [2.25, 3.25] and list(first.get_ydata()) == [3.0, 2.5]
+        assert first.get_markerfacecolor() == "none"
+    finally:
+        plt.close(figure)
 
 
 def test_the_loss_curve_legend_lies_under_the_axes_and_covers_no_data():
