@@ -270,6 +270,7 @@ def modelled_algorithms_figure(costs, world_size: int, sizes: list[int], lang: s
         ax.axvline(nbytes, color="black", linestyle=":",
                    label=None if index else labels["model_switch"])
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes[::2])  # from the first size, every other one: 2^10, 2^12, ... as measured
     ax.set_yscale("log")
     (model,) = set(costs.fits.values())  # one model for every algorithm
     ax.set_title(labels["modelled"].format(n=world_size, alpha=1e6 * model.alpha,
