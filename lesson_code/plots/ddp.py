@@ -15,6 +15,8 @@ from lesson_code.plots.tables import translate
 LABELS = {
     "en": {"forward": "forward", "backward": "backward", "wait": "waiting for the all-reduces",
            "check": "check and copy-back", "comm": "bucket all-reduce (ring thread)",
+           "comm odd": "bucket all-reduce, buckets 1, 3, … (ring thread)",
+           "comm even": "bucket all-reduce, buckets 2, 4, … (ring thread)",
            "ready": "bucket ready", "optimizer": "optimizer",
            "time": "time since the step began (ms)", "rank": "rank",
            "comm model": "bucket all-reduce (modelled link)", "modelled rank": "modelled rank",
@@ -25,6 +27,8 @@ LABELS = {
            "torch": "torch DDP", "ring": "ring", "builtin": "built-in"},
     "fa": {"forward": "گذر رفت", "backward": "گذر برگشت", "wait": "انتظار برای کاهش‌های همگانی",
            "check": "بررسی و کپی به گرادیان‌ها", "comm": "کاهش همگانی باکت (رشتهٔ حلقه)",
+           "comm odd": "کاهش همگانی باکت‌های ۱، ۳، … (رشتهٔ حلقه)",
+           "comm even": "کاهش همگانی باکت‌های ۲، ۴، … (رشتهٔ حلقه)",
            "ready": "باکت آماده", "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)",
            "comm model": "کاهش همگانی باکت (پیوند مدل‌شده)", "modelled rank": "رتبهٔ مدل‌شده",
            "modelled": "مدل‌شده، نه اندازه‌گیری‌شده",
@@ -56,11 +60,13 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
         for bucket in timeline["buckets"]:
             # Measured: neighbouring buckets in two shades, and each ready tick numbered, so
             # that a tick can be matched with the all-reduce it starts (bucket 1 first); the
-            # numbers alternate above and below the lane, so that close ticks' numbers stay apart.
+            # numbers alternate above and below the lane, so that close ticks' numbers stay apart;
+            # the legend names both shades (buckets 1, 3, ... light; 2, 4, ... dark).
             odd = not modelled and bucket["bucket"] % 2 == 1
             ax.barh(y, 1e3 * (bucket["end"] - bucket["start"]), left=1e3 * bucket["start"],
                     height=0.8, color=COLOURS["comm odd" if odd else "comm"], edgecolor="white",
-                    label=comm if rank == 0 and bucket["bucket"] == 0 else None)
+                    label=(None if rank or bucket["bucket"] > (0 if modelled else 1) else
+                           comm if modelled else labels["comm even" if odd else "comm odd"]))
             ax.plot(1e3 * bucket["ready"], y + 0.5, "k|", markersize=10,
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
             if not modelled:

@@ -33,3 +33,15 @@ def test_the_modelled_timeline_keeps_one_shade_and_no_numbers():
     figure = ddp.overlap_timeline_figure([modelled], lang="en", modelled=True)
     assert list(figure.axes[0].texts) == [] and bucket_shades(figure) == {ddp.COLOURS["comm"]}
     matplotlib.pyplot.close(figure)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_measured_legend_names_both_shades(lang):
+    figure = ddp.overlap_timeline_figure([TIMELINE, TIMELINE], lang=lang)
+    handles, names = figure.axes[0].get_legend_handles_labels()
+    shades = {name.lstrip("\u200f"): to_hex(handle.patches[0].get_facecolor())
+              for handle, name in zip(handles, names)
+              if "…" in name}
+    assert shades == {ddp.LABELS[lang]["comm odd"]: ddp.COLOURS["comm"],
+                      ddp.LABELS[lang]["comm even"]: ddp.COLOURS["comm odd"]}
+    matplotlib.pyplot.close(figure)
