@@ -69,11 +69,9 @@ TABLE_WORDS = {"fa": {
     "model state, Adam in mixed precision": "وضعیت مدل، Adam با دقت ترکیبی",
     "bf16 weights ZeRO-3 gathers per pass": "وزن‌های bf16 که ZeRO-3 در هر گذر گرد می‌آورد",
     "bf16 activations at one cut, per sequence": "فعال‌سازی‌های bf16 در یک برش، برای هر دنباله",
-    "ZeRO-3 rank, sent per step: all-gathers for forward and backward, 1 reduce-scatter (per step, not per micro-batch)":
-        "هر رتبهٔ ZeRO-3، ارسال در هر گام: گردآوری‌های همگانیِ گذر رفت و برگشت و ۱ کاهش و پخش (در هر گام، نه در هر میکرودسته)",
+    "ZeRO-3 rank, sent per step, at least: all-gathers for forward and backward, 1 reduce-scatter":
+        "هر رتبهٔ ZeRO-3، ارسال در هر گام، دست‌کم: گردآوری‌های همگانیِ گذر رفت و برگشت و ۱ کاهش و پخش",
     "pipeline stage, sent per step: activations and gradients": "هر مرحلهٔ پایپلاین، ارسال در هر گام: فعال‌سازی‌ها و گرادیان‌ها",
-    "pipeline stage, sent per step: gradient all-reduce over the 8 pipelines":
-        "هر مرحلهٔ پایپلاین، ارسال در هر گام: کاهش همگانی گرادیان‌ها روی ۸ پایپلاین",
     "stage at P = 8, sent per step: all-reduce of its bf16 gradients over its 8 replicas":
         "هر مرحله در P = ۸، ارسال در هر گام: کاهش همگانی گرادیان‌های bf16 آن روی ۸ رونوشتش",
     "stage at P = 8, sent per step: ZeRO-3 over its 8 replicas (one gather per step)":
@@ -153,17 +151,19 @@ def gantt_figure(runs: dict[str, list[tuple]], lang: str = "en", slots: bool = F
 
     Times are seconds of a measured step, drawn in milliseconds; with `slots`, the time units
     of `pipeline.ideal_timeline` (a forward takes 1), drawn as they are. The panels share one
-    time axis, so that a longer step draws longer, and each title gives its step's length and
-    `pipeline.bubble_fraction`. With `per_block` (and `slots`), the axis says that a slot is one
-    block's forward, for stages whose forwards last their number of blocks."""
+    time axis, so that a longer step draws longer, and each title gives its step's length (to a
+    tenth of a slot, in whole milliseconds) and `pipeline.bubble_fraction`. With `per_block`
+    (and `slots`), the axis says that a slot is one block's forward, for stages whose forwards
+    last their number of blocks."""
     scale = 1 if slots else 1e3
     labels, fig, axes = start_figure(LABELS, lang, len(runs), 1, figsize=(FIGURE_WIDTH, 1.4 + 1.8 * len(runs)),
                                      squeeze=False, sharex=True)
     for ax, (title, events) in zip(axes[:, 0], runs.items()):
         stages = sorted({e[0] for e in events})
         span = scale * (max(e[4] for e in events) - min(e[3] for e in events))
+        span = round(span, 1) if slots and round(span, 1) != round(span) else round(span)  # 34.5 slots
         ax.set_title(labels["panel_slots" if slots else "panel"].format(
-            name=title, span=number(round(span), lang),
+            name=title, span=number(span, lang),
             bubble=language.number(bubble_fraction(events, len(stages)), lang, ".2f")))
         for stage, micro, kind, start, end in events:
             ax.barh(stage, scale * (end - start), left=scale * start, height=0.7,

@@ -231,6 +231,11 @@ def test_gantt_panels_share_one_time_axis_and_title_their_step_and_bubble():
         english, persian = [pipeline.gantt_figure({"tenth": tenth}, lang=lang, slots=True).axes[0].get_title()
                             for lang in ("en", "fa")]
         assert english == "tenth: a step of 30 slots, bubble 0.10" and persian.endswith("حباب ۰٫۱۰")
+        # A step of 34.5 slots must not read 34: 1 - 24/34 is not the bubble the title gives.
+        half = ideal_timeline("gpipe", 4, 8, message=0.25)
+        english, persian = [pipeline.gantt_figure({"half": half}, lang=lang, slots=True).axes[0].get_title()
+                            for lang in ("en", "fa")]
+        assert english == "half: a step of 34.5 slots, bubble 0.30" and "۳۴٫۵" in persian
     finally:
         plt.close("all")
 
