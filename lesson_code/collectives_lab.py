@@ -443,6 +443,9 @@ SAY = {
                   "{high:,}, each ahead by more than {bound:.2f}x)",
         "undecided": "verdict: undecided, rerun ({reasons})", "reasons_join": "; ",
         "undecided_load": "load: {load:.2f} on {cores} cores at the start",
+        "load_high": "load {load:.2f} on {cores} cores at the start: these times describe a "
+                     "loaded machine; compare with the stored run only below {cores}",
+        "load_low": "load {load:.2f} on {cores} cores at the start: below the core count",
         "undecided_gap": "gap: within {bound:.2f}x at {sizes} bytes",
         "gaps_clear": "gaps: both over {bound:.2f}x",
         "differs": "verdict: differs from the book (the switch is not between {low:,} and "
@@ -485,6 +488,9 @@ SAY = {
                   "{high:,} بایت، هر کدام بیش از {bound:.2f} برابر جلوتر)",
         "undecided": "حکم: نامعلوم، دوباره اجرا کنید ({reasons})", "reasons_join": "؛ ",
         "undecided_load": "بار: {load:.2f} روی {cores} هسته در آغاز",
+        "load_high": "بار {load:.2f} روی {cores} هسته در آغاز: این زمان‌ها دستگاهی پربار را وصف "
+                     "می‌کنند؛ فقط با بارِ زیر {cores} با اجرای ذخیره‌شده مقایسه کنید",
+        "load_low": "بار {load:.2f} روی {cores} هسته در آغاز: کمتر از شمار هسته‌ها",
         "undecided_gap": "فاصله: در حد {bound:.2f} برابر در {sizes} بایت",
         "gaps_clear": "فاصله‌ها: هر دو بیش از {bound:.2f} برابر",
         "differs": "حکم: با کتاب فرق دارد (نقطهٔ تغییر میان {low:,} و {high:,} بایت نیست)",
@@ -658,6 +664,12 @@ def switches_line(switches: list[tuple[int, str, str]], lang: str) -> str:
     return say("switches", lang, switches="؛ ".join(
         say("switch", lang, nbytes=nbytes, before=words.get(before, before),
             after=words.get(after, after)) for nbytes, before, after in switches))
+
+
+def load_line(load: float, cores: int, lang: str) -> str:
+    """The load average read before a timing run, as a line of `lang`: at or above the core count
+    it warns that the times describe that load, and are not to be compared with the stored run."""
+    return say("load_high" if load >= cores else "load_low", lang, load=load, cores=cores)
 
 
 def switch_verdict(rows: list[dict], bound: float, load: float, cores: int, lang: str) -> str:

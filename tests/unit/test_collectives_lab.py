@@ -174,6 +174,20 @@ def test_an_undecided_verdict_names_the_reason_that_applied(lang):
     assert named in quiet and unnamed not in quiet  # only the size whose gap was close
 
 
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_load_line_warns_from_the_core_count_on(lang):
+    say = collectives_lab.SAY[lang]
+    warning = say["load_high"].split("{")[0]
+    assert collectives_lab.load_line(10.61, 2, lang).startswith(warning)
+    assert collectives_lab.load_line(2.0, 2, lang).startswith(warning)  # as loaded as the cores
+    idle = collectives_lab.load_line(1.3, 2, lang)
+    assert idle.startswith(say["load_low"].split("{")[0]) and "stored" not in idle
+    assert collectives_lab.load_line(10.61, 2, "en") == (
+        "load 10.61 on 2 cores at the start: these times describe a loaded machine; "
+        "compare with the stored run only below 2")
+    assert "۱۰٫۶۱" in collectives_lab.load_line(10.61, 2, "fa")  # Persian digits
+
+
 def test_the_printed_lines_leave_out_a_group_with_no_size():
     ring, naive = {4096: 1.0, 2 ** 20: 1.0}, {4096: 1.0, 2 ** 20: 1.0}  # neither is ahead
     assert collectives_lab.ahead_line(ring, naive, 1.2, "en", readable=True) == (
