@@ -202,7 +202,7 @@ STATES_LABELS = {
            "re-save": "↓ renamed by\na re-save", "back": "↑ renamed back\nif no step-N",
            "prune": "renamed by\na prune", "debris": "the next save of\nits step, or a prune",
            "by prune": "the prune", "replaced": "once the new copy\nis published",
-           "if published": "if step-N\nexists: debris",
+           "if published": "if step-N\nexists:\ndebris",
            "complete": "a crash here leaves a complete copy, published if its step has none",
            "skipped": "a crash here leaves debris, which readers skip"},
     "fa": {"title": "پوشهٔ یک گام: پنج وضعیتش، و آنچه آن را از یکی به دیگری می‌برد",
