@@ -83,7 +83,8 @@ def summarise(per_rank: list, variants: list[tuple[str, str, float]]) -> pd.Data
 # `summarise`'s columns that lesson 77 shows, under the names its table of columns explains;
 # each ratio as its median over the rounds, then its lowest and highest round.
 BOOK_COLUMNS = {"wrapper": "wrapper", "comm": "communicator", "bucket_mb": "bucket MiB",
-                "backward_ms": "backward", "wait_ms": "wait", "step_ms": "step", "comm_ms": "comm",
+                "forward_ms": "forward", "backward_ms": "backward", "wait_ms": "wait",
+                "check_ms": "check", "optimizer_ms": "optimizer", "step_ms": "step", "comm_ms": "comm",
                 "hidden_comm_ms": "comm during backward", "vs_torch": "vs torch",
                 "vs_torch_low": "vs torch low", "vs_torch_high": "vs torch high",
                 "vs_one_bucket": "vs one bucket", "vs_one_bucket_low": "vs one bucket low",

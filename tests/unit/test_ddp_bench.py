@@ -55,6 +55,8 @@ def test_the_book_table_renames_the_columns_it_explains_and_rounds_only_times_an
     table.loc[2, "bucket_mb"] = 0.25  # a size that rounding to 0.1 would change
     shown = ddp_bench.book_table(table).set_index("wrapper")
     assert list(shown.columns) == list(ddp_bench.BOOK_COLUMNS.values())[1:]
+    # every phase of the step, so that a row's phases add up to about its step
+    assert {"forward", "backward", "wait", "check", "optimizer"} <= set(shown.columns)
     assert shown.loc["bucketed", "bucket MiB"] == 0.25
     assert shown.loc["naive", "comm during backward"] == table.loc[0, "hidden_comm_ms"]
     assert (shown.loc["bucketed", "vs one bucket low"], shown.loc["bucketed", "vs one bucket high"]) == (1.0, 1.0)
