@@ -18,13 +18,15 @@ from lesson_code.plots.tables import translate
 LABELS = {
     "en": {"ranks": "ranks N", "per_rank": "GB per rank", "saving": "saving vs DDP (%)",
            "title": "Mixed-precision Adam, {p}B parameters\n"
-                    "model states only; ZeRO-3's working set not drawn", "measured": "measured",
+                    "model states; dashed: ZeRO-3 with its working set", "measured": "measured",
+           "working": "ZeRO-3 + working set ({n} layers)",
            "formula": "formula 12 × shard", "bytes": "optimizer bytes per rank", "rank": "rank",
            "ddp": "DDP (every rank holds all)", "zero1": "ZeRO-1"},
     "fa": {"ranks": "تعداد رتبه‌ها N", "per_rank": "گیگابایت در هر رتبه",
            "saving": "صرفه‌جویی نسبت به DDP (٪)",
            "title": "Adam با دقت ترکیبی، {p} میلیارد پارامتر\n"
-                    "\u200fفقط وضعیت‌های مدل؛ حافظهٔ کاری ZeRO-3 رسم نشده است",
+                    "\u200fوضعیت‌های مدل؛ خط‌چین: ZeRO-3 با حافظهٔ کاری‌اش",
+           "working": "ZeRO-3 + حافظهٔ کاری ({n} لایه)",
            "measured": "اندازه‌گیری‌شده", "formula": "فرمول ۱۲ × شارد",
            "bytes": "بایت‌های بهینه‌ساز در هر رتبه", "rank": "رتبه",
            "ddp": "DDP (هر رتبه همه را دارد)", "zero1": "ZeRO-1"},
@@ -42,6 +44,9 @@ TABLE_LABELS = {
     "ZeRO-1 on 4 ranks": "ZeRO-1 روی ۴ رتبه", "torch.optim.Adam, one process": "torch.optim.Adam، یک فرایند",
     "DDP optimizer": "بهینه‌ساز DDP", "ZeRO-1 optimizer": "بهینه‌ساز ZeRO-1", "12 x shard": "۱۲ × شارد",
     "DDP + fp32-master Adam optimizer": "بهینه‌ساز DDP با Adam و وزن‌های اصلی fp32",
+    "BucketedDDP optimizer": "بهینه‌ساز BucketedDDP",
+    "DDP + ZeroRedundancyOptimizer": "DDP با ZeroRedundancyOptimizer",
+    "naive step": "گام ساده‌لوحانه",
     "saving vs DDP (%)": "صرفه‌جویی نسبت به DDP (٪)",
     "torch.optim.AdamW, two groups": "torch.optim.AdamW، دو گروه",
     "torch.optim.AdamW, decay on all": "torch.optim.AdamW، واپاشی وزن روی همه",
@@ -106,14 +111,25 @@ def localized(table, lang: str):
     return translate(table, {"fa": TABLE_LABELS}, lang)
 
 
-def stages_figure(params: float, world_sizes: list[int], lang: str = "en") -> Figure:
-    """Two panels against N: GB per rank of each stage, and its saving over DDP in percent."""
+def stages_figure(params: float, world_sizes: list[int], lang: str = "en",
+                  layers: int = 32) -> Figure:
+    """Two panels against N: GB per rank of each stage, and its saving over DDP in percent.
+
+    The top panel also draws, dashed, ZeRO-3's shards plus its working set for `layers` equal
+    layers (`memory.stage3_working_bytes`, bf16 reduction), the floor that does not shrink with N.
+    """
     table = memory.memory_table(params, world_sizes)
     labels, fig, (left, right) = start_figure(LABELS, lang, 2, 1, figsize=(FIGURE_WIDTH, 7))
     for stage in memory.STAGES:
         rows = table[table.stage == stage]
-        left.plot(rows.N, rows.total / 1e9, marker="o", label=stage)
+        line, = left.plot(rows.N, rows.total / 1e9, marker="o", label=stage)
         right.plot(rows.N, rows.saving_percent, marker="o", label=stage)
+        if stage == "ZeRO-3":
+            working = memory.stage3_working_bytes(params / layers)
+            dashed, = left.plot(rows.N, (rows.total + working) / 1e9, linestyle="--",
+                                color=line.get_color(),
+                                label=labels["working"].format(n=number(str(layers), lang)))
+    legend(left, handles=[dashed], loc="lower left")
     for ax, ylabel in ((left, labels["per_rank"]), (right, labels["saving"])):
         ax.set_xscale("log", base=2)
         ax.set_xticks(world_sizes, [str(n) for n in world_sizes])
@@ -339,14 +355,14 @@ MOVES_LABELS = {
     "en": {"rank": "rank",
            "flatten": "1. flatten: each rank's whole gradient of its own data (model's dtype)",
            "reduce": "2. reduce-scatter: rank r keeps its shard, averaged (model's dtype)",
-           "adam": "3. Adam on the shard, in fp32: master copy and two moments",
+           "adam": "3. Adam on the shard, in fp32: its three stripes are the master, m and v",
            "gather": "4. all-gather: every rank gets the whole updated model (model's dtype)",
            "elements": "N shards of S = ⌈Ψ/N⌉ elements; the last ends in zero padding (hatched)",
            "shard": "shard"},
     "fa": {"rank": "رتبه",
            "flatten": "۱. تخت‌سازی: هر رتبه گرادیان کامل دادهٔ خودش را دارد (نوع دادهٔ مدل)",
            "reduce": "۲. کاهش و پخش: رتبهٔ r شارد خودش را، میانگین‌گرفته، نگه می‌دارد (نوع دادهٔ مدل)",
-           "adam": "۳. Adam روی شارد، در fp32: رونوشت اصلی و دو گشتاور",
+           "adam": "۳. Adam روی شارد، در fp32: سه نوارش رونوشت اصلی، m و v است",
            "gather": "۴. گردآوری همگانی: هر رتبه کل مدلِ به‌روزشده را می‌گیرد (نوع دادهٔ مدل)",
            "elements": "شاردها: N تا، هر کدام S = ⌈Ψ/N⌉ عنصر؛ آخرینشان با صفرِ پدینگ تمام می‌شود (هاشورخورده)",
            "shard": "شارد"},
