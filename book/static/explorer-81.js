@@ -3,7 +3,7 @@
  * ranks, and the stored loss curve of the capstone command with a learning-rate spike, the
  * guard's rollback marked. The same arithmetic as lesson_code (tests/book/test_explorers.py):
  * `parameters` is models.gpt_parameters, `capstoneBytes` memory.capstone_bytes, `ddpBytes`
- * memory.bytes_per_rank("DDP", P, N, FP32_ADAM). The curve is bench.capstone.read_curve's,
+ * memory.bytes_per_rank("DDP", P, N, FP32_ADAM) and `ddpMasterBytes` the same with FP32_MASTER_ADAM. The curve is bench.capstone.read_curve's,
  * written into the page by the book's build (lesson_code.book_build.explorer_data).
  */
 (() => {
@@ -20,12 +20,14 @@
     return { parameters: 4 * params, gradients: 4 * params, optimizer: 12 * Math.ceil(params / worldSize) };
   };
   const ddpBytes = (params) => ({ parameters: 4 * params, gradients: 4 * params, optimizer: 8 * params });
+  const ddpMasterBytes = (params) => ({ ...ddpBytes(params), optimizer: 12 * params });  // the figure's DDP bar
 
   const PARTS = ["optimizer", "gradients", "parameters"];
   const WIDTHS = [32, 64, 128, 256, 512, 768, 1024, 2048];
   const TEXT = {
     en: { title: "The capstone's memory, and its loss curve", ranks: "Ranks N", layers: "Blocks",
-          width: "Width", params: "Parameters", zero: "ZeRO-1 (the capstone)", ddp: "DDP with Adam",
+          width: "Width", params: "Parameters", zero: "ZeRO-1 (the capstone)", ddp: "DDP with Adam (8P)",
+          ddpMaster: "DDP with a master copy and Adam (12P)",
           optimizer: "optimizer state", gradients: "gradients", parameters: "weights",
           perRank: "per rank", saving: "ZeRO-1 saves per rank",
           curve: "Stored loss per step of the capstone command with a learning-rate spike at step 13",
@@ -33,7 +35,8 @@
           rejected: "step {at} rejected: loss {loss}", measured: "Measured on {date} on: ",
           memoryChart: "Bars: bytes per rank, optimizer state, gradients and weights" },
     fa: { title: "حافظهٔ پروژهٔ پایانی، و منحنی زیان آن", ranks: "تعداد رتبه‌ها N", layers: "تعداد بلوک‌ها",
-          width: "پهنا", params: "پارامترها", zero: "ZeRO-1 (پروژهٔ پایانی)", ddp: "DDP با Adam",
+          width: "پهنا", params: "پارامترها", zero: "ZeRO-1 (پروژهٔ پایانی)", ddp: "DDP با Adam (۸P)",
+          ddpMaster: "DDP با رونوشت اصلی و Adam (۱۲P)",
           optimizer: "وضعیت بهینه‌ساز", gradients: "گرادیان‌ها", parameters: "وزن‌ها",
           perRank: "برای هر رتبه", saving: "صرفه‌جویی ZeRO-1 در هر رتبه",
           curve: "زیان ذخیره‌شدهٔ هر گام در فرمان پروژهٔ پایانی با جهش نرخ یادگیری در گام ۱۳",
@@ -131,7 +134,7 @@
       const n = Number(ranks.input.value);
       const zero = capstoneBytes(p, n);
       const ddp = ddpBytes(p);
-      memory.replaceChildren(bars([[t.zero, zero], [t.ddp, ddp]], lang, chartWidth(memory)));
+      memory.replaceChildren(bars([[t.zero, zero], [t.ddp, ddp], [t.ddpMaster, ddpMasterBytes(p)]], lang, chartWidth(memory)));
       const total = (bytes) => PARTS.reduce((s, part) => s + bytes[part], 0);
       const row = (term, value, key) => fact(term, value, key);
       const grouped = p.toLocaleString("en-US");
@@ -151,6 +154,6 @@
     curveFigure.append(curve(data.curve, lang, chartWidth(curveFigure)));
   };
 
-  globalThis.Explorer81 = { parameters, capstoneBytes, ddpBytes };
+  globalThis.Explorer81 = { parameters, capstoneBytes, ddpBytes, ddpMasterBytes };
   mount("81", build);
 })();

@@ -25,7 +25,7 @@ LABELS = {
            "optimizer": "optimizer state", "formula": "12P/N", "diverged": "rejected step (loss {loss:.0f})",
            "never_stopped": "never stopped", "killed": "killed after step {step}",
            "continued": "run again: continued from step {step}", "crash": "a rank killed",
-           "resume": "checkpoint it continued from", "save": "a save of {save} s",
+           "resume": "checkpoint it continued from", "save": "a save of {save} s", "ddp": "DDP (12P)",
            "young": "Young's interval", "interval": "save interval T (min), modelled",
            "lost": "time lost (%)", "saves": "saves, C/T", "redone": "steps trained again, T/2M"},
     "fa": {"step": "گام", "loss": "زیان", "rollback": "چکپوینتی که اجرا به آن بازگشت (گام {step})",
@@ -35,7 +35,7 @@ LABELS = {
            "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N", "diverged": "گام ردشده (زیان {loss:.0f})",
            "never_stopped": "اجرای بی‌وقفه", "killed": "کشته‌شده پس از گام {step}",
            "continued": "اجرای دوباره: ادامه از گام {step}", "crash": "کشته شدن یک رتبه",
-           "resume": "چکپوینتی که اجرا از آن ادامه یافت", "save": "ذخیرهٔ {save} ثانیه‌ای",
+           "resume": "چکپوینتی که اجرا از آن ادامه یافت", "save": "ذخیرهٔ {save} ثانیه‌ای", "ddp": "DDP (۱۲P)",
            "young": "فاصلهٔ یانگ", "interval": "فاصلهٔ ذخیره T (دقیقه)، برآوردشده",
            "lost": "زمان ازدست‌رفته (درصد)", "saves": "ذخیره‌ها، C/T",
            "redone": "آموزش دوبارهٔ گام‌ها، T/2M"},
@@ -141,7 +141,8 @@ def loss_curve_figure(rows: list[dict], lang: str = "en") -> Figure:
     if undone:  # a replay lands on its first pass when the fault fires once: shift that pass aside
         ax.plot([r["step"] + 0.25 for r in undone], [r["loss"] for r in undone], "o", markersize=5,
                 markerfacecolor="none", color=line.get_color(), label=labels["first_pass"])
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 2.5
+    # steps are whole (no tick at 2.5), and up to 20 steps every other one is labelled (10, 14)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=12, integer=True, steps=[1, 2, 5, 10]))
     ax.set_xlabel(labels["step"])
     ax.set_ylabel(labels["loss"])
     if events:
@@ -181,7 +182,7 @@ def memory_profile_figure(results: list[dict], lang: str = "en") -> Figure:
     """Stacked bars per rank (optimizer state at the bottom, then gradients and parameters) and
     the line 12P/N (+ padding), which meets the top of the optimizer segment when ZeRO-1 holds.
 
-    A last bar, "DDP", stacks the same parts for DDP with a master copy and Adam: rank 0's
+    A last bar, "DDP (12P)", stacks the same parts for DDP with a master copy and Adam: rank 0's
     parameters and gradients over 12P bytes of optimizer state, whole on every rank."""
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.6))
     ranks = [r["rank"] for r in results]
@@ -197,7 +198,7 @@ def memory_profile_figure(results: list[dict], lang: str = "en") -> Figure:
     ax.axhline(12 * (numel + padding) / len(results), color="#d62728", linestyle="--",
                label=labels["formula"])
     fig = label_ranks(fig, ax, ranks, labels, labels["bytes"], lang)  # the legend under the bars
-    ax.set_xticks(positions, [language.numbered(labels["rank"], r, lang) for r in ranks] + ["DDP"])
+    ax.set_xticks(positions, [language.numbered(labels["rank"], r, lang) for r in ranks] + [labels["ddp"]])
     fig.tight_layout()
     return fig
 

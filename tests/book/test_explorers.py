@@ -147,7 +147,8 @@ def test_the_capstone_explorer_counts_parameters_and_bytes_as_lesson_code_does()
     got = evaluate(["explorer-common.js", "explorer-81.js"], """([shapes, worlds]) => {
         const E = globalThis.Explorer81;
         return shapes.map((shape) => { const p = E.parameters(shape);
-            return {p, zero: worlds.map((n) => E.capstoneBytes(p, n)), ddp: E.ddpBytes(p)}; });
+            return {p, zero: worlds.map((n) => E.capstoneBytes(p, n)), ddp: E.ddpBytes(p),
+                    ddpMaster: E.ddpMasterBytes(p)}; });
     }""", [shapes, worlds])
     for shape, js in zip(shapes, got, strict=True):
         config = GPTConfig(**shape)
@@ -156,6 +157,9 @@ def test_the_capstone_explorer_counts_parameters_and_bytes_as_lesson_code_does()
         ddp = memory.bytes_per_rank("DDP", js["p"], 4, memory.FP32_ADAM)
         assert js["ddp"] == {"parameters": ddp["params"], "gradients": ddp["grads"],
                              "optimizer": ddp["optimizer"]}
+        master = memory.bytes_per_rank("DDP", js["p"], 4, memory.FP32_MASTER_ADAM)
+        assert js["ddpMaster"] == {"parameters": master["params"], "gradients": master["grads"],
+                                   "optimizer": master["optimizer"]}
     for shape in shapes[:6]:  # small enough to build: the formula counts the real model
         assert gpt_parameters(GPTConfig(**shape)) == count_parameters(MiniGPT(GPTConfig(**shape)))
     data = explorer_data.capstone()

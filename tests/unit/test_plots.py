@@ -370,7 +370,7 @@ def test_the_capstone_memory_figure_ends_with_a_ddp_bar_of_12p_optimizer_state()
     figure = capstone.memory_profile_figure(CAPSTONE)
     try:
         ax = figure.axes[0]
-        assert [t.get_text() for t in ax.get_xticklabels()] == ["rank 0", "rank 1", "DDP"]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["rank 0", "rank 1", "DDP (12P)"]
         bottom_segments = ax.containers[0]  # optimizer state, one bar per column
         assert [bar.get_height() for bar in bottom_segments] == [300, 300, 12 * 50]
     finally:
@@ -426,3 +426,22 @@ def test_the_save_timeline_draws_fsyncs_thinner_and_names_rank_0s_files_at_three
         assert len(named) == 3 and len({t.get_position()[1] for t in named}) == 3
     finally:
         plt.close(figure)
+
+
+def test_the_loss_curve_labels_every_other_step_of_a_20_step_run():
+    rows = [{"step": step, "loss": 4.0 - step / 10} for step in range(1, 21)]
+    figure = capstone.loss_curve_figure(rows)
+    try:
+        ticks = [tick for tick in figure.axes[0].get_xticks() if 1 <= tick <= 20]
+        assert ticks == list(range(2, 21, 2)), ticks  # steps 10 and 14 of the spike run are labelled
+    finally:
+        plt.close(figure)
+
+
+def test_the_memory_figure_names_its_ddp_baseline_12p():
+    for lang, expected in (("en", "DDP (12P)"), ("fa", "DDP (۱۲P)")):  # Persian digits in a Persian figure
+        figure = capstone.memory_profile_figure(CAPSTONE, lang=lang)
+        try:
+            assert figure.axes[0].get_xticklabels()[-1].get_text().lstrip("\u200f") == expected
+        finally:
+            plt.close(figure)
