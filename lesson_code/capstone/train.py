@@ -106,9 +106,9 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
                             skip_after_rollback=config.skip_after_rollback)  # 4. the guard
     faults = InjectedFaults(config, rank)  # the lesson's faults, each off unless config asks
     corpus = config.corpus()
-    step, records, events, history = 0, [], [], {"records": [], "events": []}
+    position, records, events, history = 0, [], [], {"records": [], "events": []}  # the next batch, from 0
     if start_from is not None:
-        step, faults.spiked, history = restore_run_state(load_zero(start_from, model, optimizer), guard)
+        position, faults.spiked, history = restore_run_state(load_zero(start_from, model, optimizer), guard)
     log = MetricsLog(Path(config.out_dir) / "metrics.jsonl" if rank == 0 else None, history)
     gradient_bytes = 0
 
@@ -126,19 +126,19 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
     reject = functools.partial(reject_step, guard=guard, checkpointer=checkpointer, log=log,
                                events=events, state=state, update_rejected=update_rejected)
 
-    while step < config.steps:                                               # 5. the loop
-        started, number = clock(), step + 1  # the step trained now; steps are numbered from 1
+    while position < config.steps:                                           # 5. the loop
+        started, step = clock(), position + 1  # the step trained now, from 1, on batch `position`
         optimizer.zero_grad()
-        loss = global_mean(forward_backward(config, model, corpus, step, rank, world_size))
+        loss = global_mean(forward_backward(config, model, corpus, position, rank, world_size))
         reason = guard.check(loss)  # the same loss on every rank, so every rank decides alike
         if reason is not None:  # judged before the update: no weight has changed
-            step, unjudged = reject(number, loss, reason, updated=False), None
+            position, unjudged = reject(step, loss, reason, updated=False), None
             continue
         gradient_bytes = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
         lr = optimizer.lr
-        optimizer.lr = faults.learning_rate(number, lr)
+        optimizer.lr = faults.learning_rate(step, lr)
         optimizer.step()  # reduce-scatter, Adam on this rank's shard, all-gather
-        optimizer.lr, step, unjudged = lr, number, number
+        optimizer.lr, position, unjudged = lr, step, step
         records.append(log.write({"step": step, "loss": loss, "grad_norm": optimizer.last_grad_norm,
                                   "step_time_s": clock() - started, "lr": lr,
                                   "param_norm": flat_parameters(model).norm().item()}))
@@ -146,7 +146,7 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             after = loss_after_update(config, model, corpus, step - 1, rank, world_size)
             reason = guard.check_update(after, loss)
             if reason is not None:  # the update is in the weights: roll it back before any save
-                step, unjudged = reject(number, after, reason, updated=True), None
+                position, unjudged = reject(step, after, reason, updated=True), None
                 continue
             unjudged = None
         checkpointer.maybe_save(step, loss, state(), disk=faults.disk(step))
@@ -172,34 +172,34 @@ def timed_run_rank(rank: int, world_size: int, config: CapstoneConfig,
     return {**result, "run_s": clock() - started}
 
 
-def reject_step(number: int, loss: float, reason: str, updated: bool, *, guard: DivergenceGuard,
+def reject_step(step: int, loss: float, reason: str, updated: bool, *, guard: DivergenceGuard,
                 checkpointer: Checkpointer, log: MetricsLog, events: list[dict],
                 state: Callable[[], dict], update_rejected: Callable[[int], str | None]) -> int:
-    """Carry out the guard's verdict on step `number` for `run_rank`: roll back to the newest
+    """Carry out the guard's verdict on `step` for `run_rank`: roll back to the newest
     checkpoint, or skip the step's batch; return the data position to train from. Collective:
     every rank. `updated`: the step's update is already in the weights (it was judged after it).
     Rank 0's `log` and every rank's `events` get the event; `state` is what a save made now keeps
-    besides tensors; `update_rejected(step)` re-judges step `step`'s update if the weights hold it
+    besides tensors; `update_rejected(n)` re-judges step n's update if the weights hold it
     unjudged (None: no such update, or a good one)."""
-    if guard.action(number) == "skip":  # action counts this rejection against the step's retries
+    if guard.action(step) == "skip":  # action counts this rejection against the step's retries
         if updated:  # skipping the batch would keep its update: stop instead
-            raise RuntimeError(f"step {number}'s update was rejected again after "
+            raise RuntimeError(f"step {step}'s update was rejected again after "
                                f"{guard.max_retries} rollbacks ({reason}): lower the learning rate")
-        verdict = update_rejected(number - 1)  # a spike seen before an update comes from the last
+        verdict = update_rejected(step - 1)  # a spike seen before an update comes from the last
         if verdict is not None:  # the weights are at fault, not the batch: skipping would keep them
-            raise RuntimeError(f"step {number}'s batch cannot be skipped ({reason}): the weights hold "
-                               f"step {number - 1}'s update, which fails too ({verdict}); lower the "
+            raise RuntimeError(f"step {step}'s batch cannot be skipped ({reason}): the weights hold "
+                               f"step {step - 1}'s update, which fails too ({verdict}); lower the "
                                "learning rate, or allow more rollbacks (guard_retries)")
-        events.append(log.write({"event": "skip", "loss": loss, "reason": reason, "step": number,
-                                 "message": f"step {number}'s batch skipped: still rejected "
+        events.append(log.write({"event": "skip", "loss": loss, "reason": reason, "step": step,
+                                 "message": f"step {step}'s batch skipped: still rejected "
                                             f"after {guard.max_retries} rollbacks ({reason})"}))
-        checkpointer.maybe_save(number, guard.previous, state())
-        return number
+        checkpointer.maybe_save(step, guard.previous, state())
+        return step
     restored, guard.previous = checkpointer.rollback()
-    trained = number if updated else number - 1  # steps since the checkpoint: their updates are gone
+    trained = step if updated else step - 1  # steps since the checkpoint: their updates are gone
     event = {"event": "rollback", "loss": loss, "reason": reason, "to_step": restored,
-             "at_step": number, "undone": list(range(restored + 1, trained + 1))}
-    resume = guard.resume_at(restored, number)  # the checkpoint's, or past the rejected step
+             "at_step": step, "undone": list(range(restored + 1, trained + 1))}
+    resume = guard.resume_at(restored, step)  # the checkpoint's, or past the rejected step
     if resume > restored:  # skip_after_rollback: these steps' batches are never read again
         event["skipped"] = list(range(restored + 1, resume + 1))
     events.append(log.write(event))
