@@ -33,7 +33,7 @@ COLOURS = {"write": "#c6dbef", "fsync": "#2171b5", "rename": "black", "publish":
 # Table labels of the Persian edition (the English labels are the keys).
 TABLE_WORDS = {"fa": {
     **language.TERMS,
-    "file": "فایل", "all": "همه", "tensors": "تنسورها", "bytes": "بایت",
+    "file": "فایل", "all": "همه", "writer": "رتبهٔ نویسنده", "tensors": "تنسورها", "bytes": "بایت",
     "start": "آغاز", "length": "طول", "padding": "پدینگ",
     "never stopped": "بی‌وقفه", "resumed from step 10": "ادامه از چکپوینت گام ۱۰", "error": "خطا",
     "no manifest": "بدون مانیفست", "missing shard": "شارد گم‌شده", "truncated shard": "شارد کوتاه‌شده",
@@ -104,9 +104,10 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     rename that publishes the folder (red line over every row), in milliseconds. Rank 0's file
     writes are named (`.owner`, its shard, `replicated.pt` and the manifest's two files), and so
     is an fsync before its first write (the root's, after creating the staging folder): all above
-    its row, never between rank 0 and rank 1, in turn at three heights so that the manifest's two
-    short files and `replicated.pt` never share one; each on a white ground, so that the publish line
-    passes behind it. An fsync is drawn thinner than its file's write, which it mostly spans.
+    its row, never between rank 0 and rank 1, each at the lowest of three heights where it does
+    not run into the name before it (`_levels`), so that a name sits just above its bar unless a
+    neighbour is in the way; each on a white ground, so that the publish line passes behind it.
+    An fsync is drawn thinner than its file's write, which it mostly spans.
 
     `results` are every rank's `checkpoint_lab.timed_save` results.
     """
@@ -136,8 +137,7 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     ax.set_yticks(ranks, [language.numbered(labels["rank"], r, lang) for r in ranks])
     ax.set_ylim(max(ranks) + 0.6, min(ranks) - 1.65)  # rank 0 on top, room for its file names
     rows = {0: [], 1: [], 2: []}  # three heights above rank 0's bar, nearest first
-    for index, (x, file) in enumerate(sorted(named)):
-        level = index % 3
+    for (x, file), level in zip(sorted(named), _levels(sorted(named), ax.get_xlim()[1])):
         rows[level].append(ax.text(x, -0.34 - 0.4 * level, file, ha="center", va="bottom",
                                    fontsize=10, zorder=3,
                                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1}))
@@ -148,6 +148,20 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     for row in rows.values():
         _spread(ax, row)
     return fig
+
+
+def _levels(named: list[tuple[float, str]], span_ms: float, chars: float = 60.0) -> list[int]:
+    """For labels (middle in ms, text) in time order, the lowest of three heights (0 nearest the
+    bar) where each clears the last label already there, taking a character as `span_ms / chars`
+    wide; where none is clear, the height whose last label ends earliest."""
+    ends = [float("-inf")] * 3
+    levels = []
+    for x, text in named:
+        half = (len(text) + 2) / 2 * span_ms / chars
+        level = next((k for k in range(3) if ends[k] < x - half), ends.index(min(ends)))
+        ends[level] = x + half
+        levels.append(level)
+    return levels
 
 
 def _spread(ax, texts: list, gap_px: float = 6.0) -> None:

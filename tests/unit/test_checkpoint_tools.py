@@ -316,3 +316,21 @@ def test_one_request_makes_one_save_and_a_later_request_another():
     with pytest.raises(ValueError, match="on_request=True"):
         steps_only.request_save()
     assert not steps_only.asked_here and not steps_only.should_save(1)
+
+
+def test_the_save_timeline_puts_a_name_just_above_its_bar_unless_a_neighbour_is_in_the_way():
+    """Rank 0's shard, written far from `.owner`, is named at the nearest height, as `.owner` is
+    when alone: a name placed higher with nothing below it reads as a title. Names of files
+    written close together still take different heights."""
+    import matplotlib.pyplot as plt
+
+    from lesson_code.plots import checkpoint as figures
+    far = [{"rank": 0, "events": [("write", ".owner", 0.010, 0.012),
+                                  ("write", "shard-00000-of-00001.pt", 0.040, 0.044)]}]
+    texts = figures.save_timeline_figure(far, lang="en").axes[0].texts
+    assert len({t.get_position()[1] for t in texts}) == 1
+    near = [("write", name, 0.070 + 0.001 * i, 0.0709 + 0.001 * i)
+            for i, name in enumerate(["replicated.pt", "manifest.json", "manifest.sha256"])]
+    texts = figures.save_timeline_figure([{"rank": 0, "events": near}], lang="en").axes[0].texts
+    assert len({t.get_position()[1] for t in texts}) == 3
+    plt.close("all")

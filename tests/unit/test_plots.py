@@ -412,11 +412,12 @@ def test_the_young_figure_draws_its_two_terms_crossing_at_youngs_interval():
 
 def test_the_save_timeline_draws_fsyncs_thinner_and_names_rank_0s_files_at_three_heights():
     """An fsync mostly spans its file's write, so its bar is drawn thinner than the write's; rank
-    0's file names take three heights in turn, so that three short files in a row never share one."""
+    0's names of three short files in a row, 70 ms into the save, take three heights."""
     files = ["replicated.pt", "manifest.json", "manifest.sha256"]
-    events = [("write", name, 0.001 * i, 0.001 * i + 0.0009) for i, name in enumerate(files)]
-    events += [("fsync", "", 0.001 * i + 0.0001, 0.001 * i + 0.0008) for i in range(3)]
-    events += [("publish", "step-00000001", 0.003, 0.003)]
+    events = [("write", name, 0.07 + 0.001 * i, 0.07 + 0.001 * i + 0.0009)
+              for i, name in enumerate(files)]
+    events += [("fsync", "", 0.07 + 0.001 * i + 0.0001, 0.07 + 0.001 * i + 0.0008) for i in range(3)]
+    events += [("publish", "step-00000001", 0.073, 0.073)]
     figure = checkpoint.save_timeline_figure([{"rank": 0, "events": events}], lang="en")
     try:
         ax = figure.axes[0]
