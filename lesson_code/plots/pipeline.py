@@ -69,9 +69,8 @@ TABLE_WORDS = {"fa": {
     "model state, Adam in mixed precision": "وضعیت مدل، Adam با دقت ترکیبی",
     "bf16 weights ZeRO-3 gathers per pass": "وزن‌های bf16 که ZeRO-3 در هر گذر گرد می‌آورد",
     "bf16 activations at one cut, per sequence": "فعال‌سازی‌های bf16 در یک برش، برای هر دنباله",
-    "ZeRO-3 rank, sent per step, at least: all-gathers for forward and backward, 1 reduce-scatter":
-        "هر رتبهٔ ZeRO-3، ارسال در هر گام، دست‌کم: گردآوری‌های همگانیِ گذر رفت و برگشت و ۱ کاهش و پخش",
-    "pipeline stage, sent per step: activations and gradients": "هر مرحلهٔ پایپلاین، ارسال در هر گام: فعال‌سازی‌ها و گرادیان‌ها",
+    "ZeRO-3 rank, sent per step (at least)": "هر رتبهٔ ZeRO-3، ارسال در هر گام (دست‌کم)",
+    "pipeline stage, sent per step": "هر مرحلهٔ پایپلاین، ارسال در هر گام",
     "stage at P = 8, sent per step: all-reduce of its bf16 gradients over its 8 replicas":
         "هر مرحله در P = ۸، ارسال در هر گام: کاهش همگانی گرادیان‌های bf16 آن روی ۸ رونوشتش",
     "stage at P = 8, sent per step: ZeRO-3 over its 8 replicas (one gather per step)":
