@@ -112,8 +112,8 @@ def halving_doubling_all_reduce(tensor: torch.Tensor, op: str = "sum", *, group=
 def _halving_doubling_core(powers: PowerOfTwoGroup, flat: torch.Tensor) -> None:
     """Among the p participants: reduce-scatter by halving, then all-gather by doubling."""
     bounds = chunk_bounds(torch.tensor_split(flat, powers.size))
-    low, high = _reduce_scatter_by_halving(powers, flat, bounds)
-    _all_gather_by_doubling(powers, flat, bounds, low, high)
+    low, high = reduce_scatter_by_halving(powers, flat, bounds)
+    all_gather_by_doubling(powers, flat, bounds, low, high)
 
 
 def _folded_all_reduce(tensor: torch.Tensor, op: str, group, ledger: CommLedger | None,
@@ -145,7 +145,7 @@ def chunk_bounds(chunks: tuple[torch.Tensor, ...]) -> list[int]:
     return bounds
 
 
-def _reduce_scatter_by_halving(powers: PowerOfTwoGroup, flat: torch.Tensor,
+def reduce_scatter_by_halving(powers: PowerOfTwoGroup, flat: torch.Tensor,
                                bounds: list[int]) -> tuple[int, int]:
     """Halve the window of chunks each step; return the [low, high) chunks held at the end (one)."""
     low, high, mask = 0, powers.size, powers.size >> 1
@@ -167,7 +167,7 @@ def _reduce_scatter_by_halving(powers: PowerOfTwoGroup, flat: torch.Tensor,
     return low, high
 
 
-def _all_gather_by_doubling(powers: PowerOfTwoGroup, flat: torch.Tensor, bounds: list[int],
+def all_gather_by_doubling(powers: PowerOfTwoGroup, flat: torch.Tensor, bounds: list[int],
                             low: int, high: int) -> None:
     """Swap the held window with the partner's each step, so the window doubles to everything."""
     mask = 1
