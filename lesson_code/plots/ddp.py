@@ -62,11 +62,12 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
             # that a tick can be matched with the all-reduce it starts (bucket 1 first); the
             # numbers alternate above and below the lane, so that close ticks' numbers stay apart;
             # the legend names both shades (buckets 1, 3, ... light; 2, 4, ... dark).
-            odd = not modelled and bucket["bucket"] % 2 == 1
+            darker = not modelled and bucket["bucket"] % 2 == 1  # buckets 2, 4, ... from 1
+            shade = comm if modelled else labels["comm even" if darker else "comm odd"]
+            first_of_its_shade = rank == 0 and bucket["bucket"] < (1 if modelled else 2)
             ax.barh(y, 1e3 * (bucket["end"] - bucket["start"]), left=1e3 * bucket["start"],
-                    height=0.8, color=COLOURS["comm odd" if odd else "comm"], edgecolor="white",
-                    label=(None if rank or bucket["bucket"] > (0 if modelled else 1) else
-                           comm if modelled else labels["comm even" if odd else "comm odd"]))
+                    height=0.8, color=COLOURS["comm odd" if darker else "comm"], edgecolor="white",
+                    label=shade if first_of_its_shade else None)
             ax.plot(1e3 * bucket["ready"], y + 0.5, "k|", markersize=10,
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
             if not modelled:
