@@ -103,7 +103,9 @@
       }
       svg.append(svgElement("text", { x: x(e.at_step), y: y(e.loss) + 5, "text-anchor": "middle",
                                       class: "explorer__rejected" }, "✕"));
-      svg.append(svgElement("text", { x: x(e.at_step) + 10, y: y(e.loss) + 5, class: "explorer__label" },
+      const leftward = x(e.at_step) > width / 2;  // a label right of a late spike would leave a phone's chart
+      svg.append(svgElement("text", { x: x(e.at_step) + (leftward ? -10 : 10), y: y(e.loss) + 5,
+                                      "text-anchor": leftward ? "end" : "start", class: "explorer__label" },
                             t.rejected.replace("{at}", digits(e.at_step, lang)).replace("{loss}", format(e.loss, lang, 1))));
     }
     for (let step = 0; step <= last; step += 5) {

@@ -602,6 +602,10 @@ def check_explorer_81(explorer, edition: str) -> None:
     expected = shown(sum(memory.capstone_bytes(params, 8).values()) / 1e6, edition, 0)
     assert explorer.locator("dd[data-value=zero]").inner_text() == f"{expected} MB"
     assert explorer.locator("line.explorer__rollback").count() == 2  # the rollback, the rejected step
+    outside = explorer.locator("svg.explorer__chart").evaluate_all("""charts => charts.flatMap(svg =>
+        [...svg.querySelectorAll("text")].filter(text => { const box = text.getBBox();
+            return box.x < 0 || box.x + box.width > svg.viewBox.baseVal.width; }).map(text => text.textContent))""")
+    assert outside == [], f"labels drawn outside their chart: {outside}"
 
 
 def check_explorer_77(explorer, edition: str) -> None:
