@@ -107,12 +107,17 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
     its row, never between rank 0 and rank 1, each at the lowest of three heights where it does
     not run into the name before it (`_levels`), so that a name sits just above its bar unless a
     neighbour is in the way; each on a white ground, so that the publish line passes behind it.
+    The root's fsync after the publish, which makes it durable, is named on rank 0's row, right
+    of the red line; the time axis runs 8% past the last event, so that it shows.
     An fsync is drawn thinner than its file's write, which it mostly spans.
 
     `results` are every rank's `checkpoint_lab.timed_save` results.
     """
     labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 2.2 + 0.55 * len(results)))
     seen, named = set(), []  # rank 0's named events: (middle in ms, text)
+    published = max((end for r in results for kind, _, _, end in r["events"] if kind == "publish"),
+                    default=float("inf"))
+    after = []  # rank 0's fsyncs after the publish: (end in ms)
     for result in results:
         rank = result["rank"]
         first_write = min((start for kind, _, start, _ in result["events"] if kind == "write"),
@@ -128,26 +133,48 @@ def save_timeline_figure(results: list[dict], lang: str = "en") -> Figure:
                     file = labels["root fsync"]
                 if rank == 0 and file and (kind == "write" or end <= first_write):
                     named.append((1e3 * (start + end) / 2, file))
+                if rank == 0 and kind == "fsync" and start >= published:
+                    after.append(1e3 * end)
             elif kind == "rename":
                 ax.plot([1e3 * end] * 2, [rank - 0.32, rank + 0.32], color=COLOURS[kind],
                         linewidth=1, label=label)
             else:
-                ax.axvline(1e3 * end, color=COLOURS[kind], linestyle="--", label=label)
+                ax.axvline(1e3 * end, color=COLOURS[kind], linestyle="--", label=label,
+                           zorder=0.9)  # behind the bars: the fsync right after it shows
     ranks = [r["rank"] for r in results]
     ax.set_yticks(ranks, [language.numbered(labels["rank"], r, lang) for r in ranks])
-    ax.set_ylim(max(ranks) + 0.6, min(ranks) - 1.65)  # rank 0 on top, room for its file names
+    ax.set_ylim(max(ranks) + 0.6, min(ranks) - 1.9)  # rank 0 on top, room for its file names
+    # The save starts at 0 (the lock and the staging folder come first); past the last event,
+    # room for the root's fsync after the publish and its name.
+    last = max((end for r in results for *_, end in r["events"]), default=0.0)
+    ax.set_xlim(0, 1.08 * 1e3 * last if last > 0 else None)
     rows = {0: [], 1: [], 2: []}  # three heights above rank 0's bar, nearest first
     for (x, file), level in zip(sorted(named), _levels(sorted(named), ax.get_xlim()[1])):
         rows[level].append(ax.text(x, -0.34 - 0.4 * level, file, ha="center", va="bottom",
                                    fontsize=10, zorder=3,
                                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1}))
+    durable = None  # on rank 0's row, where nothing else is drawn right of the publish line
+    if after:
+        durable = ax.annotate(labels["root fsync"], (max(after), 0), xytext=(4, 0),
+                              textcoords="offset points", ha="left", va="center", fontsize=10)
     ax.set_xlabel(labels["time"])
-    ax.set_xlim(left=0)  # the save starts at 0: the lock and the staging folder come first
     legend_below(ax, ncol=2)
     fig.tight_layout()
+    if durable is not None:
+        _make_room(ax, durable, max(after))
     for row in rows.values():
         _spread(ax, row)
     return fig
+
+
+def _make_room(ax, text, x: float, gap_px: float = 6.0) -> None:
+    """Widen the time axis, if need be, so that `text`, drawn right of time `x`, ends `gap_px`
+    inside the axes."""
+    renderer = ax.figure.canvas.get_renderer()
+    width = ax.get_window_extent(renderer).width
+    needed = text.get_window_extent(renderer).x1 + gap_px - ax.get_window_extent(renderer).x1
+    if needed > 0:
+        ax.set_xlim(0, x * width / (x * width / ax.get_xlim()[1] - needed))
 
 
 def _levels(named: list[tuple[float, str]], span_ms: float, chars: float = 60.0) -> list[int]:

@@ -300,6 +300,35 @@ def test_the_save_timeline_names_the_roots_fsync_and_keeps_rank_0s_names_above_i
     plt.close("all")
 
 
+def test_the_save_timeline_shows_the_roots_fsync_after_the_publish_line_with_its_name():
+    """The page reads the root's fsync after the publish, which makes it durable, right of the
+    red line: the time axis runs past it, 8% past the last event at least, and names it on rank
+    0's row; no name runs past the axes' right or top edge."""
+    import matplotlib.pyplot as plt
+
+    from lesson_code.plots import checkpoint as figures
+    events = [("fsync", "", 0.001, 0.002), ("write", ".owner", 0.0025, 0.003)]
+    events += [("write", name, 0.07 + 0.001 * i, 0.07 + 0.001 * i + 0.0009)
+               for i, name in enumerate(["replicated.pt", "manifest.json", "manifest.sha256"])]
+    events += [("publish", "step-00000001", 0.073, 0.0731), ("fsync", "", 0.0732, 0.0734)]
+    for lang in ("en", "fa"):
+        figure = figures.save_timeline_figure([{"rank": 0, "events": events}], lang=lang)
+        try:
+            ax = figure.axes[0]
+            assert ax.get_xlim()[1] >= 1.08 * 73.4
+            renderer = figure.canvas.get_renderer()
+            box = ax.get_window_extent(renderer)
+            durable = [t for t in ax.texts if getattr(t, "xy", (0, 0))[0] > 73.1]  # right of the line
+            assert [t.get_text().lstrip("\u200f") for t in durable] == [
+                figures.LABELS[lang]["root fsync"]]
+            assert durable[0].xy[1] == 0  # on rank 0's row
+            for text in ax.texts:
+                extent = text.get_window_extent(renderer)
+                assert extent.x1 <= box.x1 and extent.y1 <= box.y1, text
+        finally:
+            plt.close(figure)
+
+
 def test_one_request_makes_one_save_and_a_later_request_another():
     """Without a process group the policy decides alone; a request is answered by one save, and
     `requested` stays set so that a preempted job knows to stop."""
