@@ -35,7 +35,7 @@ LABELS = {
            "optimizer": "وضعیت بهینه‌ساز", "formula": "12P/N", "diverged": "گام ردشده (زیان {loss:.0f})",
            "never_stopped": "اجرای بی‌وقفه", "killed": "کشته‌شده پس از گام {step}",
            "continued": "اجرای دوباره: ادامه از گام {step}", "crash": "کشته شدن یک رتبه",
-           "resume": "چکپوینتی که اجرا از آن ادامه یافت", "save": "ذخیرهٔ {save} ثانیه‌ای", "ddp": "DDP (۱۲P)",
+           "resume": "چکپوینتی که اجرا از آن ادامه یافت", "save": "ذخیرهٔ {save} ثانیه‌ای", "ddp": "DDP (12P)",
            "young": "فاصلهٔ یانگ", "interval": "فاصلهٔ ذخیره T (دقیقه)، برآوردشده",
            "lost": "زمان ازدست‌رفته (درصد)", "saves": "ذخیره‌ها، C/T",
            "redone": "آموزش دوبارهٔ گام‌ها، T/2M"},
@@ -78,7 +78,13 @@ TABLE_WORDS = {"fa": {
     "same losses": "زیان‌های یکسان",
     "same last checkpoint": "آخرین چکپوینت یکسان",
     "collective": "عملیات جمعی", "calls": "فراخوانی‌ها", "bytes_sent": "بایت‌های فرستاده‌شده",
-    "bytes_received": "بایت‌های دریافتی",
+    "bytes_received": "بایت‌های دریافت‌شده",
+    "data position": "جایگاه داده", "optimizer state": "وضعیت بهینه‌ساز",
+    "RNG state": "وضعیت مولد اعداد تصادفی", "steps and losses": "گام‌ها و زیان‌ها", "params": "پارامترها",
+    "master": "وزن‌های اصلی fp32", "exp_avg": "گشتاور اول Adam", "exp_avg_sq": "گشتاور دوم Adam",
+    "optimizer_step": "شمارندهٔ گام Adam", "rng_state": "وضعیت مولد اعداد تصادفی",
+    "first step with another loss": "نخستین گامی که زیانش فرق دارد",
+    "step-20 loss minus the uninterrupted run's": "زیان گام ۲۰ منهای زیان اجرای بی‌وقفه",
     "MiniGPT, 4 ranks: reduce-scatter and all-gather (µs)": "MiniGPT، ۴ رتبه: کاهش و پخش، سپس گردآوری همگانی (میکروثانیه)",
     "MiniGPT, 4 ranks: two one-number all-reduces (µs)": "MiniGPT، ۴ رتبه: دو کاهش همگانیِ یک‌عددی (میکروثانیه)",
     "7B, 64 ranks: reduce-scatter of bf16 gradients and all-gather of bf16 parameters (s)":
@@ -96,6 +102,11 @@ TABLE_WORDS = {"fa": {
         "۳. ۷ میلیارد پارامتر، ۸ رتبه: ۱۲۸ کاهش همگانی با ۲۵ گیگابایت بر ثانیه (ثانیه)",
     "3. 7B, 8 ranks: 128 all-reduces on NVLink, 450 GB/s (s)":
         "۳. ۷ میلیارد پارامتر، ۸ رتبه: ۱۲۸ کاهش همگانی روی NVLink با ۴۵۰ گیگابایت بر ثانیه (ثانیه)",
+    "5. the loss and the squared norm in one all-reduce, ring (µs)":
+        "۵. زیان و مجذور نُرم در یک کاهش همگانی، حلقه (میکروثانیه)",
+    "1,024 GPUs: mean time between stops (h)": "۱٬۰۲۴ GPU: میانگین زمان میان دو توقف (ساعت)",
+    "1,024 GPUs: save interval, Young (min)": "۱٬۰۲۴ GPU: فاصلهٔ ذخیره با قاعدهٔ یانگ (دقیقه)",
+    "1,024 GPUs: time lost (%)": "۱٬۰۲۴ GPU: زمان ازدست‌رفته (درصد)",
 }}
 
 
