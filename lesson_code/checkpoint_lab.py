@@ -573,11 +573,8 @@ def folder_changes(states: list[list[str]]) -> list[str]:
 
 
 def save_flat_as_dtensors(rank: int, world_size: int, folder: str, destination: str) -> None:
-    """Write the flat vectors of our checkpoint in `folder` (saved by `world_size` ranks) again
-    with DCP into `destination`, each as a DTensor sharded on its one dimension (`Shard(0)`):
-    this rank's real elements (its shard without the padding) are its local piece, so the global
-    tensor is the unpadded vector, cut as `torch.chunk` cuts it. Collective: call on every rank.
-    """
+    """Save checkpoint `folder`'s flat vectors again with DCP into `destination`, as DTensors
+    placed `Shard(0)`. Collective."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
@@ -594,13 +591,15 @@ def save_flat_as_dtensors(rank: int, world_size: int, folder: str, destination: 
     dcp.save(state, checkpoint_id=destination)
 
 
-def load_dtensors_resharded(rank: int, world_size: int, source: str, resharded: str) -> dict:
+def load_dtensors_resharded(rank: int, world_size: int, source: str, resharded: str,
+                            lang: str = "en") -> dict:
     """Load the DTensors that `save_flat_as_dtensors` wrote to `source` on this job's
     `world_size` ranks, into DTensors of the same global shape sharded on dimension 0 (DCP
     reshards at load time), and compare this rank's piece with the shard of the same vectors in
     `resharded` (our `reshard` of the same checkpoint for `world_size` ranks). Returns the DCP
-    files this rank read (each holds the chunk one saving rank wrote) and whether the pieces are
-    equal bit for bit. Collective: call on every rank.
+    files this rank read (each holds the chunk one saving rank wrote), listed as `lang` lists
+    (`language.listed`), and whether the pieces are equal bit for bit. Collective: call on every
+    rank.
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import DefaultLoadPlanner
@@ -623,7 +622,7 @@ def load_dtensors_resharded(rank: int, world_size: int, source: str, resharded: 
     ours, _, manifest = load_sharded(resharded, rank=rank, world_size=world_size, replicated=False)
     layout = next(entry["layout"] for entry in manifest["files"] if entry["rank"] == rank)
     real = layout["length"] - layout["padding"]
-    return {"files read": ", ".join(planner.files),
+    return {"files read": language.listed(planner.files, lang),
             "equal to reshard's, bit for bit": all(
                 torch.equal(state[name].to_local().cpu(), ours[name][:real].cpu())
                 for name in layout["flat"])}

@@ -63,7 +63,7 @@ class CheckpointError(Exception):
         found_by = self.facts.get("found_by")
         if found_by:
             sentence += language.fill(" (رتبه‌های {ranks} آن را یافتند)"
-                                      if len(found_by) > 1 else " (رتبهٔ {ranks} آن را یافت)",
+                                      if len(found_by) > 1 else " (یافتهٔ رتبهٔ {ranks})",
                                       "fa", ranks=language.listed(
                                           [language.number(r, "fa") for r in found_by], "fa"))
         return sentence

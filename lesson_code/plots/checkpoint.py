@@ -51,7 +51,7 @@ TABLE_WORDS = {"fa": {
     "elements": "عنصرها", "from byte": "آغاز در فایل (بایت)",
     "continued from step 2": "ادامه از چکپوینت گام ۲",
     "nothing saved": "هنوز چیزی ذخیره نشده", "first save interrupted": "نخستین ذخیره نیمه‌کاره ماند",
-    "crashed mid-save": "اجرایی که میان ذخیره از کار افتاد",
+    "crashed mid-save": "اجرایی که در میانهٔ ذخیره از کار افتاد",
     "newest damaged": "تازه‌ترین چکپوینت آسیب‌دیده", "trains from step": "آموزش از گام",
     "load failed": "بارگذاری ناکام",
     "resumed": "ادامه‌یافته", "resumed, RNG state lost": "ادامه، بدون وضعیت مولد اعداد تصادفی",

@@ -376,3 +376,6 @@ def test_dcp_reshards_our_flat_vectors_at_load_time_as_reshard_does(tmp_path):
     assert [r["files read"] for r in loaded] == ["__0_0.distcp, __1_0.distcp",
                                                  "__1_0.distcp, __2_0.distcp, __3_0.distcp"]
     assert all(r["equal to reshard's, bit for bit"] for r in loaded)
+    persian = launch.spawn(checkpoint_lab.load_dtensors_resharded, str(tmp_path / "dcp"),
+                           str(step_folder(tmp_path / "two", 15)), "fa", world_size=2, timeout_s=60)
+    assert persian[0]["files read"] == "__0_0.distcp، __1_0.distcp"  # a Persian table's list

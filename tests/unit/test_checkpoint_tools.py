@@ -329,6 +329,14 @@ def test_the_save_timeline_shows_the_roots_fsync_after_the_publish_line_with_its
             plt.close(figure)
 
 
+def test_lesson_80s_restart_table_names_a_run_that_crashed_in_the_middle_of_a_save():
+    import pandas as pd
+
+    from lesson_code.plots import checkpoint as figures
+    shown = figures.table(pd.DataFrame({"loads": ["step-00000002"]}, index=["crashed mid-save"]), "fa")
+    assert shown.index.tolist() == ["اجرایی که در میانهٔ ذخیره از کار افتاد"]
+
+
 def test_one_request_makes_one_save_and_a_later_request_another():
     """Without a process group the policy decides alone; a request is answered by one save, and
     `requested` stays set so that a preempted job knows to stop."""

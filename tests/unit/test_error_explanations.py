@@ -37,7 +37,8 @@ def test_a_rank_killed_by_a_signal_is_told_in_both_languages():
     english = ("rank 1 of 4 was killed by SIGKILL before returning a result; the other ranks were "
                "stopped. Check the rank's memory use and anything that may kill it.")
     assert str(error) == english and error.explain("en") == english
-    assert_persian(error.explain("fa"), "رتبهٔ ۱ از ۴ رتبه", "SIGKILL")
+    assert_persian(error.explain("fa"), "رتبهٔ ۱ از ۴ رتبه", "SIGKILL",
+                   "مصرف حافظهٔ این رتبه و هر چیزی را که ممکن است آن را بکشد وارسی کنید.")
 
 
 @pytest.mark.parametrize("error, facts", [
@@ -142,6 +143,16 @@ def test_a_refused_restart_says_in_persian_what_failed_to_load_and_what_was_skip
     (tmp_path / "step-00000002").rmdir()
     assert_persian(raised(lambda: choose_checkpoint(tmp_path, failed, lock_timeout_s=5.0)).explain("fa"),
                    "کنارگذاشته: هیچ‌کدام)")
+
+
+def test_the_ranks_that_found_a_fault_close_its_persian_sentence():
+    """Lesson 80 prints a refusal rank 0 found, lesson 80a one that two ranks found."""
+    def told(found_by):
+        return CheckpointError("x [found by ...]", path="/run/step-00000001/manifest.json",
+                               fault="manifest_missing", folder="/run/step-00000001",
+                               found_by=found_by).explain("fa")
+    assert told([0]).endswith(" (یافتهٔ رتبهٔ ۰)")
+    assert told([0, 1]).endswith(" (رتبه‌های ۰، ۱ آن را یافتند)")
 
 
 def test_a_world_size_mismatch_gives_the_same_reshard_call_in_both_languages(tmp_path):
