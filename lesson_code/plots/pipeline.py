@@ -81,7 +81,7 @@ TABLE_WORDS = {"fa": {
         "هر مرحله در P = ۸، روی هم، با ZeRO-3 (۴۴ گیگابایت برای هر رتبه میان گام‌ها)",
     "GB sent per step: gradients": "گیگابایت ارسالی در هر گام: گرادیان‌ها",
     "GB sent per step: in all": "گیگابایت ارسالی در هر گام: روی هم",
-    "GB on stage 0 at the step's peak, at least": "گیگابایت روی مرحلهٔ ۰ در اوج گام، دست‌کم",
+    "GB on stage 0 at the step's peak, at least": "گیگابایت روی مرحلهٔ ۰ در بیشینهٔ حافظهٔ گام، دست‌کم",
     "fits in 80 GB": "جا شدن در ۸۰ گیگابایت", "yes": "بله", "no": "خیر",
     "all-reduce over the 8 replicas": "کاهش همگانی روی ۸ رونوشت", "ZeRO-3 over the 8 replicas": "ZeRO-3 روی ۸ رونوشت",
     "one micro-batch of one sequence": "یک میکرودسته با یک دنباله",
@@ -225,18 +225,20 @@ def bubble_figure(measured: dict[int, dict[int, float]], lang: str = "en",
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 3.8))
     for stages, by_m in sorted(measured.items()):
         ms = sorted(by_m)
+        # "P = 2" is a formula, as the prose's $P = 2$: its digit stays Latin in Persian too, like
+        # the 1s of (P − 1)/(m + P − 1) beside it (plots.LATIN_SPAN), so no entry mixes digits.
         line, = ax.plot(ms, [theoretical_bubble(stages, m) for m in ms], "-",
-                        label=labels["formula"].format(p=number(stages, lang)))
+                        label=labels["formula"].format(p=stages))
         spread = None
         if ranges and stages in ranges:  # distances below and above each point
             spread = [[by_m[m] - ranges[stages][m][0] for m in ms],
                       [ranges[stages][m][1] - by_m[m] for m in ms]]
         ax.errorbar(ms, [by_m[m] for m in ms], yerr=spread, fmt="o", capsize=3,
-                    color=line.get_color(), label=labels["measured"].format(p=number(stages, lang)))
+                    color=line.get_color(), label=labels["measured"].format(p=stages))
         for lines, style, key in ((models, "--", "model"), (floors, ":", "floor")):
             if lines and stages in lines:
                 ax.plot(ms, [lines[stages][m] for m in ms], style, color=line.get_color(),
-                        label=labels[key].format(p=number(stages, lang)))
+                        label=labels[key].format(p=stages))
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({m for by_m in measured.values() for m in by_m}))
     ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())

@@ -60,3 +60,21 @@ def test_a_word_off_the_page_is_found_and_the_cut_is_not():
     assert off_page_words("در هر گام برش انجام شد") and off_page_words("آن را پخش (broadcast) کند")
     assert off_page_words("آن را بازپخش (broadcast) کند") == []
     assert off_page_words("فقط فعال‌سازی‌های محل برش‌ها جابه‌جا می‌شوند") == []
+
+
+def test_the_replicas_table_says_peak_memory_as_the_glossary_does():
+    # «اوج» is a rate's peak (FLOP/s); a step's peak memory is the glossary's «بیشینهٔ حافظه».
+    shown = pipeline.table(pd.DataFrame({"GB on stage 0 at the step's peak, at least": [213.4]}), "fa")
+    assert list(shown.columns) == ["گیگابایت روی مرحلهٔ ۰ در بیشینهٔ حافظهٔ گام، دست‌کم"]
+
+
+def test_the_bubble_legend_writes_each_formula_with_latin_digits_only():
+    # "(P − 1)/(m + P − 1), P = 2": the 1s stay Latin inside the formula, so P's value does too;
+    # a Persian ۲ beside a Latin 1 in one entry reads as two scripts of digits.
+    figure = pipeline.bubble_figure({2: {1: 0.5, 4: 0.2}, 4: {1: 0.75, 4: 0.45}}, lang="fa",
+                                    models={4: {1: 0.75, 4: 0.47}})
+    figure.canvas.draw()
+    entries = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert len(entries) == 5 and all(re.search(r"P = [24]\u2069", entry) for entry in entries), entries
+    assert not [entry for entry in entries if re.search("[۰-۹]", entry)], entries
+    assert sum("(P − 1)/(m + P − 1)" in entry for entry in entries) == 2
