@@ -131,6 +131,23 @@ def skip_a_collective(rank: int, world_size: int, timeout_s: float = 2.0) -> str
     return "finished"
 
 
+def short_message(rank: int, world_size: int, sent: int = 4, expected: int = 8) -> list[float] | None:
+    """A message shorter than its receive: rank 1 sends `sent` ones where rank 0 expects `expected`.
+
+    Collective: call on ranks 0 and 1 (a larger group leaves the others idle). Rank 0 fills its
+    receive with -1 first and returns it as gloo left it: the first `sent` values received, the
+    rest still -1, without an error. Rank 1 returns None.
+    """
+    if rank == 1:
+        dist.send(torch.ones(sent), dst=0)
+        return None
+    if rank == 0:
+        received = torch.full((expected,), -1.0)
+        dist.recv(received, src=1)
+        return received.tolist()
+    return None
+
+
 def make_input(rank: int, length: int, dtype_name: str, seed: int = 0) -> torch.Tensor:
     """Rank `rank`'s deterministic test tensor of `length` elements.
 

@@ -168,6 +168,12 @@ def test_the_lessons_skipped_collective_ends_in_rank_0s_timeout_told_in_both_edi
         collectives_lab.hang_line("Traceback ...\nRuntimeError: boom", "en")
 
 
+def test_a_message_shorter_than_its_receive_fills_only_its_own_length_without_an_error():
+    received, sent = launch.spawn(collectives_lab.short_message, world_size=2, timeout_s=60)
+    assert sent is None
+    assert received == [1.0] * 4 + [-1.0] * 4  # the rest of the receive keeps its old values
+
+
 def chain_broadcast_cases(rank, world_size):
     """The chain broadcast (page 76b) from several sources, piece counts and lengths, and refusals."""
     results = {case: collectives_exercises.compare_chain_broadcast(rank, world_size, *case)
