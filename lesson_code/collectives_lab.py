@@ -35,6 +35,7 @@ from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import DTYPES
 from lesson_code.harness.timing import alternating_seconds, collective_seconds
 from lesson_code.harness.validate import require_choice, require_positive
+from lesson_code.practice.timing import paired_rounds
 
 
 def describe_rank(rank: int, world_size: int) -> dict:
@@ -73,6 +74,43 @@ def compare_plain_ring(rank: int, world_size: int, length: int, seed: int = 0) -
     tensor = make_input(rank, length, "float32", seed)
     return torch.equal(plain_ring_all_reduce(tensor.clone()),
                        collectives.ring_all_reduce(tensor.clone()))
+
+
+def posted_naive_all_reduce(tensor: torch.Tensor, timeout_s: float = 60.0) -> torch.Tensor:
+    """The naive all-reduce (sum), with rank 0 posting its N - 1 receives at once; return `tensor`.
+
+    Collective: call on every rank of the default group, with contiguous tensors of one shape.
+    The same messages as `collectives.naive_all_reduce` and the same additions in the same order,
+    so the same bits; only rank 0 no longer waits for one message before it posts the next.
+    """
+    rank, N, wait = dist.get_rank(), dist.get_world_size(), timedelta(seconds=timeout_s)
+    if rank != 0:
+        dist.isend(tensor, dst=0).wait(wait)  # the send done: the buffer may take the sum
+        dist.irecv(tensor, src=0).wait(wait)
+        return tensor
+    incoming = [torch.empty_like(tensor) for _ in range(1, N)]
+    receiving = [dist.irecv(buffer, src=source) for source, buffer in enumerate(incoming, 1)]
+    for buffer, work in zip(incoming, receiving):  # in rank order, as the naive scheme adds
+        work.wait(wait)
+        tensor.add_(buffer)
+    sending = [dist.isend(tensor, dst=destination) for destination in range(1, N)]
+    for work in sending:
+        work.wait(wait)
+    return tensor
+
+
+def compare_posted_naive(rank: int, world_size: int, nbytes: int, rounds: int = 9) -> dict:
+    """`posted_naive_all_reduce` beside `collectives.naive_all_reduce` on float32 tensors of
+    `nbytes` bytes: whether they give the same bits on this rank, and the slowest rank's seconds
+    of one call of each, per round, timed in alternation as practice mode times (each side first
+    in every other round). Collective: call on every rank. Keys: same_bits, naive, posted."""
+    tensor = make_input(rank, nbytes // 4, "float32")
+    same = torch.equal(posted_naive_all_reduce(tensor.clone()),
+                       collectives.naive_all_reduce(tensor.clone()))
+    posted, naive = paired_rounds(partial(posted_naive_all_reduce, tensor.clone()),
+                                  partial(collectives.naive_all_reduce, tensor.clone()),
+                                  rounds=rounds)
+    return {"same_bits": same, "naive": naive, "posted": posted}
 
 
 def reduce_scatter_length(rank: int, world_size: int, length: int) -> int:

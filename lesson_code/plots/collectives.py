@@ -14,11 +14,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from lesson_code import language
-from lesson_code.collectives_lab import slower_than_larger
+from lesson_code.collectives_lab import RELIABILITY_SLACK, slower_than_larger
 from lesson_code.collectives import cost_model
 from lesson_code.collectives import ring_chunk_indices
 from lesson_code.plots import FIGURE_WIDTH, check_language, legend_below, start_figure
@@ -40,6 +41,10 @@ LABELS = {
         "switch": "auto's switch",
         "modelled": "the model on {n} ranks, α = {alpha:g} µs, 1/β = {bw:g} GB/s: nothing measured",
         "model_switch": "the model's switch", "time_us": "time (µs)",
+        "measured_on": "measured here, {date}", "measured_points": "measured: {points}",
+        "filled": "{op} (filled)", "hollow": "{op} (hollow)",
+        "ringed": "ringed: over {percent:.0f}% slower than a larger size",
+        "ring_limit": "the ring's limit as N grows: 4",
     },
     "fa": {
         "reduce_scatter": "کاهش و پخش، گام {step}", "all_gather": "گردآوری همگانی، گام {step}",
@@ -58,6 +63,12 @@ LABELS = {
         "switch": "نقطهٔ تغییر auto",
         "modelled": "مدل روی {n} رتبه، \u2066α = {alpha:g} µs\u2069، \u20661/β = {bw:g} GB/s\u2069: بی اندازه‌گیری",
         "model_switch": "نقطهٔ تغییرِ مدل", "time_us": "زمان (µs)",
+        # the date isolated left to right in Latin digits, as the formulas: 2026-12-06 in order
+        "measured_on": "اندازه‌گیری‌شده در اینجا، \u2066{date}\u2069",
+        "measured_points": "اندازه‌گیری: {points}",
+        "filled": "{op} (توپر)", "hollow": "{op} (توخالی)",
+        "ringed": "دایره‌دار: بیش از {percent:.0f}٪ کندتر از اندازه‌ای بزرگ‌تر",
+        "ring_limit": "حد حلقه با بزرگ شدن N: ۴",
     },
 }
 
@@ -81,11 +92,16 @@ def _measured(rows: list[dict], op: str) -> list[tuple[int, float]]:
     return sorted((row["nbytes"], row["seconds"]) for row in rows if row["op"] == op)
 
 
-def _finish(fig: Figure, ax, xlabel: str, ylabel: str, legend_size: float | None = None) -> Figure:
-    """Label the axes, add the legend and tighten the layout; return `fig`."""
+def _finish(fig: Figure, ax, xlabel: str, ylabel: str, legend_size: float | None = None,
+            keys: list[Line2D] = ()) -> Figure:
+    """Label the axes, add the legend (the labelled lines, then `keys`, entries drawn on no data)
+    and tighten the layout; return `fig`."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    legend_below(ax, ncol=1, fontsize=legend_size)
+    handles, texts = ax.get_legend_handles_labels()
+    handles += list(keys)
+    legend_below(ax, ncol=1, fontsize=legend_size, handles=handles,
+                 labels=texts + [key.get_label() for key in keys])
     fig.tight_layout()
     return fig
 
@@ -186,15 +202,18 @@ def bandwidth_figure(rows: list[dict], world_size: int, lang: str = "en",
 
 
 def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
-                      world_size: int, lang: str = "en") -> Figure:
+                      world_size: int, lang: str = "en", measured: str | None = None) -> Figure:
     """Measured times (points) beside the fitted alpha-beta model (lines), log-log.
 
     A point that shows the reliability sign (`collectives_lab.slower_than_larger`) is ringed.
     The first scheme's points are filled, the others' hollow, so that equal times stay visible.
     Each line is the model on 50 log-spaced sizes between the measured ones, so it bends only
-    where the model does. The legend gives each fit in ms and GB/s, lesson 76's fit table's units.
+    where the model does. The legend gives each fit in ms and GB/s, lesson 76's fit table's units,
+    then what the points are (filled, hollow) and, when a point shows the sign, what a ring means.
+    `measured` (the date of the run) titles the figure "measured here, <date>".
     """
     labels, fig, ax = start_figure(LABELS, lang, figsize=(6.5, 4))
+    any_flagged = False
     for index, (op, fit) in enumerate(fits.items()):
         points = _measured(rows, op)
         algorithm = op.replace(" ", "_") if op.startswith("naive") else op.split()[-1]
@@ -204,6 +223,7 @@ def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
         flagged = slower_than_larger(dict(points))
         ax.plot(flagged, [1e3 * t for n, t in points if n in flagged], "o", markersize=14,
                 markerfacecolor="none", markeredgecolor=line.get_color())
+        any_flagged = any_flagged or bool(flagged)
         grid = np.geomspace(min(sizes), max(sizes), 50)
         ax.plot(grid, [1e3 * cost_model.predict(algorithm, n, world_size, fit.alpha, fit.beta)
                        for n in grid], "-", color=line.get_color(),
@@ -215,7 +235,17 @@ def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
-    return _finish(fig, ax, labels["size"], labels["time"])
+    if measured is not None:
+        ax.set_title(labels["measured_on"].format(date=measured))
+    kinds = language.listed([labels["filled" if index == 0 else "hollow"].format(
+        op=operation(op, lang)) for index, op in enumerate(fits)], lang)
+    keys = [Line2D([], [], marker="o", linestyle="none", color="0.45",
+                   label=labels["measured_points"].format(points=kinds))]
+    if any_flagged:
+        keys.append(Line2D([], [], marker="o", linestyle="none", markersize=11,
+                           markerfacecolor="none", markeredgecolor="0.45",
+                           label=labels["ringed"].format(percent=100 * (RELIABILITY_SLACK - 1))))
+    return _finish(fig, ax, labels["size"], labels["time"], keys=keys)
 
 
 def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") -> Figure:
@@ -228,6 +258,8 @@ def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") 
     for key, colour in (("naive", "C2"), ("ring", "C0")):  # alpha_beta_figure's colours
         ax.plot(sizes, [traffic[n][key] for n in sizes], marker="o", color=colour,
                 label=labels[key])
+    # the ring's 4(N-1)/N approaches 4 and never reaches it: the line the text compares it with
+    ax.axhline(4, color="C0", linestyle="--", linewidth=1, label=labels["ring_limit"])
     ax.set_xticks(sizes)
     return _finish(fig, ax, labels["ranks"], labels["busiest"])
 
@@ -323,6 +355,9 @@ TABLE_LABELS = {
     "1 MiB": "۱ MiB", "1 GiB": "۱ GiB",
     "scatter + all-gather": "پخش از یک رتبه + گردآوری همگانی",
     "this run / stored run": "این اجرا / اجرای ذخیره‌شده", "crossover": "نقطهٔ تقاطع",
+    "naive (ms)": "ساده‌لوحانه (ms)", "posted at once (ms)": "یک‌جا به‌راه‌افتاده (ms)",
+    "at once / naive": "یک‌جا / ساده‌لوحانه", "least": "کمترین", "median": "میانه",
+    "most": "بیشترین", "of 9 rounds": "از ۹ دور",
 }
 
 

@@ -310,3 +310,11 @@ def test_the_summary_takes_the_worst_rank_and_names_the_dtypes_outside_the_bound
                                                           "int64": {"all_reduce": 0.0}}
     assert collectives_lab.failing_dtypes(results) == ["float32"]
     assert collectives_lab.failing_dtypes(results[:1]) == []
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_naive_root_that_posts_its_receives_at_once_gives_the_naive_schemes_bits(world_size):
+    # Lesson 76's exercise 7: the same messages and the same additions in the same order.
+    results = launch.spawn(collectives_lab.compare_posted_naive, 4 * 1001, 3, world_size=world_size)
+    assert all(result["same_bits"] for result in results), results
+    assert all(len(result["naive"]) == len(result["posted"]) == 3 for result in results)

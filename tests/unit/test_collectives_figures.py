@@ -52,7 +52,7 @@ def test_the_legend_gives_each_fit_in_the_fit_tables_units(lang):
     fig = collectives.alpha_beta_figure(ROWS, FITS, 4, lang=lang)
     try:
         legend = [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
-        assert len(legend) == 1 and "α = 1.000 ms" in legend[0], legend  # alpha = 1e-3 s
+        assert len(legend) == 3 and "α = 1.000 ms" in legend[0], legend  # alpha = 1e-3 s
         assert "1/β = 1.000 GB/s" in legend[0], legend  # beta = 1e-9 s a byte
         # alpha is a cost per message, as the fit table's column says
         assert {"en": "ms per message", "fa": "برای هر پیام"}[lang] in legend[0], legend
@@ -83,5 +83,56 @@ def test_equal_times_of_two_schemes_stay_visible_and_the_fitted_lines_are_smooth
         models = [line for line in lines if line.get_linestyle() == "-"]
         # the model between the measured sizes, not straight segments joining them
         assert [len(line.get_xdata()) for line in models] == [50, 50]
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_legend_says_what_filled_hollow_and_ringed_points_are_and_the_title_says_measured(lang):
+    rows = ROWS + [{"op": "naive all_reduce", "nbytes": n, "seconds": s} for n, s in TIMES.items()]
+    fits = {**FITS, "naive all_reduce": AlphaBeta(alpha=1e-4, beta=1e-8)}
+    fig = collectives.alpha_beta_figure(rows, fits, 4, lang=lang, measured="2026-12-06")
+    try:
+        fig.canvas.draw()  # a Persian figure's digits become Persian when drawn
+        ax = fig.axes[0]
+        keys = [text.get_text().replace("\u200f", "") for text in ax.get_legend().get_texts()][2:]
+        assert keys == {
+            "en": ["measured: ring all_reduce (filled), naive all_reduce (hollow)",
+                   "ringed: over 20% slower than a larger size"],
+            "fa": ["اندازه‌گیری: کاهش همگانی حلقه‌ای (توپر)، کاهش همگانی ساده‌لوحانه (توخالی)",
+                   "دایره‌دار: بیش از ۲۰٪ کندتر از اندازه‌ای بزرگ‌تر"]}[lang], keys
+        title = ax.get_title().replace("\u200f", "")
+        # the date isolated left to right in Persian, so that it reads 2026-12-06, not 06-12-2026
+        assert title == {"en": "measured here, 2026-12-06",
+                         "fa": "اندازه‌گیری‌شده در اینجا، \u20662026-12-06\u2069"}[lang], title
+    finally:
+        plt.close(fig)
+
+
+def test_without_a_ringed_point_the_legend_does_not_explain_rings_and_no_date_no_title():
+    rows = [{"op": "ring all_reduce", "nbytes": n, "seconds": s}
+            for n, s in {2 ** 12: 5e-3, 2 ** 16: 6e-3, 2 ** 20: 9e-3}.items()]
+    fig = collectives.alpha_beta_figure(rows, FITS, 4, lang="en")
+    try:
+        legend = [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+        assert legend[1:] == ["measured: ring all_reduce (filled)"], legend
+        assert fig.axes[0].get_title() == ""
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_busiest_rank_figure_draws_the_rings_limit_of_4(lang):
+    traffic = {n: {"ring": 4 * (n - 1) / n, "naive": 2 * (n - 1)} for n in range(2, 6)}
+    fig = collectives.busiest_rank_figure(traffic, lang=lang)
+    try:
+        fig.canvas.draw()  # a Persian figure's digits become Persian when drawn
+        ax = fig.axes[0]
+        limits = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+        assert [list(line.get_ydata()) for line in limits] == [[4, 4]]
+        legend = [text.get_text().replace("\u200f", "") for text in ax.get_legend().get_texts()]
+        assert legend[-1] == {"en": "the ring's limit as N grows: 4",
+                              "fa": "حد حلقه با بزرگ شدن N: ۴"}[lang], legend
+        assert max(traffic[n]["ring"] for n in traffic) < 4  # below the line, as the text says
     finally:
         plt.close(fig)
