@@ -3,7 +3,8 @@
 `python -m lesson_code.capstone --help` lists the options; under torchrun, torchrun's WORLD_SIZE
 is the run's world size, and only global rank 0 prints (an argument error too, once). `--lang
 fa` prints the report in Persian; its last line starts with RESUME VERIFIED (or RESUME FAILED) in
-either language, for scripts that look for it, and says what was compared (`verdict_line`).
+either language, for scripts that look for it, and says what was compared (`verdict_line`; in
+Persian the line before it says that, so that it reads right to left).
 
 A run that stops (a rank killed, a node lost) is continued by the same command with the same
 --out-dir: by hand, or by torchrun's agent (`torchrun --max-restarts=2 ...`), which restarts the
@@ -34,7 +35,10 @@ from lesson_code.harness.cli_args import (check_divides, check_in_range, non_neg
 from lesson_code.language import LANGUAGES, fill, listed, number, series
 
 
-# What the command prints around the report's tables, in each language of `--lang`.
+# What the command prints around the report's tables, in each language of `--lang`. A Persian
+# verdict says what held on a line of its own, which starts with a Persian word and so reads right
+# to left; its last line keeps RESUME VERIFIED (or RESUME FAILED) first, for scripts, and is short.
+VERIFIED_FA = "ادامهٔ آموزش وارسی شد"
 WORDS = {
     "en": {
         "title": "lesson 81 capstone: MiniGPT ({numel} parameters) on {n} ranks, "
@@ -116,7 +120,7 @@ WORDS = {
         "check_1": "وارسی نخستِ ادامهٔ آموزش: چکپوینت‌های {steps}، بارگذاری‌شده در اشیای تازه، "
                    "بایت‌به‌بایت با رونوشت‌هایی برابرند که هنگام ذخیره از حافظه برداشته شده بودند، "
                    "روی هر {n} رتبه: {same}",
-        "check_2": "وارسی دومِ ادامهٔ آموزش: از گام {step} ادامه یافت و تا گام {steps} آموزش دید؛ "
+        "check_2": "وارسی دومِ ادامهٔ آموزش: از گام {step} ادامه یافت و تا گام {steps} پیش رفت؛ "
                    "روی هر رتبه بیت‌به‌بیت برابر با اجرای بی‌وقفه:",
         "check_1_continued": "وارسی نخستِ ادامهٔ آموزش: چکپوینت گام {step}، که این اجرا از آن "
                              "ادامه یافت، تنسور به تنسور همان است که اجرایی بی‌وقفه از گام ۰ پس از "
@@ -124,17 +128,18 @@ WORDS = {
                              "روی هر {n} رتبه: {same}",
         "check_2_continued": "وارسی دومِ ادامهٔ آموزش: از گام {step} تا گام {steps} ادامه یافت؛ "
                              "روی هر رتبه بیت‌به‌بیت برابر با همان اجرای بی‌وقفه:",
-        "verified": "RESUME VERIFIED: اجرایی که از چکپوینت گام {step} ادامه یافت، روی هر {n} رتبه "
+        "verified": "اجرایی که از چکپوینت گام {step} ادامه یافت، روی هر {n} رتبه "
                     "بیت‌به‌بیت با همین اجرا برابر بود: همان زیان‌ها در گام‌های {first} تا {steps}، "
                     "و پس از گام {steps} همان پارامترها، وضعیت بهینه‌ساز و وضعیت مولد اعداد "
-                    "تصادفی؛ چکپوینت‌های گام‌های {saved} نیز بایت‌به‌بایت بازیابی می‌شوند",
-        "verified_continued": "RESUME VERIFIED: این اجرا، که از چکپوینت گام {step} ادامه یافت، "
+                    "تصادفی؛ چکپوینت‌های گام‌های {saved} نیز بایت‌به‌بایت بازیابی می‌شوند"
+                    "\nRESUME VERIFIED: " + VERIFIED_FA,
+        "verified_continued": "این اجرا، که از چکپوینت گام {step} ادامه یافت، "
                               "روی هر {n} رتبه بیت‌به‌بیت با اجرای بی‌وقفه‌ای از گام ۰ برابر بود: "
                               "همان زیان‌ها در گام‌های ۱ تا {steps}، و پس از گام {steps} همان "
                               "پارامترها، وضعیت بهینه‌ساز و وضعیت مولد اعداد تصادفی؛ چکپوینت گام "
                               "{step} همان را دارد که آن اجرا پس از گام {step} ذخیره کرد، و هر "
-                              "چکپوینت بایت‌به‌بایت بازیابی می‌شود",
-        "failed": "RESUME FAILED: {what}",
+                              "چکپوینت بایت‌به‌بایت بازیابی می‌شود\nRESUME VERIFIED: " + VERIFIED_FA,
+        "failed": "{what}\nRESUME FAILED: ادامهٔ آموزش وارسی شد و درست نبود",
         "not_checked": "وارسی ادامهٔ آموزش اجرا نشد (--no-check): اجرای دومی آموزش ندید و چیزی با "
                        "آن مقایسه نشد؛ چکپوینت‌های گام‌های {saved} روی هر {n} رتبه بایت‌به‌بایت "
                        "بازیابی می‌شوند: {same}",
@@ -405,7 +410,8 @@ def resume_report(config: CapstoneConfig, world_size: int, reloaded: bool,
 def verdict_line(config: CapstoneConfig, world_size: int, reloaded: bool,
                  compared: dict[str, bool], lang: str = "en", from_step: int | None = None,
                  continued: bool = False, saved: list[int] | None = None) -> str:
-    """The report's last line: RESUME VERIFIED (or RESUME FAILED), then what exactly held.
+    """The report's last line: RESUME VERIFIED (or RESUME FAILED), then what exactly held (in
+    Persian on a line of its own before it, which starts with a Persian word).
 
     RESUME VERIFIED only when `reloaded` (every checkpoint reloads byte for byte) and every
     verdict of `compared` (`train.compare_resumed`) is True; it then says which run was compared

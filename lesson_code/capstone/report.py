@@ -41,7 +41,7 @@ WORDS = {
         "memory_header": "رتبه  پارامترها  گرادیان‌ها  بهینه‌ساز  12P/N",
         "plus_padding": " + پدینگ",
         "manifest": "چکپوینت گام {step} با {world_size} رتبه، قالب {format}؛ چکیدهٔ sha256 مانیفست وارسی شد: "
-                    "{folder}",
+                    "\u200e{folder}",  # LRM: the path's leading "/" or "..." stays at its left end
         "file": "  {name:26s} {size:>7} بایت  sha256 {digest}…{where}",
         "elements": "  عنصرهای {first} تا {last}",
         "replicated": "  (یکسان روی همهٔ رتبه‌ها)",

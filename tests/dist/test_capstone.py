@@ -22,6 +22,7 @@ from lesson_code import launch, memory
 from lesson_code.collectives import cost_model
 from lesson_code.capstone import cli as capstone_cli
 from lesson_code.capstone.crash import crash_and_continue, same_tensors
+from lesson_code.capstone.broken_resume import PIECES, resume_without
 from lesson_code.capstone.report import read_metrics
 from lesson_code.checkpoint.tools import list_checkpoints
 from lesson_code.ddp_lab import attention_key_bias_mask
@@ -145,6 +146,28 @@ def test_e_catches_a_resume_that_leaves_something_out(resumed_run, tmp_path, wro
     verdicts = compare_resumed(straight, wrong)
     assert what_differs <= {name for name, same in verdicts.items() if not same}
     assert not verdicts["params"]  # either mistake moves the weights the run ends with
+
+
+def test_e_names_what_each_resume_that_leaves_a_piece_out_changes(resumed_run, tmp_path):
+    # Lesson 81's exercise 6: each piece left out changes its own items of check (e), while each
+    # checkpoint the broken run saves still reloads byte for byte (check (d) cannot see it).
+    config, straight, _ = resumed_run
+    expected = {"data position": ({"steps and losses", "params", "master", "exp_avg", "exp_avg_sq"}, 11),
+                "optimizer state": ({"steps and losses", "params", "master", "exp_avg", "exp_avg_sq",
+                                     "optimizer_step"}, 12),
+                "RNG state": ({"rng_state"}, None)}
+    assert set(expected) == set(PIECES)
+    for piece, (what_differs, first) in expected.items():
+        wrong = launch.spawn(resume_without, dataclasses.replace(config, out_dir=str(tmp_path / piece)),
+                             straight[0]["checkpoints"][10], piece, world_size=4)
+        verdicts = compare_resumed(straight, wrong)
+        assert {name for name, same in verdicts.items() if not same} == what_differs, piece
+        assert all(r["resume_verified"] == {20: True} for r in wrong)
+        other = [row["step"] for row, same in zip(wrong[0]["records"], straight[0]["records"][10:])
+                 if row["loss"] != same["loss"]]
+        assert (other[0] if other else None) == first, piece
+    with pytest.raises(ValueError, match="piece must be one of"):
+        resume_without(0, 4, config, straight[0]["checkpoints"][10], "guard")
 
 
 def test_a_resume_restores_the_guard_that_rejects_the_next_step(tmp_path):
@@ -331,7 +354,14 @@ def test_the_last_line_says_what_the_resume_checks_compared():
     assert continued.startswith("RESUME VERIFIED: this run, continued from the step-8 checkpoint, "
                                 "matched a run from step 0 that never stopped") and "steps 1 to 12" in continued
     persian = capstone_cli.verdict_line(config, 4, True, every, "fa", 10, False, [10, 20])
-    assert persian.startswith("RESUME VERIFIED: ") and "گام‌های ۱۱ تا ۲۰" in persian
+    # In Persian what held is a line of its own, starting with a Persian word (so it reads right
+    # to left); the last line keeps RESUME VERIFIED first for scripts, and is short.
+    explained, last = persian.splitlines()
+    assert explained.startswith("اجرایی که از چکپوینت گام ۱۰") and "گام‌های ۱۱ تا ۲۰" in explained
+    assert last == "RESUME VERIFIED: ادامهٔ آموزش وارسی شد"
+    persian_failed = capstone_cli.verdict_line(config, 4, True, {**every, "exp_avg": False}, "fa")
+    assert persian_failed.splitlines()[-1].startswith("RESUME FAILED: ")
+    assert persian_failed.splitlines()[0] == "بیت‌به‌بیت برابر نبود: گشتاور اول Adam"
     failed = capstone_cli.verdict_line(config, 4, False, {**every, "exp_avg": False}, "en")
     assert failed == ("RESUME FAILED: a checkpoint does not reload byte for byte; "
                       "not equal bit for bit: exp_avg")
