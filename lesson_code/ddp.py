@@ -121,7 +121,7 @@ class _DataParallel(nn.Module):
             self._backward_started = True
             self.first_gradient_at = time.perf_counter()
             self.stats = {"comm_s": 0.0, "wait_s": 0.0, "finish_s": 0.0}
-            # Runs once autograd has finished this backward pass (torch DDP uses the same hook).
+            # Runs once autograd has finished this backward (torch DDP queues such a callback too).
             torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
         self._gradient_ready(param)
 

@@ -88,36 +88,43 @@ def ledger_per_step(rank: int, world_size: int, run: DDPRun) -> dict[str, int]:
             "check all-reduces (one number, outside the ledger)": model.checks}
 
 
-def misplaced_no_sync(rank: int, world_size: int, run: DDPRun) -> dict[str, dict]:
-    """Lesson 77, exercise 5: gradient accumulation over `run.accumulation` micro-batches, with
-    all but the last one's forward and backward inside `no_sync()` ("forward and backward inside
-    no_sync") or only their `loss.backward()` ("backward inside no_sync"). Collective: every rank.
+def clipping_under_no_sync(rank: int, world_size: int, run: DDPRun) -> dict[str, dict]:
+    """Lesson 77, exercise 5: gradient accumulation over `run.accumulation` micro-batches, all but
+    the last inside `no_sync()`, with `clip_grad_norm_` called once, after the synchronising
+    backward ("clipped once, after the average"), or after every micro-batch's backward
+    ("clipped after every backward"). Collective: every rank.
 
-    BucketedDDP on the ring (the ledger counts its gradient all-reduces, as `ledger_per_step`).
-    Returns, per placement, the gradient all-reduces of the step and the largest difference of
-    the accumulated gradient from one process's on the whole batch (`run.batch(0)`)."""
+    BucketedDDP on the ring. The norm limit is a tenth of the norm of one process's gradient on
+    the whole batch (`run.batch(0)`), so every clip acts. Returns, per placement, whether the
+    ranks hold the same gradient, and its largest difference from that process's clipped
+    gradient, also relative to that gradient's largest element."""
     device = current_device()
     whole = build_model(run.model, run.seed, run.gpt, device)
     whole(*run.batch(0))[1].backward()
+    norm = torch.linalg.vector_norm(torch.cat([p.grad.reshape(-1) for p in whole.parameters()]))
+    max_norm = 0.1 * norm.item()
+    nn.utils.clip_grad_norm_(whole.parameters(), max_norm)
     expected = torch.cat([p.grad.reshape(-1) for p in whole.parameters()])
     micro = list(zip(*(torch.tensor_split(t, run.accumulation)
                        for t in run.local_batch(0, rank, world_size))))
     results = {}
-    for placement in ("forward and backward inside no_sync", "backward inside no_sync"):
-        ledger = CommLedger()
+    for placement in ("clipped once, after the average", "clipped after every backward"):
         model = wrap(replace(run, wrapper="bucketed", comm="ring", all_reduce="ring"),
-                     build_model(run.model, run.seed, run.gpt, device), ledger)
-        ledger.clear()
+                     build_model(run.model, run.seed, run.gpt, device))
         for index, (xm, ym) in enumerate(micro):
-            skip = index < len(micro) - 1  # every micro-batch but the last skips synchronising
-            with model.no_sync() if skip and placement.startswith("forward") else nullcontext():
-                loss = model(xm, ym)[1] / run.accumulation
-            with model.no_sync() if skip else nullcontext():
-                loss.backward()
+            last = index == len(micro) - 1  # only the last micro-batch's backward all-reduces
+            with nullcontext() if last else model.no_sync():
+                (model(xm, ym)[1] / run.accumulation).backward()
+            if last or placement == "clipped after every backward":
+                nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         got = torch.cat([p.grad.reshape(-1) for p in model.module.parameters()])
-        results[placement] = {"gradient all-reduces": ledger.totals()["all_reduce"]["calls"],
-                              "largest difference from one process":
-                                  (got - expected).abs().max().item()}
+        gathered = [torch.empty_like(got) for _ in range(world_size)]
+        dist.all_gather(gathered, got)
+        error = (got - expected).abs().max().item()
+        results[placement] = {"ranks_identical": all(torch.equal(g, gathered[0]) for g in gathered),
+                              "largest difference from one process": error,
+                              "relative to the largest gradient element":
+                                  error / expected.abs().max().item()}
     return results
 
 

@@ -2,7 +2,7 @@
 
 The notebook, the tests and the benchmark run these through `launch.spawn` (or torchrun) and
 compare with `train_single_process`, one process on the full batch. A `DDPRun` (a frozen
-`experiment.RunConfig`) says what to train; the loop and the timing are `lesson_code.experiment`'s.
+`experiment.RunConfig`) says what to train; the timing is `lesson_code.experiment`'s.
 The model of a bucketed backward (`overlap_model`, `bucket_sweep`, `ModelledCluster`) is plain
 arithmetic, with no ranks: the lesson compares it with the stored benchmark and runs it for a cluster.
 The exercises' code, and the side demonstrations of no_sync() and of the two bucket rules, are in
@@ -29,7 +29,7 @@ from lesson_code.collectives.ledger import CommLedger
 from lesson_code.collectives import cost_model
 from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters, bucket_groups
 from lesson_code.runtime.devices import current_device
-from lesson_code.experiment import RunConfig, flat_parameters, train
+from lesson_code.experiment import RunConfig, flat_parameters, global_mean, train
 from lesson_code.harness.timing import PhaseClock
 from lesson_code.models import GPTConfig, MiniGPT, build_model, gpt_parameters
 from lesson_code.harness.validate import require_choice, require_positive_int
@@ -85,13 +85,8 @@ def wrap(run: DDPRun, model: nn.Module, ledger: CommLedger | None = None,
 
 def accumulated_loss(run: DDPRun, model: nn.Module, step: int, rank: int,
                      world_size: int) -> torch.Tensor:
-    """This rank's loss of `step` over `run.accumulation` micro-batches, for the caller's backward.
-
-    Each micro-batch's loss is divided by their number, so the gradients add up to the slice's
-    mean. All but the last micro-batch run forward and backward here inside `no_sync()` (their
-    gradients accumulate locally); the caller's backward of the last averages the sum across
-    ranks. Their losses are added to the last's detached: its value is the slice's mean loss.
-    """
+    """This rank's loss of `step` over `run.accumulation` micro-batches, for the caller's backward,
+    whose value is the slice's mean loss: the earlier micro-batches' losses are added detached."""
     x, y = run.local_batch(step, rank, world_size)
     micro = list(zip(*(torch.tensor_split(t, run.accumulation) for t in (x, y))))
     earlier = torch.zeros((), dtype=torch.float64, device=x.device)
@@ -105,14 +100,18 @@ def accumulated_loss(run: DDPRun, model: nn.Module, step: int, rank: int,
 
 
 def train_ranks(rank: int, world_size: int, run: DDPRun) -> dict:
-    """Train with `run.wrapper` on this rank's slice; return final parameters and global losses.
-
-    Collective: call on every rank. Each rank builds its model from seed + rank, so only the
-    wrapper's initial broadcast can make them agree. Losses are averaged over ranks.
-    """
+    """Train with `run.wrapper` on this rank's slice; return final parameters and the losses
+    averaged over ranks. Collective: every rank. Models start from seed + rank: only the
+    wrapper's broadcast makes them agree."""
     model = wrap(run, build_model(run.model, run.seed + rank, run.gpt, current_device()))
-    losses = train(lambda step: accumulated_loss(run, model, step, rank, world_size),
-                   make_optimizer(run, model.parameters()), range(run.steps))
+    optimizer = make_optimizer(run, model.parameters())
+    losses = []
+    for step in range(run.steps):
+        optimizer.zero_grad()
+        loss = accumulated_loss(run, model, step, rank, world_size)  # on this rank's slice
+        loss.backward()  # returns once .grad holds the average over the ranks
+        optimizer.step()  # the same step on every rank
+        losses.append(global_mean(loss))
     return {"params": flat_parameters(model.module), "losses": losses}
 
 
@@ -450,7 +449,8 @@ SAY = {
                          "{efficiency:.2f}",
            "exposed": "the step's exposed communication (last wait end - last backward end): "
                       "{ms:.1f} ms\nwait of rank {rank}, whose backward ended last (a lower "
-                      "bound): {own:.1f} ms\nspread of the ranks' wait ends: {spread:.1f} ms"},
+                      "bound): {own:.1f} ms\nspread of the ranks' wait ends (latest - earliest): "
+                      "{spread:.1f} ms"},
     "fa": {"title": "درس ۷۷: آموزش با موازی‌سازی داده روی {ranks} رتبه در برابر یک فرایند، {steps} گام",
            "row": "  {model} {optimizer} {wrapper}: رتبه‌ها یکسان: {identical}، بیشینهٔ |اختلاف پارامتر| "
                   "{param_diff:.1e} (با DDP در PyTorch {torch_diff:.1e})، بیشینهٔ |اختلاف زیان| "
@@ -474,8 +474,8 @@ SAY = {
                          "کارایی مقیاس‌پذیری {efficiency:.2f}",
            "exposed": "ارتباط پنهان‌نشدهٔ گام (آخرین پایان انتظار منهای آخرین پایان گذر برگشت): "
                       "{ms:.1f} میلی‌ثانیه\nانتظارِ رتبهٔ {rank}، که گذر برگشتش از همه دیرتر تمام "
-                      "شد (یک کران پایین): {own:.1f} میلی‌ثانیه\nفاصلهٔ پایان انتظارِ رتبه‌ها: "
-                      "{spread:.1f} میلی‌ثانیه"},
+                      "شد (یک کران پایین): {own:.1f} میلی‌ثانیه\nپراکندگیِ پایان انتظارِ رتبه‌ها (دیرترین "
+                      "منهای زودترین): {spread:.1f} میلی‌ثانیه"},
 }
 WORDS = {"mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "naive": "ساده‌لوحانه",
          "bucketed": "باکت‌دار", "torch": "DDP در PyTorch", "ring": "حلقه", "builtin": "توکار"}

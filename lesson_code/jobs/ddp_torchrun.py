@@ -4,8 +4,8 @@
     torchrun --nproc-per-node=2 -m lesson_code.jobs.ddp_torchrun --cpu    # gloo, a quick check
     torchrun --nproc-per-node=2 -m lesson_code.jobs.ddp_torchrun --cpu --lang fa   # in Persian
 
-Lesson 77 names `train_job` and does not run it (the book's machine has no GPU); a test runs it
-on CPU with gloo. Its data are `data.make_batch`'s synthetic sequences: swap in a real dataset.
+Lesson 77 shows `train_epochs`, its loop, and does not run the job (the book's machine has no
+GPU); a test runs it on CPU with gloo. Its data are `data.make_batch`'s synthetic sequences: swap in a real dataset.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def train_job(cuda: bool = True, epochs: int = 2, accumulation: int = 4,
 
     Each optimizer step averages `accumulation` micro-batches of 4 sequences per rank (fewer in
     an epoch's last step when the epoch's micro-batches do not divide evenly): only the last one
-    all-reduces, the others run inside `no_sync()`. Every collective waits at most `timeout_s`.
-    Rank 0 saves the bare model's state_dict to `checkpoint`.
+    all-reduces, the others run inside `no_sync()` (`train_epochs`). Every collective waits at
+    most `timeout_s`. Rank 0 saves the bare model's state_dict to `checkpoint`.
     """
     local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun, with RANK and WORLD_SIZE
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
@@ -58,24 +58,31 @@ def train_job(cuda: bool = True, epochs: int = 2, accumulation: int = 4,
                              f"{len(dataset)} sequences on a rank: use at most "
                              f"{len(dataset) // 4} ranks")
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        for epoch in range(epochs):
-            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
-            for index, (x, y) in enumerate(loader):
-                first = index - index % accumulation  # this step's first micro-batch
-                window = min(accumulation, len(loader) - first)  # the epoch's last may be short
-                synchronise = index == first + window - 1  # a step's last micro-batch
-                with nullcontext() if synchronise else model.no_sync():  # forward and backward
-                    loss = model(x.to(device), y.to(device))[1] / window
-                    loss.backward()
-                if synchronise:  # .grad holds the ranks' average: clip it, then step
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
+        loss = train_epochs(model, loader, optimizer, epochs, accumulation, device)
         if rank == 0:
             torch.save(model.module.state_dict(), checkpoint)  # keys without "module."
-        return window * loss.item()
+        return loss
     finally:
         dist.destroy_process_group()
+
+
+def train_epochs(model: DistributedDataParallel, loader: DataLoader, optimizer, epochs: int,
+                 accumulation: int, device: torch.device) -> float:
+    """Train `epochs` epochs of `loader` (a DistributedSampler's); return the last micro-batch's loss."""
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        for index, (x, y) in enumerate(loader):
+            first = index - index % accumulation  # this step's first micro-batch
+            window = min(accumulation, len(loader) - first)  # the epoch's last may be short
+            synchronise = index == first + window - 1  # a step's last micro-batch
+            with nullcontext() if synchronise else model.no_sync():  # forward and backward
+                loss = model(x.to(device), y.to(device))[1] / window
+                loss.backward()
+            if synchronise:  # .grad holds the ranks' average: clip it, then step
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+    return window * loss.item()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ rank) and the stored benchmark (`bench.ddp`: median milliseconds per phase of ea
 from __future__ import annotations
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from lesson_code import ddp_lab, language
 from lesson_code.plots import FIGURE_WIDTH, legend_below, start_figure
@@ -73,7 +74,7 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
             if not modelled:
                 ax.annotate(language.number(bucket["bucket"] + 1, lang),
                             (1e3 * bucket["ready"], y + 0.5),
-                            xytext=(2, 5 if bucket["bucket"] % 2 else -5),
+                            xytext=(4, 5 if bucket["bucket"] % 2 else -5),  # clear of the tick
                             textcoords="offset points", ha="left", va="center", fontsize="small")
     if lanes is None:
         lanes = ([labels["modelled rank"]] if modelled else
@@ -120,7 +121,7 @@ def phase_breakdown_figure(bench, lang: str = "en") -> Figure:
     with the range of the rounds' steps as a line. For torch DDP the wait and the rest are not
     separable and are part of its backward. The y axis stops a little above the highest bar and
     the second-highest line, so that one far-off round does not squeeze the rest: a line cut
-    there carries its top, in ms, as text."""
+    there carries its top, in ms, as text. Its ticks group thousands as that text does (1,500)."""
     labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 4.2))
     rows = [row for _, row in bench.iterrows()]
     bottoms = [0.0] * len(rows)
@@ -139,6 +140,7 @@ def phase_breakdown_figure(bench, lang: str = "en") -> Figure:
             ax.text(index + 0.1, top, language.number(high, lang, ",.0f") + " ↑",
                     ha="left", va="top", fontsize="small")
     ax.set_ylim(0, top)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda ms, _: language.number(ms, lang, ",.0f")))
     ax.set_xticks(range(len(rows)), [variant_label(row, labels, lang) for row in rows],
                   fontsize="small")
     ax.set_ylabel(labels["ms"])
@@ -161,13 +163,16 @@ TABLE_LABELS = {
     "wait": "انتظار", "after backward": "پس از گذر برگشت",
     "forward ends": "پایان گذر رفت", "backward ends": "پایان گذر برگشت", "wait ends": "پایان انتظار",
     "wait after own backward": "انتظار پس از گذر برگشتِ خودش",
-    "forward and backward inside no_sync": "گذر رفت و گذر برگشت درون `no_sync`",
+    "clipped once, after the average": "یک بار، پس از میانگین‌گیری",
+    "clipped after every backward": "پس از هر گذر برگشت", "clip_grad_norm_ runs": "جای `clip_grad_norm_`",
     "check": "بررسی و کپی به گرادیان‌ها", "check (ms)": "بررسی (ms)", "step low": "کوتاه‌ترین گام در دورها",
     "step high": "بلندترین گام در دورها", "vs torch low": "نسبت به DDP در PyTorch، کمترین",
     "vs torch high": "نسبت به DDP در PyTorch، بیشترین", "vs one bucket": "نسبت به یک باکت",
     "vs one bucket low": "نسبت به یک باکت، کمترین", "vs one bucket high": "نسبت به یک باکت، بیشترین",
     "gradient tensors": "تنسورهای گرادیان",
-    "latency, model (ms)": "تأخیر، مدل‌شده (ms)", "bytes, model (ms)": "بایت‌ها، مدل‌شده (ms)",
+    "latency, modelled (ms)": "تأخیر، مدل‌شده (ms)", "bytes, modelled (ms)": "بایت‌ها، مدل‌شده (ms)",
+    "exposed comm, modelled (ms)": "ارتباط پنهان‌نشده، مدل‌شده (ms)",
+    "backward + exposed, modelled (ms)": "گذر برگشت + ارتباط پنهان‌نشده، مدل‌شده (ms)",
     "comm before backward end": "ارتباط پیش از پایان گذر برگشت",
     "each rank's loss": "زیان هر رتبه", "mean of its own tokens": "میانگین زیانِ توکن‌های خودش",
     "sum / global token count": "جمع / تعداد سراسری توکن‌ها",

@@ -171,17 +171,17 @@ def test_the_sync_decision_is_taken_at_forward_time():
         assert outcomes[wrapper]["backward inside no_sync"] is True, wrapper
 
 
-def test_no_sync_around_the_backward_alone_synchronises_every_micro_batch_yet_stays_right():
-    # Exercise 5: the forward decides, so each micro-batch's backward all-reduces its buckets;
-    # re-averaging a sum already equal on every rank leaves it unchanged.
+def test_clipping_every_micro_batch_under_no_sync_leaves_the_ranks_agreeing_on_a_wrong_gradient():
+    # Exercise 5: clipping after each no_sync() backward clips each rank's partial local sum;
+    # the last backward still averages, so the ranks agree, but not with one process's clip.
     run = DDPRun(model="gpt", bucket_cap_mb=0.05, accumulation=4)
-    results = launch.spawn(ddp_exercises.misplaced_no_sync, run, world_size=4)
+    results = launch.spawn(ddp_exercises.clipping_under_no_sync, run, world_size=4)
     assert all(result == results[0] for result in results)
-    right = results[0]["forward and backward inside no_sync"]
-    misplaced = results[0]["backward inside no_sync"]
-    assert misplaced["gradient all-reduces"] == 4 * right["gradient all-reduces"] == 12
-    assert max(right["largest difference from one process"],
-               misplaced["largest difference from one process"]) < 1e-6
+    right = results[0]["clipped once, after the average"]
+    wrong = results[0]["clipped after every backward"]
+    assert right["ranks_identical"] and wrong["ranks_identical"]
+    assert right["largest difference from one process"] < 1e-6
+    assert wrong["relative to the largest gradient element"] > 0.1
 
 
 @pytest.mark.parametrize("algorithm", ["auto", "recursive_doubling", "halving_doubling"])

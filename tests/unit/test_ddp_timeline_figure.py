@@ -45,3 +45,24 @@ def test_the_measured_legend_names_both_shades(lang):
     assert shades == {ddp.LABELS[lang]["comm odd"]: ddp.COLOURS["comm"],
                       ddp.LABELS[lang]["comm even"]: ddp.COLOURS["comm odd"]}
     matplotlib.pyplot.close(figure)
+
+
+def test_the_measured_bucket_numbers_stand_clear_of_their_ticks():
+    figure = ddp.overlap_timeline_figure([TIMELINE, TIMELINE], lang="fa")
+    assert all(text.xyann[0] >= 4 for text in figure.axes[0].texts)  # points right of the tick
+    matplotlib.pyplot.close(figure)
+
+
+@pytest.mark.parametrize("lang, shown", [("en", "1,500"), ("fa", "۱٬۵۰۰")])
+def test_the_benchmark_figure_groups_the_thousands_of_its_ticks(lang, shown):
+    import pandas as pd
+
+    row = {"comm": "ring", "bucket_mb": float("nan"), "forward_ms": 500.0, "backward_ms": 900.0,
+           "wait_ms": 500.0, "check_ms": 10.0, "optimizer_ms": 10.0, "step_low_ms": 1900.0,
+           "step_high_ms": 2000.0}
+    figure = ddp.phase_breakdown_figure(pd.DataFrame([{**row, "wrapper": "naive"},
+                                                      {**row, "wrapper": "bucketed"}]), lang=lang)
+    figure.canvas.draw()
+    ticks = [tick.get_text() for tick in figure.axes[0].get_yticklabels()]
+    assert shown in ticks, ticks
+    matplotlib.pyplot.close(figure)

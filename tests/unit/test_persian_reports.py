@@ -101,7 +101,9 @@ def test_lesson_77s_lines_in_both_editions():
     assert ddp_lab.say("exposed", "en", **facts["exposed"]) == (
         "the step's exposed communication (last wait end - last backward end): 68.9 ms\n"
         "wait of rank 3, whose backward ended last (a lower bound): 22.5 ms\n"
-        "spread of the ranks' wait ends: 46.3 ms")
+        "spread of the ranks' wait ends (latest - earliest): 46.3 ms")
+    assert ddp_lab.say("exposed", "fa", **facts["exposed"]).endswith(
+        "پراکندگیِ پایان انتظارِ رتبه‌ها (دیرترین منهای زودترین): ۴۶٫۳ میلی‌ثانیه")
     assert ddp_lab.say("fit", "en", **facts["fit"]) == (
         "ring all-reduce fitted to these times: α = 1673 µs per message, 1/β = 1.06 GB/s")
     assert "۱۶۳٬۰۳۷٬۱۸۴ پارامتر" in ddp_lab.say("cluster", "fa", **facts["cluster"])
