@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from lesson_code import language, memory
-from lesson_code.plots import (FIGURE_WIDTH, label_ranks, legend, legend_below, number,
+from lesson_code.plots import (FIGURE_WIDTH, label_ranks, legend, number,
                                start_figure)
 from lesson_code.plots.tables import translate
 
@@ -103,6 +103,7 @@ TABLE_LABELS = {
     "2e38 on every rank": "۲ × ۱۰³⁸ روی همهٔ رتبه‌ها", "local gradient finite (before the reduce)": "گرادیان محلی متناهی (پیش از کاهش)",
     "took step 1": "گام ۱ را انجام دادند", "took step 2": "گام ۲ را انجام دادند",
     "implementation": "پیاده‌سازی",
+    "lowest stage that fits": "پایین‌ترین مرحله‌ای که جا می‌شود", "ranks N": "تعداد رتبه‌ها N",
 }
 
 
@@ -119,7 +120,7 @@ def stages_figure(params: float, world_sizes: list[int], lang: str = "en",
     layers (`memory.stage3_working_bytes`, bf16 reduction), the floor that does not shrink with N.
     """
     table = memory.memory_table(params, world_sizes)
-    labels, fig, (left, right) = start_figure(LABELS, lang, 2, 1, figsize=(FIGURE_WIDTH, 7))
+    labels, fig, (left, right) = start_figure(LABELS, lang, 2, 1, figsize=(FIGURE_WIDTH, 7.4))
     for stage in memory.STAGES:
         rows = table[table.stage == stage]
         line, = left.plot(rows.N, rows.total / 1e9, marker="o", label=stage)
@@ -129,14 +130,14 @@ def stages_figure(params: float, world_sizes: list[int], lang: str = "en",
             dashed, = left.plot(rows.N, (rows.total + working) / 1e9, linestyle="--",
                                 color=line.get_color(),
                                 label=labels["working"].format(n=number(str(layers), lang)))
-    legend(left, handles=[dashed], loc="lower left")
+    legend(left, handles=[*left.get_lines()[:-1], dashed], loc="lower center", ncol=3,
+           bbox_to_anchor=(0.5, 1.02))  # the key of both panels, above the first
     for ax, ylabel in ((left, labels["per_rank"]), (right, labels["saving"])):
         ax.set_xscale("log", base=2)
         ax.set_xticks(world_sizes, [str(n) for n in world_sizes])
         ax.set_xlabel(labels["ranks"])
         ax.set_ylabel(ylabel)
     left.set_yscale("log")
-    legend_below(right, ncol=2)
     fig.suptitle(labels["title"].format(p=number(f"{params / 1e9:g}", lang)))
     fig.tight_layout()
     return fig
@@ -364,7 +365,7 @@ MOVES_LABELS = {
            "reduce": "۲. کاهش و پخش: رتبهٔ r شارد خودش را، میانگین‌گرفته، نگه می‌دارد (نوع دادهٔ مدل)",
            "adam": "۳. Adam روی شارد، در fp32: سه نوارش رونوشت اصلی، m و v است",
            "gather": "۴. گردآوری همگانی: هر رتبه کل مدلِ به‌روزشده را می‌گیرد (نوع دادهٔ مدل)",
-           "elements": "شاردها: N تا، هر کدام S = ⌈Ψ/N⌉ عنصر؛ آخرینشان با صفرِ پدینگ تمام می‌شود (هاشورخورده)",
+           "elements": "شاردها: N تا، هر کدام \u2066S = ⌈Ψ/N⌉\u2069 عنصر؛ آخرینشان با صفرِ پدینگ تمام می‌شود (هاشورخورده)",
            "shard": "شارد"},
 }
 SHARD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -406,5 +407,62 @@ def four_moves_figure(world_size: int = 4, lang: str = "en") -> Figure:
     axes[-1].set_xticks([s + 0.5 for s in ranks],
                         [language.numbered(labels["shard"], s, lang) for s in ranks])
     axes[-1].set_xlabel(labels["elements"])
+    fig.tight_layout()
+    return fig
+
+
+# Lesson 78: where the cuts between shards fall in a real model's parameters.
+CUTS_LABELS = {
+    "en": {"parameters": "parameters", "shards": "shards", "rank": "rank",
+           "elements": "element of the flat vector; dashed: the cuts between shards",
+           "padding": "padding: {n} zeros"},
+    "fa": {"parameters": "پارامترها", "shards": "شاردها", "rank": "رتبه",
+           "elements": "عنصرِ بردار تخت؛ خط‌چین: برش‌های میان شاردها",
+           "padding": "پدینگ: {n} صفر"},
+}
+
+
+def shard_cuts(sizes: list[int], world_size: int) -> list[int]:
+    """The flat offsets where shard r + 1 starts, r = 0 .. `world_size` - 2: multiples of
+    ceil(sum(sizes) / world_size), as `ZeroOptimizer` cuts its padded flat vector."""
+    shard = -(-sum(sizes) // world_size)
+    return [shard * r for r in range(1, world_size)]
+
+
+def shard_cuts_figure(sizes: dict[str, int], world_size: int = 4, lang: str = "en") -> Figure:
+    """Two bars over one flat vector: above, the parameters in registration order (`sizes`:
+    short name -> element count), below, the shards of `world_size` ranks in their colours, with
+    a dashed line at each cut (`shard_cuts`) through both, so a reader sees which tensors a cut
+    splits. Names of parameters under 4% of the vector stand above their bar. Drawn to scale:
+    the padding, a few elements, is named at the vector's end, not drawn."""
+    if not 1 <= world_size <= len(SHARD_COLOURS):
+        raise ValueError(f"world_size={world_size!r}: give 1 to {len(SHARD_COLOURS)}, such as 4")
+    labels, fig, ax = start_figure(CUTS_LABELS, lang, figsize=(FIGURE_WIDTH, 2.9))
+    total = sum(sizes.values())
+    shard = -(-total // world_size)
+    start = 0
+    for k, (name, numel) in enumerate(sizes.items()):
+        ax.barh(1, numel, left=start, height=0.6, color="#bdbdbd" if k % 2 else "#e0e0e0",
+                edgecolor="white", linewidth=0.5)
+        inside = numel >= 0.04 * total
+        ax.text(start + numel / 2, 1 if inside else 1.45, name, ha="center",
+                va="center" if inside else "bottom", fontsize=11)
+        start += numel
+    for r in range(world_size):
+        ax.barh(0, min(shard, total - r * shard), left=r * shard, height=0.6,
+                color=SHARD_COLOURS[r], edgecolor="white", linewidth=0.5)
+        ax.text(r * shard + shard / 2, 0, language.numbered(labels["rank"], r, lang),
+                ha="center", va="center", color="white", fontsize=11)
+    cuts = shard_cuts(list(sizes.values()), world_size)
+    for cut in cuts:
+        ax.axvline(cut, ymin=0.02, ymax=0.9, color="#333333", linestyle="--", linewidth=1)
+    if shard * world_size > total:
+        ax.text(total, -0.45, labels["padding"].format(n=number(shard * world_size - total, lang)),
+                ha="right", va="top", fontsize=11)
+    ax.set_xticks([0, *cuts, total], [number(x, lang) for x in [0, *cuts, total]])
+    ax.set_yticks([0, 1], [labels["shards"], labels["parameters"]])
+    ax.set_xlim(0, shard * world_size)
+    ax.set_ylim(-1.0, 1.9)
+    ax.set_xlabel(labels["elements"])
     fig.tight_layout()
     return fig

@@ -87,6 +87,7 @@ FIGURES = {
         STAGE3, memory.stage3_step(UNITS78A, 2), lang=lang),
     "layer overlap": lambda lang: zero.layer_overlap_figure(35.8, 4.1, 8.1, 856e6, lang=lang),
     "four moves": lambda lang: zero.four_moves_figure(4, lang=lang),
+    "shard cuts": lambda lang: zero.shard_cuts_figure({"W1": 20, "b1": 1, "W2": 9}, 4, lang=lang),
     "gantt": lambda lang: pipeline.gantt_figure({"GPipe": EVENTS, "1F1B": EVENTS}, lang=lang),
     "rank gantt": lambda lang: pipeline.rank_gantt_figure(
         {"1F1B": [(0, 0, "F", 0, 0.0, 1.0), (1, 1, "F", 0, 1.0, 2.0), (1, 1, "B", 0, 2.0, 4.0),

@@ -21,3 +21,36 @@ def test_the_stages_figure_draws_zero3_with_its_working_set_dashed():
     states = table[table.stage == "ZeRO-3"].total.to_numpy()
     assert list(dashed[0].get_ydata()) == pytest.approx(list((states + 1.875e9) / 1e9))
     plt.close(fig)
+
+
+def test_the_stages_figure_keys_all_four_stages_above_its_first_panel():
+    # A reader of the top panel alone finds the key of its solid lines there, not under the second.
+    fig = zero.stages_figure(7.5e9, [1, 64, 1024])
+    top, bottom = fig.axes
+    keys = [text.get_text() for text in top.get_legend().get_texts()]
+    assert keys == [*memory.STAGES, "ZeRO-3 + working set (32 layers)"]
+    assert bottom.get_legend() is None
+    plt.close(fig)
+
+
+def test_the_shard_cuts_of_the_mlp_split_two_weights_and_leave_two_zeros_of_padding():
+    sizes = {"W1": 2048, "b1": 64, "W2": 4096, "b2": 64, "W3": 640, "b3": 10}
+    assert zero.shard_cuts(list(sizes.values()), 4) == [1731, 3462, 5193]
+    for lang in ("en", "fa"):
+        fig = zero.shard_cuts_figure(sizes, 4, lang=lang)
+        ax = fig.axes[0]
+        dashed = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"]
+        assert dashed == [1731, 3462, 5193]
+        assert list(ax.get_xticks()) == [0, 1731, 3462, 5193, 6922] and ax.get_xlim() == (0, 6924)
+        shown = [text.get_text() for text in ax.texts]
+        assert [name for name in sizes if name in shown] == list(sizes)
+        padding = "padding: 2 zeros" if lang == "en" else "\u200fپدینگ: ۲ صفر"
+        assert padding in shown
+        plt.close(fig)
+    with pytest.raises(ValueError, match="world_size=9"):
+        zero.shard_cuts_figure(sizes, 9)
+
+
+def test_the_four_moves_footer_keeps_its_formula_left_to_right_in_persian():
+    # Without an isolate the bidi algorithm shows "S = ⌈Ψ/N⌉" as "⌈Ψ/N⌉ = S" in a Persian line.
+    assert "\u2066S = ⌈Ψ/N⌉\u2069" in zero.MOVES_LABELS["fa"]["elements"]
