@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,24 @@ def test_the_hashing_rate_is_one_line_per_edition_with_a_positive_rate():
     assert rate > 0 and "the best of 2 passes over 1 MiB" in english
     assert "گیگابایت بر ثانیه" in persian and "۱ مبی‌بایت" in persian  # Persian units, as in the prose
     assert "GB/s" not in persian and "MiB" not in persian and "best" not in persian
+
+
+def first_strong_direction(line: str) -> str:
+    """The Unicode bidi class (L, R or AL) of `line`'s first strong letter outside left-to-right
+    isolates: the direction a reader's `unicode-bidi: plaintext` lays the printed line out in."""
+    depth = 0
+    for char in line:
+        depth += char == "\u2066"
+        depth -= char == "\u2069" and depth > 0
+        if not depth and unicodedata.bidirectional(char) in ("L", "R", "AL"):
+            return unicodedata.bidirectional(char)
+    return ""
+
+
+def test_the_persian_hashing_rate_line_reads_right_to_left_with_sha256_isolated():
+    persian = sha256_rate("fa", mib=1, rounds=1)
+    assert first_strong_direction(persian) == "AL", persian  # a Latin first word made it left to right
+    assert "\u2066sha256\u2069" in persian and persian.count("sha256") == 1
 
 
 def test_only_the_shards_past_the_real_elements_count_padding():

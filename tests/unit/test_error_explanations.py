@@ -86,7 +86,7 @@ def test_each_damage_names_the_file_and_the_fault_in_both_languages(tmp_path):
     payload = bytearray(shard.read_bytes()[:100].ljust(entry["bytes"], b"\0"))
     changed = raised(lambda: check_entry(folder, entry, bytes(payload)))
     assert changed.fault == "shard_changed" and changed.facts["recorded"] == entry["sha256"][:16] + "..."
-    assert_persian(changed.explain("fa"), entry["sha256"][:16])
+    assert_persian(changed.explain("fa"), entry["sha256"][:16], "چکیدهٔ \u2066sha256\u2069 فایل")
 
     shard.unlink()
     missing = raised(lambda: check_entry(folder, entry))
@@ -97,7 +97,7 @@ def test_each_damage_names_the_file_and_the_fault_in_both_languages(tmp_path):
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "step": 2}))
     edited = raised(lambda: read_manifest(folder))
     assert type(edited) is ManifestDamagedError and edited.fault == "manifest_changed"
-    assert_persian(edited.explain("fa"), "manifest.sha256")
+    assert_persian(edited.explain("fa"), "manifest.sha256", "چکیدهٔ \u2066sha256\u2069 آن")
 
     manifest.unlink()
     gone = raised(lambda: read_manifest(folder))
