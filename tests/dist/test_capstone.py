@@ -36,8 +36,7 @@ from lesson_code.data import batch_for_step
 from lesson_code.harness.reference import in_one_rank
 from tolerances import FLOAT32_RELATIVE, GRAD_NORM_RELATIVE, relative_distance
 from wrong_variants import capstone_with_summed_gradients
-from wrong_resumes import (resume_from_the_first_batch, resume_without_guard_state,
-                           resume_without_optimizer_state)
+from wrong_resumes import resume_without_guard_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,20 +131,6 @@ def test_e_resuming_at_10_ends_exactly_where_the_uninterrupted_run_ends(resumed_
     assert list(verdicts) == ["steps and losses", *COMPARED] and all(verdicts.values())
     assert all(torch.equal(a["params"], b["params"]) for a, b in zip(straight, resumed))
     assert sorted(p.name for p in Path(config.out_dir).iterdir()) == ["checkpoints", "metrics.jsonl"]
-
-
-@pytest.mark.parametrize("wrong_resume, what_differs", [
-    (resume_without_optimizer_state, {"exp_avg", "exp_avg_sq", "optimizer_step"}),
-    (resume_from_the_first_batch, {"steps and losses"}),
-])
-def test_e_catches_a_resume_that_leaves_something_out(resumed_run, tmp_path, wrong_resume,
-                                                      what_differs):
-    config, straight, _ = resumed_run
-    wrong = launch.spawn(wrong_resume, dataclasses.replace(config, out_dir=str(tmp_path)),
-                         straight[0]["checkpoints"][10], world_size=4)
-    verdicts = compare_resumed(straight, wrong)
-    assert what_differs <= {name for name, same in verdicts.items() if not same}
-    assert not verdicts["params"]  # either mistake moves the weights the run ends with
 
 
 def test_e_names_what_each_resume_that_leaves_a_piece_out_changes(resumed_run, tmp_path):
