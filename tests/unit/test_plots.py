@@ -70,7 +70,7 @@ FIGURES = {
         ROWS76, {"ring all_reduce": AlphaBeta(1e-4, 1e-9)}, 4, lang=lang),
     "algorithms": lambda lang: collectives.algorithms_figure(
         choose.stored_times(), choose.stored_costs(), 4, lang=lang,
-        switches=choose.predicted_switches(choose.stored_costs(), 4)),
+        switches=choose.predicted_switches(choose.stored_costs(), 4), undecided=(2 ** 18, 2 ** 22)),
     "modelled algorithms": lambda lang: collectives.modelled_algorithms_figure(
         choose.AlgorithmCosts(fits={"ring": AlphaBeta(5e-6, 4e-11),
                                     "halving_doubling": AlphaBeta(5e-6, 4e-11)}, source="model"),
@@ -138,6 +138,19 @@ def test_the_modelled_figure_names_its_one_model_and_measures_nothing():
             "the model on 48 ranks, α = 5 µs, 1/β = 25 GB/s: nothing measured"
         # every other size from the first, as on the measured figure beside it (not 2^9, 2^12, ...)
         assert list(figure.axes[0].get_xticks()) == [2 ** k for k in range(10, 31, 2)]
+    finally:
+        plt.close(figure)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_measured_figure_shades_the_sizes_its_run_leaves_undecided(lang):
+    figure = FIGURES["algorithms"](lang)
+    try:
+        shaded = [patch for patch in figure.axes[0].patches  # the one labelled patch
+                  if not patch.get_label().startswith("_")]
+        assert len(shaded) == 1
+        band = shaded[0].get_bbox()  # in data bytes along x
+        assert (band.x0, band.x1) == (2 ** 18, 2 ** 22)
     finally:
         plt.close(figure)
 
