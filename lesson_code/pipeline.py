@@ -276,9 +276,9 @@ class PipelineStage:
         self.stats.events.append((self.stage, index, "B", start, clock()))
         if not self.is_first:
             self._send(received.grad, self.stage - 1, ("B", index))
-            # The previous stage receives gradients in order and needs nothing more from this
-            # stage to reach the previous one's receive, so this wait ends without a deadlock;
-            # it keeps at most two input gradients alive, whatever m is.
+            # The previous stage receives gradients in order; to reach the previous one's receive it
+            # needs from this stage only posted sends, and its own such waits end likewise one stage
+            # up, down to stage 0, which sends none. No deadlock; at most two gradients stay alive.
             if self._last_gradient is not None:
                 self._wait_sends(("B", self._last_gradient))
             self._last_gradient = index

@@ -103,8 +103,9 @@ def held_activation_bytes(run: PipeRun, stage: int, num_stages: int, schedule: s
     With `recompute`, each forward runs under `torch.utils.checkpoint` (re-materialization, the
     reentrant variant, `use_reentrant=True`): only the stage's input is saved, besides the
     output, and the backward runs the forward again, whose saved tensors (counted by the same
-    hooks) are alive, on top of what the stage holds, until that backward ends; a storage the
-    stage already holds (the rerun saves the input again) is not counted twice. Returns
+    hooks) are all alive, on top of what the stage holds, when the recomputation ends, then
+    freed as that backward proceeds; a storage the stage already holds (the rerun saves the
+    input again) is not counted twice. Returns
     "held_bytes" (the most held between passes), "peak_bytes" (the most alive at once: the held
     bytes plus, during a backward, the micro-batch it rebuilds), "micro_batch_bytes" (one
     micro-batch's held bytes) and "forwards" (how many times the stage's forward ran,

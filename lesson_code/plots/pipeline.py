@@ -43,7 +43,8 @@ LABELS = {
 TABLE_WORDS = {"fa": {
     **language.TERMS,
     "layers": "لایه‌ها", "order": "ترتیب",
-    "schedule": "زمان‌بندی", "max_grad_diff": "بیشینهٔ اختلاف گرادیان", "loss_diff": "اختلاف زیان",
+    "schedule": "زمان‌بندی", "extra_warmup": "گرم‌کردن اضافه (`extra_warmup`)",
+    "max_grad_diff": "بیشینهٔ اختلاف گرادیان", "loss_diff": "اختلاف زیان",
     "all_layers_once": "هر لایه یک بار", "replica": "نسخه",
     "lowest": "کمترین", "highest": "بیشترین",
     "imbalance_floor": "کف ناترازی", "step_s": "ثانیه در هر گام", "bubble": "حباب",

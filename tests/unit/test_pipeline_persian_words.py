@@ -68,6 +68,14 @@ def test_the_replicas_table_says_peak_memory_as_the_glossary_does():
     assert list(shown.columns) == ["گیگابایت روی مرحلهٔ ۰ در بیشینهٔ حافظهٔ گام، دست‌کم"]
 
 
+def test_the_costly_messages_table_names_its_extra_warmup_level_in_persian():
+    # The second index level of lesson 79's costly-messages table is schedule_order's argument:
+    # the Persian table says what it is and keeps the name the prose uses.
+    index = pd.MultiIndex.from_tuples([("1f1b", 1)], names=["schedule", "extra_warmup"])
+    shown = pipeline.table(pd.DataFrame({8: [0.3]}, index=index), "fa")
+    assert list(shown.index.names) == ["زمان‌بندی", "گرم‌کردن اضافه (`extra_warmup`)"]
+
+
 def test_the_bubble_legend_writes_each_formula_with_latin_digits_only():
     # "(P − 1)/(m + P − 1), P = 2": the 1s stay Latin inside the formula, so P's value does too;
     # a Persian ۲ beside a Latin 1 in one entry reads as two scripts of digits.
