@@ -30,7 +30,9 @@ LABELS = {
            "check": "بررسی و کپی به گرادیان‌ها", "comm": "کاهش همگانی باکت (رشتهٔ حلقه)",
            "comm odd": "کاهش همگانی باکت‌های ۱، ۳، … (رشتهٔ حلقه)",
            "comm even": "کاهش همگانی باکت‌های ۲، ۴، … (رشتهٔ حلقه)",
-           "ready": "باکت آماده", "optimizer": "بهینه‌ساز", "time": "زمان از آغاز گام (ms)",
+           "ready": "باکت آماده", "optimizer": "بهینه‌ساز",
+           # Milliseconds in words, as the benchmark figure's axis of the same page says them.
+           "time": "زمان از آغاز گام (میلی‌ثانیه)",
            "comm model": "کاهش همگانی باکت (پیوند مدل‌شده)", "modelled rank": "رتبهٔ مدل‌شده",
            "modelled": "مدل‌شده، نه اندازه‌گیری‌شده",
            "lane": "باکت‌های {mb} MiB", "one lane": "یک باکت، سقف {mb} MiB", "time model": "زمان از آغاز گذر برگشت (ms)",
@@ -173,6 +175,7 @@ TABLE_LABELS = {
     "latency, modelled (ms)": "تأخیر، مدل‌شده (ms)", "bytes, modelled (ms)": "بایت‌ها، مدل‌شده (ms)",
     "exposed comm, modelled (ms)": "ارتباط پنهان‌نشده، مدل‌شده (ms)",
     "backward + exposed, modelled (ms)": "گذر برگشت + ارتباط پنهان‌نشده، مدل‌شده (ms)",
+    "link floor, modelled (ms)": "کف پیوند، مدل‌شده (ms)",
     "comm before backward end": "ارتباط پیش از پایان گذر برگشت",
     "each rank's loss": "زیان هر رتبه", "mean of its own tokens": "میانگین زیانِ توکن‌های خودش",
     "sum / global token count": "جمع / تعداد سراسری توکن‌ها",

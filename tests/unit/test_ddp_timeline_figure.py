@@ -66,3 +66,12 @@ def test_the_benchmark_figure_groups_the_thousands_of_its_ticks(lang, shown):
     ticks = [tick.get_text() for tick in figure.axes[0].get_yticklabels()]
     assert shown in ticks, ticks
     matplotlib.pyplot.close(figure)
+
+
+def test_the_persian_figures_of_lesson_77_say_milliseconds_alike():
+    # The measured timeline's time axis and the benchmark figure's axis share one unit word.
+    word = "میلی‌ثانیه"
+    assert word in ddp.LABELS["fa"]["time"] and word in ddp.LABELS["fa"]["ms"]
+    figure = ddp.overlap_timeline_figure([TIMELINE], lang="fa")
+    assert word in figure.axes[0].get_xlabel() and "(ms)" not in figure.axes[0].get_xlabel()
+    matplotlib.pyplot.close(figure)
