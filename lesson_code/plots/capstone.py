@@ -94,6 +94,8 @@ TABLE_WORDS = {"fa": {
     "fastest run (s)": "سریع‌ترین اجرا (ثانیه)", "slowest run (s)": "کندترین اجرا (ثانیه)",
     "step, median (ms)": "گام، میانه (میلی‌ثانیه)", "save (ms)": "ذخیره (میلی‌ثانیه)",
     "save, in steps": "ذخیره، برحسب شمار گام‌ها",
+    "save interval, Young, M = 1,000 steps (steps)":
+        "فاصلهٔ ذخیره با قاعدهٔ یانگ، با میانگین ۱٬۰۰۰ گام میان دو خرابی (گام)",
     "1. two one-number all-reduces, recursive doubling (µs)":
         "۱. دو کاهش همگانیِ یک‌عددی، دوبرابرسازی بازگشتی (میکروثانیه)",
     "2. save interval, Young, 5 s save (min)": "۲. فاصلهٔ ذخیره با قاعدهٔ یانگ، ذخیرهٔ ۵ ثانیه‌ای (دقیقه)",
