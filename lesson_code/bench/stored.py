@@ -93,7 +93,7 @@ DESCRIPTIONS = {
         "per rank, Adam; slowest rank's median per phase over {steps} steps (ddp = our bucketed "
         "DDP + unsharded fp32-master Adam)",
         "محک درس ۷۸: MiniGPT با {parameters} پارامتر روی {ranks} رتبه، دسته‌ای {batch}تایی برای "
-        "هر رتبه، Adam؛ میانهٔ زمان هر بخش از گام در کندترین رتبه، در {steps} گام (سطر DDP: "
+        "هر رتبه، Adam؛ میانهٔ زمان هر بخش از گام در کندترین رتبه، در {steps} گام (سطر `BucketedDDP`: "
         "همان DDP باکت‌دار ما، با Adam شاردنشده و وزن‌های اصلی fp32)"),
     "zero_stages": (
         "lesson 78 stages: MiniGPT with {parameters} parameters ({blocks} blocks of width "

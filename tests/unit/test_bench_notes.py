@@ -84,3 +84,11 @@ def test_a_persian_note_glosses_a_row_without_repeating_its_name():
     # shows that row as «DDP», so «DDP یعنی DDP ...» would explain a name by itself.
     for english, persian in stored.DESCRIPTIONS.values():
         assert not re.search(r"\b(\w+) یعنی \1\b", persian), persian
+
+
+def test_the_lesson_78_note_names_the_row_its_table_shows():
+    # The Persian table shows our bucketed DDP as «BucketedDDP» beside «DDP با
+    # ZeroRedundancyOptimizer»: a note about «the DDP row» would fit both rows.
+    _, note = stored.load("zero")
+    persian = stored.note_text(note, "fa")
+    assert "(سطر \u2066BucketedDDP\u2069: " in persian, persian
