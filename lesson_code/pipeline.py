@@ -276,9 +276,8 @@ class PipelineStage:
         self.stats.events.append((self.stage, index, "B", start, clock()))
         if not self.is_first:
             self._send(received.grad, self.stage - 1, ("B", index))
-            # The previous stage receives gradients in order; to reach the previous one's receive it
-            # needs from this stage only posted sends, and its own such waits end likewise one stage
-            # up, down to stage 0, which sends none. No deadlock; at most two gradients stay alive.
+            # Rule 2 of lesson 79: wait for the previous gradient's send, which cannot deadlock;
+            # at most two gradients stay alive.
             if self._last_gradient is not None:
                 self._wait_sends(("B", self._last_gradient))
             self._last_gradient = index
