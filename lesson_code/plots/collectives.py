@@ -30,7 +30,7 @@ LABELS = {
         "reduce_scatter": "reduce-scatter, step {step}", "all_gather": "all-gather, step {step}",
         "rank": "rank", "chunk": "chunk", "size": "tensor size (bytes)",
         "busbw": "bus bandwidth (MB/s)", "time": "time (ms)", "ranks": "ranks N",
-        "busiest": "bytes through the busiest rank (× tensor size)",
+        "busiest": "bytes through\nthe busiest rank\n(× tensor size)",  # three lines: fits the axis
         "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds, Σ = all;\n"
                       "outlined = sent this step to the rank below (mod {n})",
         "fit": "{op}: α = {alpha:.3f} ms per message, 1/β = {bw:.3f} GB/s",
@@ -50,7 +50,7 @@ LABELS = {
         "reduce_scatter": "کاهش و پخش، گام {step}", "all_gather": "گردآوری همگانی، گام {step}",
         "rank": "رتبه", "chunk": "تکه", "size": "اندازهٔ تنسور",  # its ticks say KiB, MiB
         "busbw": "پهنای باند گذرگاه (MB/s)", "time": "زمان (ms)", "ranks": "تعداد رتبه‌ها N",
-        "busiest": "بایت‌های عبوری از پرکارترین رتبه (× اندازهٔ تنسور)",
+        "busiest": "بایت‌های عبوری از\nپرکارترین رتبه\n(× اندازهٔ تنسور)",  # three lines: fits the axis
         "ring_title": "حلقه با {n} رتبه: رقم‌ها = رتبه‌هایی که داده‌شان در تکه آمده است، Σ = همه؛\n"
                       "قاب پررنگ = ارسال در همین گام به رتبهٔ پایینی (به پیمانهٔ {n})",
         # the formulas isolated left to right, in Latin digits as every formula of a figure

@@ -134,5 +134,9 @@ def test_the_busiest_rank_figure_draws_the_rings_limit_of_4(lang):
         assert legend[-1] == {"en": "the ring's limit as N grows: 4",
                               "fa": "حد حلقه با بزرگ شدن N: ۴"}[lang], legend
         assert max(traffic[n]["ring"] for n in traffic) < 4  # below the line, as the text says
+        # the y label, broken into lines, stays within the height of the axes
+        renderer = fig.canvas.get_renderer()
+        label = ax.yaxis.label.get_window_extent(renderer)
+        assert label.height <= ax.get_window_extent(renderer).height, (label, ax.bbox)
     finally:
         plt.close(fig)

@@ -186,6 +186,9 @@ def test_the_load_line_warns_from_the_core_count_on(lang):
         "load 10.61 on 2 cores at the start: these times describe a loaded machine; "
         "compare with the stored run only below 2")
     assert "۱۰٫۶۱" in collectives_lab.load_line(10.61, 2, "fa")  # Persian digits
+    # one «با» in the advice: «فقط با بارِ زیر ۲ با اجرای …» read as two comparisons
+    assert collectives_lab.load_line(10.61, 2, "fa").endswith(
+        "فقط وقتی بار زیر ۲ است با اجرای ذخیره‌شده مقایسه کنید")
 
 
 def test_the_printed_lines_leave_out_a_group_with_no_size():

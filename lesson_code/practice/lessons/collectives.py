@@ -257,7 +257,7 @@ CHECKS = (
     Check("all_reduce_avg",
           {"en": "ring_all_reduce(op='avg') equals the built-in sum divided by N, and refuses "
                  "integers with ValueError",
-           "fa": "ring_all_reduce(op='avg') برابر مجموع توکار تقسیم بر N است و اعداد صحیح را با "
+           "fa": "ring_all_reduce(op='avg') برابر حاصل‌جمعِ توکار تقسیم بر N است و اعداد صحیح را با "
                  "ValueError رد می‌کند"},
           {"en": "divide once, by the group's size, the reduced chunk you own (before the "
                  "all-gather); raise ValueError for an integer tensor before sending anything",
