@@ -336,7 +336,7 @@ TABLE_LABELS = {
     "auto, run 2 / run 1": "auto، اجرای دوم / اجرای اول",
     "sends": "می‌فرستد", "receives": "دریافت می‌کند",
     "ring (model)": "حلقه (مدل)", "naive (model)": "ساده‌لوحانه (مدل)",
-    "GB sent by the busiest rank": "گیگابایتِ فرستادهٔ پرکارترین رتبه",
+    "GB sent by the busiest rank": "گیگابایتِ ارسالیِ پرکارترین رتبه",
     "modelled seconds": "ثانیه بنا بر مدل",
     "latency term (ms)": "جملهٔ تأخیر (ms)",
     "bandwidth term, 1 MiB (ms)": "جملهٔ پهنای باند، ۱ MiB (ms)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 
 from lesson_code.collectives.cost_model import AlphaBeta
@@ -140,3 +141,10 @@ def test_the_busiest_rank_figure_draws_the_rings_limit_of_4(lang):
         assert label.height <= ax.get_window_extent(renderer).height, (label, ax.bbox)
     finally:
         plt.close(fig)
+
+
+def test_the_problem_table_says_sent_as_the_practice_report_does():
+    # «ارسالی», the word of the practice report's «بایت‌های ارسالی», not «فرستادهٔ»
+    table = pd.DataFrame({"GB sent by the busiest rank": [252.0]}, index=["naive"])
+    shown = collectives.localized(table, "fa")
+    assert list(shown.columns) == ["گیگابایتِ ارسالیِ پرکارترین رتبه"], list(shown.columns)
