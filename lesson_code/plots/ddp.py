@@ -7,6 +7,7 @@ rank) and the stored benchmark (`bench.ddp`: median milliseconds per phase of ea
 from __future__ import annotations
 
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.ticker import FuncFormatter
 
 from lesson_code import ddp_lab, language
@@ -42,6 +43,7 @@ LABELS = {
            "variant": "گونه، اندازهٔ باکت به MiB",
            **{name: ddp_lab.WORDS[name] for name in (*ddp_lab.WRAPPERS, "ring", "builtin")}},
 }
+TICK_GAP_PT = 4  # a bucket number's distance right of its ready tick, in points
 COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "check": "#9467bd",
            "comm": "#ff9f4a", "comm odd": "#c4620f", "optimizer": "#2ca02c"}
 
@@ -54,6 +56,7 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
     `lanes`: one name per timeline)."""
     labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.6 + 0.9 * len(timelines)))
     comm = labels["comm model"] if modelled else labels["comm"]
+    numbers = []  # (rank, level, ready ms, y, text) of each measured bucket's ready tick
     for rank, timeline in enumerate(timelines):
         y = rank * 2.5
         for phase in [p for p in ("forward", "backward", "wait", "check") if p in timeline]:
@@ -74,10 +77,8 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
             ax.plot(1e3 * bucket["ready"], y + 0.5, "k|", markersize=10,
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
             if not modelled:
-                ax.annotate(language.number(bucket["bucket"] + 1, lang),
-                            (1e3 * bucket["ready"], y + 0.5),
-                            xytext=(4, 5 if bucket["bucket"] % 2 else -5),  # clear of the tick
-                            textcoords="offset points", ha="left", va="center", fontsize="small")
+                numbers.append((rank, bucket["bucket"] % 2, 1e3 * bucket["ready"], y + 0.5,
+                                language.number(bucket["bucket"] + 1, lang)))
     if lanes is None:
         lanes = ([labels["modelled rank"]] if modelled else
                  [language.numbered(labels["rank"], rank, lang) for rank in range(len(timelines))])
@@ -88,7 +89,32 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
     ax.set_xlabel(labels["time model" if modelled else "time"])
     legend_below(ax, ncol=2)
     fig.tight_layout()
+    _number_ticks(fig, ax, numbers)
     return fig
+
+
+def _number_ticks(fig: Figure, ax, numbers: list[tuple]) -> None:
+    """Write each bucket's number beside its ready tick, alternately above and below the lane.
+
+    Where close ticks would make the numbers at one height overlap, a number moves right, past
+    the previous one, and a thin line joins it to its tick: the numbers keep their order and
+    every one stays readable. Drawn once the layout is final, as positions are worked out in
+    points from the axes' width."""
+    if not numbers:
+        return
+    low, high = ax.get_xlim()
+    points_per_ms = ax.bbox.width * 72 / fig.dpi / (high - low)
+    digit = 0.6 * FontProperties(size="small").get_size_in_points()  # a digit's width, about
+    right_edge: dict[tuple, float] = {}  # (rank, level): where the last number there ends, pt
+    for rank, level, ready_ms, y, text in sorted(numbers, key=lambda n: (n[0], n[2])):
+        tick = (ready_ms - low) * points_per_ms
+        offset = max(TICK_GAP_PT, right_edge.get((rank, level), -1e9) + 1.5 - tick)
+        moved = offset > TICK_GAP_PT
+        ax.annotate(text, (ready_ms, y), xytext=(offset, 5 if level else -5),
+                    textcoords="offset points", ha="left", va="center", fontsize="small",
+                    arrowprops=dict(arrowstyle="-", lw=0.5, color="0.3", shrinkA=0, shrinkB=0)
+                    if moved else None)
+        right_edge[(rank, level)] = tick + offset + digit * len(text)
 
 
 def bucket_size_timelines_figure(models: dict[float, dict], lang: str = "en") -> Figure:

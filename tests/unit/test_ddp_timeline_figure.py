@@ -5,6 +5,7 @@ the modelled timelines (lesson 77's companion page) keep one shade and no number
 import matplotlib
 import pytest
 from matplotlib.colors import to_hex
+from matplotlib.text import Text
 
 from lesson_code.plots import ddp
 
@@ -74,4 +75,27 @@ def test_the_persian_figures_of_lesson_77_say_milliseconds_alike():
     assert word in ddp.LABELS["fa"]["time"] and word in ddp.LABELS["fa"]["ms"]
     figure = ddp.overlap_timeline_figure([TIMELINE], lang="fa")
     assert word in figure.axes[0].get_xlabel() and "(ms)" not in figure.axes[0].get_xlabel()
+    matplotlib.pyplot.close(figure)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_close_ticks_keep_their_numbers_apart_and_in_order(lang):
+    # As on a rank whose buckets all became ready at the end of its backward: four ticks within
+    # 20 ms on a 1.7 s axis. Numbers at one height (above or below the lane) must not overlap,
+    # and all read 1 to 4 left to right.
+    crowded = {"forward": (0.0, 0.8), "backward": (0.8, 1.65), "wait": (1.65, 1.7),
+               "buckets": [{"bucket": k, "ready": ready, "start": ready, "end": ready + 0.01}
+                           for k, ready in enumerate([1.600, 1.610, 1.615, 1.620])]}
+    figure = ddp.overlap_timeline_figure([TIMELINE, crowded], lang=lang)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    texts = [t for t in figure.axes[0].texts if t.xy[1] > 2]  # the crowded rank's numbers
+    assert len(texts) == 4
+    boxes = [Text.get_window_extent(t, renderer) for t in texts]  # the number, not its line
+    for i in range(4):
+        for j in range(i + 1, 4):
+            if texts[i].xyann[1] == texts[j].xyann[1]:  # at one height
+                assert not boxes[i].overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
+    in_order = sorted(zip(boxes, texts), key=lambda pair: pair[0].x0)
+    assert [t.xy[0] for _, t in in_order] == sorted(t.xy[0] for t in texts)  # 1 to 4, left to right
     matplotlib.pyplot.close(figure)
