@@ -11,13 +11,15 @@ checkpoint `folder` with one piece of what a resume restores left out (`PIECES`)
 
 Compare a result with the run that never stopped with `train.compare_resumed` (check (e)).
 The piece is left out by replacing `train.load_zero` (its first call only, the resume's own load;
-`verify_resume` still loads whole checkpoints) or `train.batch_for_step`, inside this rank
-process and for the length of the call.
+`verify_resume` still loads whole checkpoints) or `train.batch_for_step` with `mock.patch`,
+inside this rank process and only for the length of the call.
 
     launch.spawn(resume_without, config, folder, "data position", world_size=4)
 """
 
 from __future__ import annotations
+
+from unittest import mock
 
 import torch
 
@@ -54,10 +56,8 @@ def resume_without(rank: int, world_size: int, config: CapstoneConfig, folder: s
     def from_the_first_batch(corpus, step, *rest):  # batch `restart` is read as batch 0, ...
         return batches(corpus, step - restart, *rest)
 
-    train.load_zero = load_without
+    replaced = {"load_zero": load_without}
     if piece == "data position":
-        train.batch_for_step = from_the_first_batch
-    try:
+        replaced["batch_for_step"] = from_the_first_batch
+    with mock.patch.multiple(train, **replaced):  # put back when the run returns or raises
         return train.run_rank(rank, world_size, config, folder)
-    finally:
-        train.load_zero, train.batch_for_step = load, batches
