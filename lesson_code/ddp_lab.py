@@ -31,7 +31,7 @@ from lesson_code.ddp import BucketedDDP, NaiveDDP, broadcast_parameters, bucket_
 from lesson_code.runtime.devices import current_device
 from lesson_code.experiment import RunConfig, flat_parameters, global_mean, train
 from lesson_code.harness.timing import PhaseClock
-from lesson_code.models import GPTConfig, MiniGPT, build_model, gpt_parameters
+from lesson_code.models import GPTConfig, MiniGPT, build_model
 from lesson_code.harness.validate import require_choice, require_positive_int
 
 WRAPPERS = ("naive", "bucketed", "torch")

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from lesson_code.checkpoint import read_manifest
-from lesson_code.language import LANGUAGES, check_language, number
+from lesson_code.language import check_language, number
 
 WORDS = {
     "en": {
