@@ -439,7 +439,8 @@ def shard_cuts_figure(sizes: dict[str, int], world_size: int = 4, lang: str = "e
         raise ValueError(f"world_size={world_size!r}: give 1 to {len(SHARD_COLOURS)}, such as 4")
     labels, fig, ax = start_figure(CUTS_LABELS, lang, figsize=(FIGURE_WIDTH, 2.9))
     total = sum(sizes.values())
-    shard = -(-total // world_size)
+    cuts = shard_cuts(list(sizes.values()), world_size)
+    shard = cuts[0] if cuts else total  # every shard is as long as the first
     start = 0
     for k, (name, numel) in enumerate(sizes.items()):
         ax.barh(1, numel, left=start, height=0.6, color="#bdbdbd" if k % 2 else "#e0e0e0",
@@ -453,7 +454,6 @@ def shard_cuts_figure(sizes: dict[str, int], world_size: int = 4, lang: str = "e
                 color=SHARD_COLOURS[r], edgecolor="white", linewidth=0.5)
         ax.text(r * shard + shard / 2, 0, language.numbered(labels["rank"], r, lang),
                 ha="center", va="center", color="white", fontsize=11)
-    cuts = shard_cuts(list(sizes.values()), world_size)
     for cut in cuts:
         ax.axvline(cut, ymin=0.02, ymax=0.9, color="#333333", linestyle="--", linewidth=1)
     if shard * world_size > total:
