@@ -528,7 +528,7 @@ SHA256_RATE = {
     "en": "sha256 on one core of this machine, under the load above: {rate:.2f} GB/s "
           "(the best of {rounds} passes over {mib} MiB)",
     "fa": "نرخ چکیده‌گیری `sha256` روی یک هستهٔ این دستگاه، زیر همان باری که بالاتر چاپ شد: "
-          "{rate:.2f} گیگابایت بر ثانیه (بهترینِ {rounds} گذر روی {mib} مبی‌بایت)",
+          "{rate:.2f} گیگابایت بر ثانیه (بهترینِ {rounds} بار اندازه‌گیری روی {mib} مبی‌بایت)",
 }
 
 

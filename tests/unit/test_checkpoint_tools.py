@@ -47,6 +47,7 @@ def test_the_hashing_rate_is_one_line_per_edition_with_a_positive_rate():
     assert rate > 0 and "the best of 2 passes over 1 MiB" in english
     assert "گیگابایت بر ثانیه" in persian and "۱ مبی‌بایت" in persian  # Persian units, as in the prose
     assert "GB/s" not in persian and "MiB" not in persian and "best" not in persian
+    assert "گذر" not in persian  # the book's word for a forward or backward pass, not a round
 
 
 def first_strong_direction(line: str) -> str:
