@@ -109,7 +109,7 @@ def schedule_order(schedule: str, stage: int, num_stages: int,
     Under 1F1B stage s runs P - s - 1 forwards before its first backward; every stage but the
     last runs `extra_warmup` more, and holds as many more micro-batches. That is slack against
     message time between the last two stages only: it hides the messages of a short step, while
-    a longer one waits for messages between the other stages again (lesson 79's costly messages).
+    a longer one waits for messages between the other stages again (page 79a's costly messages).
     Raises ValueError for an unknown schedule, a count below 1, a negative `extra_warmup` or a
     stage outside 0..P-1.
     """
