@@ -19,8 +19,8 @@ LABELS = {
            "check": "check and copy-back", "comm": "bucket all-reduce (ring thread)",
            "comm odd": "bucket all-reduce, buckets 1, 3, … (ring thread)",
            "comm even": "bucket all-reduce, buckets 2, 4, … (ring thread)",
-           "ready": "bucket ready", "optimizer": "optimizer",
-           "time": "time since the step began (ms)", "rank": "rank",
+           "ready": "bucket ready", "queued": "ready, all-reduce not yet started",
+           "optimizer": "optimizer", "time": "time since the step began (ms)", "rank": "rank",
            "comm model": "bucket all-reduce (modelled link)", "modelled rank": "modelled rank",
            "modelled": "modelled, not measured",
            "lane": "{mb} MiB buckets", "one lane": "one bucket ({mb} MiB cap)", "time model": "time since the backward began (ms)",
@@ -28,10 +28,11 @@ LABELS = {
            "variant": "variant (bucket size in MiB)", "naive": "naive", "bucketed": "bucketed",
            "torch": "torch DDP", "ring": "ring", "builtin": "built-in"},
     "fa": {"forward": "گذر رفت", "backward": "گذر برگشت", "wait": "انتظار برای کاهش‌های همگانی",
-           "check": "بررسی و کپی به گرادیان‌ها", "comm": "کاهش همگانی باکت (رشتهٔ حلقه)",
+           "check": "بررسی و کپی در گرادیان‌ها", "comm": "کاهش همگانی باکت (رشتهٔ حلقه)",
            "comm odd": "کاهش همگانی باکت‌های ۱، ۳، … (رشتهٔ حلقه)",
            "comm even": "کاهش همگانی باکت‌های ۲، ۴، … (رشتهٔ حلقه)",
-           "ready": "باکت آماده", "optimizer": "بهینه‌ساز",
+           "ready": "باکت آماده", "queued": "آماده، کاهش همگانی هنوز آغاز نشده",
+           "optimizer": "بهینه‌ساز",
            # Milliseconds in words, as the benchmark figure's axis of the same page says them.
            "time": "زمان از آغاز گام (میلی‌ثانیه)",
            "comm model": "کاهش همگانی باکت (پیوند مدل‌شده)", "modelled rank": "رتبهٔ مدل‌شده",
@@ -44,6 +45,7 @@ LABELS = {
            **{name: ddp_lab.WORDS[name] for name in (*ddp_lab.WRAPPERS, "ring", "builtin")}},
 }
 TICK_GAP_PT = 4  # a bucket number's distance right of its ready tick, in points
+QUEUED_MIN_S = 1e-3  # a measured all-reduce that starts this long after its bucket is ready
 COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "check": "#9467bd",
            "comm": "#ff9f4a", "comm odd": "#c4620f", "optimizer": "#2ca02c"}
 
@@ -57,6 +59,7 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
     labels, fig, ax = start_figure(LABELS, lang, figsize=(FIGURE_WIDTH, 1.6 + 0.9 * len(timelines)))
     comm = labels["comm model"] if modelled else labels["comm"]
     numbers = []  # (rank, level, ready ms, y, text) of each measured bucket's ready tick
+    queued_named = False  # the legend names the grey queue line once
     for rank, timeline in enumerate(timelines):
         y = rank * 2.5
         for phase in [p for p in ("forward", "backward", "wait", "check") if p in timeline]:
@@ -76,6 +79,13 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
                     label=shade if first_of_its_shade else None)
             ax.plot(1e3 * bucket["ready"], y + 0.5, "k|", markersize=10,
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
+            if not modelled and bucket["start"] - bucket["ready"] >= QUEUED_MIN_S:
+                # Measured: a grey line from the ready tick to the bar's start shows the wait
+                # for the previous all-reduce to end, or for a core.
+                ax.plot([1e3 * bucket["ready"], 1e3 * bucket["start"]], [y + 0.5] * 2, color="0.55",
+                        lw=1.5, solid_capstyle="butt",
+                        label=None if queued_named else labels["queued"])
+                queued_named = True
             if not modelled:
                 numbers.append((rank, bucket["bucket"] % 2, 1e3 * bucket["ready"], y + 0.5,
                                 language.number(bucket["bucket"] + 1, lang)))
@@ -193,7 +203,7 @@ TABLE_LABELS = {
     "wait after own backward": "انتظار پس از گذر برگشتِ خودش",
     "clipped once, after the average": "یک بار، پس از میانگین‌گیری",
     "clipped after every backward": "پس از هر گذر برگشت", "clip_grad_norm_ runs": "جای `clip_grad_norm_`",
-    "check": "بررسی و کپی به گرادیان‌ها", "check (ms)": "بررسی (ms)", "step low": "کوتاه‌ترین گام در دورها",
+    "check": "بررسی و کپی در گرادیان‌ها", "check (ms)": "بررسی (ms)", "step low": "کوتاه‌ترین گام در دورها",
     "step high": "بلندترین گام در دورها", "vs torch low": "نسبت به DDP در PyTorch، کمترین",
     "vs torch high": "نسبت به DDP در PyTorch، بیشترین", "vs one bucket": "نسبت به یک باکت",
     "vs one bucket low": "نسبت به یک باکت، کمترین", "vs one bucket high": "نسبت به یک باکت، بیشترین",

@@ -99,3 +99,25 @@ def test_close_ticks_keep_their_numbers_apart_and_in_order(lang):
     in_order = sorted(zip(boxes, texts), key=lambda pair: pair[0].x0)
     assert [t.xy[0] for _, t in in_order] == sorted(t.xy[0] for t in texts)  # 1 to 4, left to right
     matplotlib.pyplot.close(figure)
+
+
+def queue_lines(figure) -> list[tuple]:
+    """The grey lines of a timeline: (x from, x to) in ms."""
+    return [tuple(line.get_xdata()) for line in figure.axes[0].lines if line.get_color() == "0.55"]
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_measured_timeline_draws_a_bucket_s_wait_to_start(lang):
+    # Bucket 2 is ready at 300 ms but its all-reduce starts at 320 ms (the previous one still
+    # ran): a grey line joins its ready tick to its bar, and the legend names it once.
+    late = {**TIMELINE, "buckets": [dict(b) for b in TIMELINE["buckets"]]}
+    late["buckets"][1]["start"], late["buckets"][1]["end"] = 0.32, 0.36
+    figure = ddp.overlap_timeline_figure([late, late], lang=lang)
+    assert [tuple(round(x, 6) for x in line) for line in queue_lines(figure)] == [(300.0, 320.0)] * 2
+    names = [name.lstrip("\u200f") for name in figure.axes[0].get_legend_handles_labels()[1]]
+    assert names.count(ddp.LABELS[lang]["queued"]) == 1
+    matplotlib.pyplot.close(figure)
+    modelled = {key: late[key] for key in ("backward", "wait", "buckets")}
+    figure = ddp.overlap_timeline_figure([modelled], lang="en", modelled=True)
+    assert queue_lines(figure) == []  # the modelled timelines of the companion page are unchanged
+    matplotlib.pyplot.close(figure)
