@@ -507,6 +507,13 @@ SAY = {
                    "{high:,} bytes)",
         "hang": "rank {rank} of {ranks} gave up after {seconds:g} s in {op}: a message it waited "
                 "for never came",
+        "ratio_at": "{ratio:.2f}x at {nbytes:,} bytes",
+        "direct_over_shared_memory": "direct over shared memory: {found}",
+        "shared_memory_over_naive": "shared memory over naive: {found}",
+        "naive_over_shared_memory": "naive over shared memory: {found}",
+        "ring_over_naive": "ring over naive up to {size}: at least {ratio:.2f}x",
+        "gloo_over_chosen": "gloo over the chosen algorithm up to {size}: at least {ratio:.2f}x",
+        "inversion_at": "largest inversion: {name} {ratio:.2f}x at {nbytes:,} bytes",
     },
     "fa": {
         "title": "درس ۷۶: عملیات حلقه‌ای در برابر torch.distributed، {ranks} رتبه، {length} عنصر",
@@ -539,18 +546,25 @@ SAY = {
         "no_switch": "هیچ؛ در این بازه یک الگوریتم در همهٔ اندازه‌ها سریع‌ترین است",
         "worst": "بدترین نسبت هر کدام: {worst}",
         "without": "بدون حافظهٔ مشترک، از ۴ MiB به بالا: {low:.2f} تا {high:.2f} برابر",
-        "agrees": "حکم: با کتاب همخوان است (روش ساده‌لوحانه در {low:,} بایت و حافظهٔ مشترک در "
+        "agrees": "حکم: با کتاب هم‌خوان است (روش ساده‌لوحانه در {low:,} بایت و حافظهٔ مشترک در "
                   "{high:,} بایت، هر کدام بیش از {bound:.2f} برابر جلوتر)",
         "undecided": "حکم: نامعلوم، دوباره اجرا کنید ({reasons})", "reasons_join": "؛ ",
         "undecided_load": "بار: {load:.2f} روی {cores} هسته در آغاز",
         "load_high": "بار {load:.2f} روی {cores} هسته در آغاز: این زمان‌ها دستگاهی پربار را وصف "
                      "می‌کنند؛ فقط وقتی بار زیر {cores} است با اجرای ذخیره‌شده مقایسه کنید",
         "load_low": "بار {load:.2f} روی {cores} هسته در آغاز: کمتر از شمار هسته‌ها",
-        "undecided_gap": "فاصله: در حد {bound:.2f} برابر در {sizes} بایت",
+        "undecided_gap": "فاصله: نه بیش از {bound:.2f} برابر در {sizes} بایت",
         "gaps_clear": "فاصله‌ها: هر دو بیش از {bound:.2f} برابر",
         "differs": "حکم: با کتاب فرق دارد (نقطهٔ تغییر میان {low:,} و {high:,} بایت نیست)",
         "hang": "رتبهٔ {rank} از {ranks} رتبه پس از {seconds:g} ثانیه در {op} دست کشید: پیامی که "
                 "منتظرش بود هرگز نرسید",
+        "ratio_at": "{ratio:.2f} برابر در {nbytes:,} بایت",
+        "direct_over_shared_memory": "زمانِ مستقیم بر حافظهٔ مشترک: {found}",
+        "shared_memory_over_naive": "زمانِ حافظهٔ مشترک بر روش ساده‌لوحانه: {found}",
+        "naive_over_shared_memory": "زمانِ روش ساده‌لوحانه بر حافظهٔ مشترک: {found}",
+        "ring_over_naive": "زمانِ حلقه بر روش ساده‌لوحانه تا {size}: دست‌کم {ratio:.2f} برابر",
+        "gloo_over_chosen": "زمانِ gloo بر الگوریتمِ برگزیده تا {size}: دست‌کم {ratio:.2f} برابر",
+        "inversion_at": "بزرگ‌ترین وارونگی: {name} {ratio:.2f} برابر در {nbytes:,} بایت",
     },
 }
 # The primitives and algorithms by their glossary words (book/fa/glossary.md).
@@ -764,6 +778,28 @@ def worst_line(worst: dict[str, float], lang: str) -> str:
     return say("worst", lang, worst=language.listed(
         (f"{WORDS.get(name, name)} {language.number(ratio, 'fa')}" for name, ratio in worst.items()),
         "fa"))
+
+
+def ratios_line(key: str, ratios: dict[int, float], lang: str) -> str:
+    """Line `key` of SAY (one time over another, such as "naive_over_shared_memory") with its
+    ratio at each size ({bytes: ratio}), as a line of `lang`: "2.04x at 4,194,304 bytes"."""
+    found = say("sign_join", lang).join(say("ratio_at", lang, ratio=ratio, nbytes=nbytes)
+                                        for nbytes, ratio in ratios.items())
+    return say(key, lang, found=found)
+
+
+def least_ratio_line(key: str, ratio: float, up_to: int, lang: str) -> str:
+    """Line `key` of SAY ("ring_over_naive", "gloo_over_chosen") with the least `ratio` over the
+    sizes up to `up_to` bytes, written in KiB or MiB (`size_text`), as a line of `lang`."""
+    return say(key, lang, ratio=ratio, size=size_text(up_to, lang))
+
+
+def inversion_at_line(algorithm: str, ratio: float, nbytes: int, lang: str) -> str:
+    """The largest inversion of a stored table: `algorithm`'s time at `nbytes` over the least
+    time of a larger size, as a line of `lang` with the algorithm by its glossary word."""
+    name = algorithm if lang == "en" else (WORDS | {"naive": "روش ساده‌لوحانه"}).get(algorithm,
+                                                                                       algorithm)
+    return say("inversion_at", lang, name=name, ratio=ratio, nbytes=nbytes)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -61,7 +61,7 @@ LABELS = {
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
         "model": "خط پیوسته: اندازه‌گیری‌شده، همان‌گونه که auto می‌خواند؛ خط‌چین: مدل برازش‌شده",
         "switch": "نقطهٔ تغییر auto", "undecided": "نامعلوم در این اجرا",
-        "modelled": "مدل روی {n} رتبه، \u2066α = {alpha:g} µs\u2069، \u20661/β = {bw:g} GB/s\u2069: بی اندازه‌گیری",
+        "modelled": "مدل روی {n} رتبه، \u2066α = {alpha:g} µs\u2069، \u20661/β = {bw:g} GB/s\u2069: هیچ چیز اندازه‌گیری نشده است",
         "model_switch": "نقطهٔ تغییرِ مدل", "time_us": "زمان (µs)",
         # the date isolated left to right in Latin digits, as the formulas: 2026-12-06 in order
         "measured_on": "اندازه‌گیری‌شده در اینجا، \u2066{date}\u2069",
@@ -306,7 +306,9 @@ def modelled_algorithms_figure(costs, world_size: int, sizes: list[int], lang: s
         ax.axvline(nbytes, color="black", linestyle=":",
                    label=None if index else labels["model_switch"])
     ax.set_xscale("log", base=2)
-    ax.set_xticks(sizes[::2])  # from the first size, every other one: 2^10, 2^12, ... as measured
+    # from the first size, every other one: 2^10, 2^12, ... as measured; the Persian labels
+    # ("۶۴ KiB") are wider than 2^16, so every fourth one there
+    ax.set_xticks(sizes[::4] if lang == "fa" else sizes[::2])
     ax.set_yscale("log")
     (model,) = set(costs.fits.values())  # one model for every algorithm
     ax.set_title(labels["modelled"].format(n=world_size, alpha=1e6 * model.alpha,

@@ -60,6 +60,33 @@ def test_lesson_76s_lines_in_both_editions():
     assert not latin_words(collectives_lab.say("without", "fa", low=1.02, high=1.35))
 
 
+def test_lesson_76as_printed_gaps_read_in_each_edition():
+    gaps = {2 ** 18: 2.381, 2 ** 20: 1.031}
+    assert collectives_lab.ratios_line("shared_memory_over_naive", gaps, "en") == (
+        "shared memory over naive: 2.38x at 262,144 bytes; 1.03x at 1,048,576 bytes")
+    assert collectives_lab.least_ratio_line("ring_over_naive", 2.789, 2 ** 20, "en") == (
+        "ring over naive up to 1 MiB: at least 2.79x")
+    assert collectives_lab.inversion_at_line("naive", 1.8612, 1024, "en") == (
+        "largest inversion: naive 1.86x at 1,024 bytes")
+    persian = [collectives_lab.ratios_line("naive_over_shared_memory", {2 ** 22: 2.04}, "fa"),
+               collectives_lab.ratios_line("direct_over_shared_memory", gaps, "fa"),
+               collectives_lab.least_ratio_line("gloo_over_chosen", 2.53, 2 ** 18, "fa"),
+               collectives_lab.inversion_at_line("naive", 1.8612, 1024, "fa")]
+    assert "۲٫۰۴ برابر در ۴٬۱۹۴٬۳۰۴ بایت" in persian[0]
+    assert "تا ۲۵۶ KiB: دست‌کم ۲٫۵۳ برابر" in persian[2]
+    assert persian[3] == "بزرگ‌ترین وارونگی: روش ساده‌لوحانه ۱٫۸۶ برابر در ۱٬۰۲۴ بایت"
+    assert not any(latin_words(line) - {"KiB", "gloo"} for line in persian)  # no English keys
+
+
+def test_the_persian_verdict_is_spelled_as_the_glossary_and_says_not_beyond_the_bar():
+    book = [{"algorithm": name, "nbytes": n, "seconds": t} for name, times in
+            (("naive", (1.0, 2.0, 8.0)), ("shared_memory", (2.4, 2.1, 3.9)))
+            for n, t in zip((2 ** 18, 2 ** 20, 2 ** 22), times)]
+    assert "هم‌خوان" in collectives_lab.switch_verdict(book, 1.86, 0.5, 2, "fa")
+    close = [dict(row, seconds=1.0) for row in book]  # every gap 1: within the bar
+    assert "فاصله: نه بیش از ۱٫۸۶ برابر" in collectives_lab.switch_verdict(close, 1.86, 0.5, 2, "fa")
+
+
 def test_lesson_76s_run_is_read_against_its_own_largest_inversion():
     ring = {4096: 31.6, 65536: 19.0, 1048576: 20.3, 4194304: 23.4, 16777216: 54.5}
     naive = {4096: 6.5, 65536: 4.2, 1048576: 4.5, 4194304: 13.4, 16777216: 55.7}

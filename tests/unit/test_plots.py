@@ -143,6 +143,22 @@ def test_the_modelled_figure_names_its_one_model_and_measures_nothing():
 
 
 @pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_modelled_figures_size_labels_do_not_run_together(lang):
+    figure = FIGURES["modelled algorithms"](lang)
+    try:
+        figure.canvas.draw()  # the Persian labels ("۶۴ KiB") are made when drawn
+        renderer = figure.canvas.get_renderer()
+        labels = [label for label in figure.axes[0].get_xticklabels() if label.get_text()]
+        boxes = sorted((label.get_window_extent(renderer) for label in labels),
+                       key=lambda box: box.x0)
+        space = labels[0].get_fontsize() * figure.dpi / 72 / 2  # half a letter's height, pixels
+        assert len(boxes) >= 5
+        assert all(right.x0 - left.x1 > space for left, right in zip(boxes, boxes[1:]))
+    finally:
+        plt.close(figure)
+
+
+@pytest.mark.parametrize("lang", ["en", "fa"])
 def test_the_measured_figure_shades_the_sizes_its_run_leaves_undecided(lang):
     figure = FIGURES["algorithms"](lang)
     try:
