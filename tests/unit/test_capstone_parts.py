@@ -194,7 +194,7 @@ def test_the_report_speaks_persian_with_the_same_numbers():
     assert report.count(": بله") == 3 and "True" not in report and "resume check" not in report
     assert "چکپوینت‌های گام ۱۰ و گام ۲۰،" in report  # a Persian list, its last item after «و»
     verdict = verdict_line(CapstoneConfig(), 4, True, {"params": True}, "fa", saved=[10, 20])
-    assert verdict.splitlines()[0].endswith("چکپوینت‌های گام‌های ۱۰ و ۲۰ نیز بایت‌به‌بایت بازیابی می‌شوند")
+    assert verdict.splitlines()[0].endswith("چکپوینت‌های گام‌های ۱۰ و ۲۰ نیز بایت‌به‌بایت بازیابی می‌شوند.")  # a sentence
     assert verdict_line(CapstoneConfig(), 4, True, {"params": True}, saved=[10, 20]).endswith(
         "the checkpoints of steps 10, 20 reload byte for byte")
     english = resume_report(CapstoneConfig(), 4, True, resumed, saved=[10, 20])
@@ -246,7 +246,8 @@ def test_the_manifest_summary_writes_persian_numbers_and_english_as_before(tmp_p
     # A right-to-left line: an LRM before the path keeps its leading "/" (or "...") at its left end.
     assert persian[0].endswith(f": \u200e{folder}")
     assert "عنصرهای ۷۵۲۰ تا ۱۵۰۳۹" in persian[1]
-    assert persian_digits(str(shard["bytes"])) + " بایت" in persian[1]
+    grouped = format(shard["bytes"], ",").translate(str.maketrans("0123456789,", "۰۱۲۳۴۵۶۷۸۹٬"))
+    assert shard["bytes"] >= 1000 and grouped + " بایت" in persian[1]  # thousands grouped, as the prose writes them
     numbers_outside_names = re.sub(r"shard-\d+-of-\d+\.pt|sha256 [0-9a-f]+…|sha256|" + re.escape(str(folder)),
                                    "", "\n".join(persian))
     assert not re.search(r"[0-9]", numbers_outside_names), numbers_outside_names
