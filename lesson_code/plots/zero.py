@@ -116,10 +116,12 @@ def stages_figure(params: float, world_sizes: list[int], lang: str = "en",
                   layers: int = 32) -> Figure:
     """Two panels against N: GB per rank of each stage, and its saving over DDP in percent.
 
-    The top panel also draws, dashed, ZeRO-3's shards plus its working set for `layers` equal
-    layers (`memory.stage3_working_bytes`, bf16 reduction), the floor that does not shrink with N.
+    Both panels also draw, dashed, ZeRO-3's shards plus its working set for `layers` equal layers
+    (`memory.stage3_working_bytes`, bf16 reduction): the floor that does not shrink with N, and the
+    saving below 100% it leaves.
     """
     table = memory.memory_table(params, world_sizes)
+    ddp = table[table.stage == "DDP"].set_index("N").total
     labels, fig, (left, right) = start_figure(LABELS, lang, 2, 1, figsize=(FIGURE_WIDTH, 7.4))
     for stage in memory.STAGES:
         rows = table[table.stage == stage]
@@ -130,6 +132,8 @@ def stages_figure(params: float, world_sizes: list[int], lang: str = "en",
             dashed, = left.plot(rows.N, (rows.total + working) / 1e9, linestyle="--",
                                 color=line.get_color(),
                                 label=labels["working"].format(n=number(str(layers), lang)))
+            floor = 100 * (1 - (rows.total.to_numpy() + working) / ddp.loc[rows.N].to_numpy())
+            right.plot(rows.N, floor, linestyle="--", color=line.get_color())  # the saving it caps
     legend(left, handles=[*left.get_lines()[:-1], dashed], loc="lower center", ncol=3,
            bbox_to_anchor=(0.5, 1.02))  # the key of both panels, above the first
     for ax, ylabel in ((left, labels["per_rank"]), (right, labels["saving"])):

@@ -23,6 +23,21 @@ def test_the_stages_figure_draws_zero3_with_its_working_set_dashed():
     plt.close(fig)
 
 
+def test_the_stages_figure_caps_zero3s_saving_with_its_working_set_dashed():
+    # The saving panel shows what the working set leaves: about 98.3% at N = 1024, not 100%.
+    world_sizes = [1, 64, 1024]
+    fig = zero.stages_figure(7.5e9, world_sizes, layers=32)
+    bottom = fig.axes[1]
+    dashed = [line for line in bottom.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1
+    table = memory.memory_table(7.5e9, world_sizes)
+    states = table[table.stage == "ZeRO-3"].total.to_numpy()
+    ddp = table[table.stage == "DDP"].total.to_numpy()
+    assert list(dashed[0].get_ydata()) == pytest.approx(list(100 * (1 - (states + 1.875e9) / ddp)))
+    assert round(dashed[0].get_ydata()[-1], 1) == 98.3
+    plt.close(fig)
+
+
 def test_the_stages_figure_keys_all_four_stages_above_its_first_panel():
     # A reader of the top panel alone finds the key of its solid lines there, not under the second.
     fig = zero.stages_figure(7.5e9, [1, 64, 1024])
