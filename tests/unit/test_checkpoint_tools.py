@@ -27,7 +27,7 @@ from lesson_code.checkpoint import tools
 from lesson_code.checkpoint.tools import (Skipped, latest_checkpoint, list_checkpoints,
                                           prune_checkpoints, recover_checkpoints, time_lost,
                                           young_interval)
-from lesson_code.checkpoint_lab import folder_changes, sha256_rate
+from lesson_code.checkpoint_lab import folder_changes, save_in_steps, sha256_rate
 
 
 def test_young_interval_balances_the_saves_against_the_work_a_failure_loses():
@@ -48,6 +48,19 @@ def test_the_hashing_rate_is_one_line_per_edition_with_a_positive_rate():
     assert "گیگابایت بر ثانیه" in persian and "۱ مبی‌بایت" in persian  # Persian units, as in the prose
     assert "GB/s" not in persian and "MiB" not in persian and "best" not in persian
     assert "گذر" not in persian  # the book's word for a forward or backward pass, not a round
+
+
+def test_the_save_in_steps_line_shows_times_that_give_its_ratio():
+    # Each pair once printed a ratio that its own rounded times did not give (82 / 44.5 = 1.8,
+    # printed 1.9; 114 / 32 = 3.6, printed 3.5): the ratio must be that of the shown times.
+    for save_s, step_s in ((0.08244, 0.044455), (0.1144, 0.0324), (0.151, 0.0502)):
+        english = save_in_steps({"save_s": save_s, "step_s": step_s}, "en")
+        steps = float(english.split(" as long as ")[1].split(" training steps")[0])
+        save_ms = float(english.split(": save ")[1].split(" ms")[0])
+        step_ms = float(english.split(", step ")[1].split(" ms")[0])
+        assert f"{save_ms / step_ms:.1f}" == f"{steps:.1f}", english
+    persian = save_in_steps({"save_s": 0.1144, "step_s": 0.0324}, "fa")
+    assert "۱۱۴٫۴" in persian and "۳۲٫۴" in persian and "۳٫۵" in persian, persian
 
 
 def first_strong_direction(line: str) -> str:
