@@ -98,7 +98,7 @@ TABLE_WORDS = {"fa": {
     "forward of one stage of 8, one sequence": "گذر رفتِ یکی از ۸ مرحله، یک دنباله",
     "ms (modelled)": "میلی‌ثانیه (مدل‌سازی‌شده)", "P_times_busy": "P (۱ − حباب)",
     "unsplit_loss": "زیان مدل تقسیم‌نشده", "norm": "نُرم گرادیان",
-    "unsplit_norm": "نُرم مدل تقسیم‌نشده", "max_weight_diff": "بیشینهٔ اختلاف وزن",
+    "unsplit_norm": "نُرم گرادیان مدل تقسیم‌نشده", "max_weight_diff": "بیشینهٔ اختلاف وزن",
     "stage_0_own_norm": "نُرم خودِ مرحلهٔ ۰", "stage_1_own_norm": "نُرم خودِ مرحلهٔ ۱",
     "own_norm_weight_diff": "بیشینهٔ اختلاف وزن، هر مرحله با نُرم خودش",
     "held_on_rank_0": "میکرودسته‌های نگه‌داشته روی رتبهٔ ۰", "held_on_last_rank": "میکرودسته‌های نگه‌داشته روی رتبهٔ آخر",
