@@ -4,8 +4,8 @@
     torchrun --nproc-per-node=2 -m lesson_code.jobs.ddp_torchrun --cpu    # gloo, a quick check
     torchrun --nproc-per-node=2 -m lesson_code.jobs.ddp_torchrun --cpu --lang fa   # in Persian
 
-Lesson 77 shows `train_epochs`, its loop, and does not run the job (the book's machine has no
-GPU); a test runs it on CPU with gloo. Its data are `data.make_batch`'s synthetic sequences: swap in a real dataset.
+Lesson 77 shows `train_epochs`, its loop, and runs the job on 2 CPU processes with gloo (the
+book's machine has no GPU); a test runs it on 3. Its data are `data.make_batch`'s synthetic sequences: swap in a real dataset.
 """
 
 from __future__ import annotations

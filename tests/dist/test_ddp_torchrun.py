@@ -1,5 +1,5 @@
-"""Lesson 77's reference torchrun job (lesson_code/jobs/ddp_torchrun.py), which the lesson names
-but does not run: here it runs on 2 gloo ranks on CPU, as `torchrun --nproc-per-node=2 ... --cpu`."""
+"""Lesson 77's reference torchrun job (lesson_code/jobs/ddp_torchrun.py), which the lesson runs on
+2 gloo ranks on CPU, as `torchrun --nproc-per-node=2 ... --cpu`; here on 3."""
 
 import signal
 import subprocess
