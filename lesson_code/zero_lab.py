@@ -123,12 +123,7 @@ def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None
     comm = comm if comm is not None else run.communicator(ledger)
     kwargs = {"lr": run.lr, "weight_decay": run.weight_decay}
     if run.optimizer == "torch_zero":
-        # Imported here: torch.distributed.optim imports TorchScript, which warns on import.
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        wrapped = DistributedDataParallel(model)
-        return wrapped, ZeroRedundancyOptimizer(wrapped.parameters(),
-                                                optimizer_class=torch.optim.Adam, **kwargs)
+        return torch_zero1(model, **kwargs)
     if run.optimizer in ("ddp", "naive_ddp"):
         wrapped = (BucketedDDP(model, bucket_cap_mb=run.bucket_cap_mb, comm=comm)
                    if run.optimizer == "ddp" else NaiveDDP(model, comm=comm))
@@ -144,6 +139,15 @@ def build_optimizer(run: ZeroRun, model, rank: int, world_size: int, ledger=None
     variant = NaiveZeroOptimizer if run.optimizer == "naive_zero" else ZeroOptimizer
     return model, variant(model, world_size, rank, max_grad_norm=run.max_grad_norm,
                           stage=run.stage, comm=comm, **kwargs)
+
+
+def torch_zero1(model: torch.nn.Module, **adam):
+    """PyTorch's own ZeRO-1: (model to call, optimizer). Collective: call on every rank."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer  # here: it warns on import
+
+    model = DistributedDataParallel(model)  # broadcasts rank 0's weights; all-reduces in backward
+    return model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
+                                          **adam)
 
 
 def fully_sharded_adam(model, world_size: int, **adam) -> torch.optim.Adam:

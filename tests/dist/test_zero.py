@@ -86,6 +86,24 @@ def test_zero1_equals_torch_zero_redundancy_optimizer():
     assert (ours[0]["params"] - theirs[0]["params"]).abs().max() < 1e-5
 
 
+def torch_zero1_on_rank(rank: int, world_size: int) -> dict:
+    """What zero_lab.torch_zero1 builds on a rank whose weights differ from rank 0's."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    torch.manual_seed(rank)
+    model, optimizer = zero_lab.torch_zero1(MLP(), lr=0.01)
+    return {"ddp": isinstance(model, torch.nn.parallel.DistributedDataParallel),
+            "zero": isinstance(optimizer, ZeroRedundancyOptimizer),
+            "adam": type(optimizer.optim) is torch.optim.Adam, "lr": optimizer.param_groups[0]["lr"],
+            "params": flat_parameters(model.module)}
+
+
+def test_torch_zero1_wraps_ddp_and_shards_adam():
+    ranks = launch.spawn(torch_zero1_on_rank, world_size=2)
+    assert all(r["ddp"] and r["zero"] and r["adam"] and r["lr"] == 0.01 for r in ranks)
+    assert torch.equal(ranks[0]["params"], ranks[1]["params"])  # DDP broadcast rank 0's weights
+
+
 def test_minigpt_with_zero1_naive_zero_and_torch():
     run = ZeroRun(model="gpt")
     reference = single_process(run)
