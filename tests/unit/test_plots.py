@@ -292,13 +292,18 @@ def test_the_loss_curve_legend_names_the_curve_and_the_checkpoint_rolled_back_to
     rows = [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0},
             {"event": "rollback", "to_step": 1, "at_step": 3, "loss": 129.0}]
     for lang, expected in (("en", ["loss, each step's last pass", "checkpoint rolled back to (step 1)"]),
-                           ("fa", ["زیان، آخرین گذر هر گام", "چکپوینتی که اجرا به آن بازگشت (گام ۱)"])):
+                           ("fa", ["زیان، آخرین نوبت اجرای هر گام", "چکپوینتی که اجرا به آن بازگشت (گام ۱)"])):
         figure = capstone.loss_curve_figure(rows, lang=lang)
         try:
             texts = [t.get_text().lstrip("\u200f") for t in figure.axes[0].get_legend().get_texts()]
             assert texts[:2] == expected, texts
         finally:
             plt.close(figure)
+
+
+def test_the_persian_loss_curve_says_a_steps_run_not_a_forward_or_backward_pass():
+    # «گذر» is the course's word for a forward or backward pass; a step trained twice is run twice.
+    assert [key for key in ("trained", "first_pass") if "گذر" in capstone.LABELS["fa"][key]] == []
 
 
 def test_the_loss_curve_draws_a_replayed_steps_first_pass_beside_its_replay():
