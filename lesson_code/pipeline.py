@@ -106,10 +106,10 @@ def schedule_order(schedule: str, stage: int, num_stages: int,
                    micro_batches: int, extra_warmup: int = 0) -> list[tuple[str, int]]:
     """Stage `stage`'s sequence of ("F", i) and ("B", i) under `schedule`, for m micro-batches.
 
-    Under 1F1B stage s runs P - s - 1 forwards before its first backward; every stage but the
-    last runs `extra_warmup` more, and holds as many more micro-batches. That is slack against
-    message time between the last two stages only: it hides the messages of a short step, while
-    a longer one waits for messages between the other stages again (page 79a's costly messages).
+    Under 1F1B stage s runs P - s warm-up forwards (at most m), as torch's Schedule1F1B does,
+    then a backward and a forward in turn, then the remaining backwards. `warmup` below counts
+    all but the last warm-up forward, which opens the loop's first pair. `extra_warmup` (page
+    79a only) adds that many warm-up forwards on every stage but the last.
     Raises ValueError for an unknown schedule, a count below 1, a negative `extra_warmup` or a
     stage outside 0..P-1.
     """
