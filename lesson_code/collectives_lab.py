@@ -559,7 +559,7 @@ SAY = {
         "hang": "رتبهٔ {rank} از {ranks} رتبه پس از {seconds:g} ثانیه در {op} دست کشید: پیامی که "
                 "منتظرش بود هرگز نرسید",
         "ratio_at": "{ratio:.2f} برابر در {nbytes:,} بایت",
-        "direct_over_shared_memory": "زمانِ مستقیم بر حافظهٔ مشترک: {found}",
+        "direct_over_shared_memory": "زمانِ روش مستقیم بر حافظهٔ مشترک: {found}",
         "shared_memory_over_naive": "زمانِ حافظهٔ مشترک بر روش ساده‌لوحانه: {found}",
         "naive_over_shared_memory": "زمانِ روش ساده‌لوحانه بر حافظهٔ مشترک: {found}",
         "ring_over_naive": "زمانِ حلقه بر روش ساده‌لوحانه تا {size}: دست‌کم {ratio:.2f} برابر",

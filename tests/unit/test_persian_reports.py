@@ -74,6 +74,7 @@ def test_lesson_76as_printed_gaps_read_in_each_edition():
                collectives_lab.inversion_at_line("naive", 1.8612, 1024, "fa")]
     assert "۲٫۰۴ برابر در ۴٬۱۹۴٬۳۰۴ بایت" in persian[0]
     assert "تا ۲۵۶ KiB: دست‌کم ۲٫۵۳ برابر" in persian[2]
+    assert persian[1].startswith("زمانِ روش مستقیم بر حافظهٔ مشترک: ")  # as its sibling lines
     assert persian[3] == "بزرگ‌ترین وارونگی: روش ساده‌لوحانه ۱٫۸۶ برابر در ۱٬۰۲۴ بایت"
     assert not any(latin_words(line) - {"KiB", "gloo"} for line in persian)  # no English keys
 
