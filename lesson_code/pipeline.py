@@ -10,8 +10,8 @@ isend and irecv one by one). Every message is counted in the communicator's ledg
 "pipeline", one entry per step. Two schedules order the work on each stage:
 
 - GPipe: all m forwards, then all m backwards; every stage stores m micro-batches' activations.
-- 1F1B: P - s - 1 warm-up forwards, then one forward and one backward in turn, then the remaining
-  backwards; a stage stores at most P - s micro-batches' activations.
+- 1F1B: P - s warm-up forwards (at most m), as torch's Schedule1F1B counts them, then one backward
+  and one forward in turn, then the remaining backwards; a stage stores at most P - s micro-batches' activations.
 
 `gpipe_step` is the same protocol at its simplest, which the lesson shows first: GPipe order,
 activation shapes known in advance, no bookkeeping.

@@ -238,10 +238,10 @@ CHECKS = (
           {"en": "schedule_order('1f1b', ...) is the course's order, at most P - stage in flight",
            "fa": "schedule_order('1f1b', ...) همان ترتیب درس است و مرحلهٔ s حداکثر P - s "
                  "میکرودسته را هم‌زمان در جریان نگه می‌دارد"},
-          {"en": "min(P - stage - 1, m) warm-up forwards, then F and B in turn, then the remaining "
-                 "backwards; when m < P the warm-up is cut to m",
-           "fa": "min(P - stage - 1, m) گذر رفتِ گرم‌کردن، سپس F و B به‌نوبت، سپس گذرهای برگشتِ "
-                 "باقی‌مانده؛ وقتی m < P است گرم‌کردن به m کوتاه می‌شود"},
+          {"en": "min(P - stage, m) warm-up forwards before the first backward, then B and F in turn, "
+                 "then the remaining backwards; when m < P the warm-up is cut to m",
+           "fa": "min(P - stage, m) گذر رفتِ گرم‌کردن پیش از نخستین گذر برگشت، سپس B و F "
+                 "به‌نوبت، سپس گذرهای برگشتِ باقی‌مانده؛ وقتی m < P است گرم‌کردن به m کوتاه می‌شود"},
           _on_one_rank(grade_schedule, "1f1b"), needs=("schedule_order",)),
     Check("schedule_errors",
           {"en": "schedule_order raises ValueError naming a bad schedule, stage or count",
