@@ -338,3 +338,13 @@ def test_the_command_warns_when_torchrun_restarts_several_nodes_that_share_a_sto
         monkeypatch.setenv(key, value)
         assert not restarts_share_a_store()
         monkeypatch.setenv(key, nodes[key])
+
+
+def test_the_persian_second_resume_check_names_the_run_it_judges():
+    # The line opens with the run ("a run that continued from step 10 ...") and ends with its
+    # verb, "is equal", so that it reads as a sentence, not as a list of facts with no subject.
+    from lesson_code.capstone.cli import WORDS
+    for key in ("check_2", "check_2_continued"):
+        said = WORDS["fa"][key].split(": ", 1)[1]
+        assert said.startswith(("اجرایی که", "این اجرا")), key
+        assert said.endswith("برابر است:"), key
