@@ -559,11 +559,13 @@ SAY = {
         "hang": "رتبهٔ {rank} از {ranks} رتبه پس از {seconds:g} ثانیه در {op} دست کشید: پیامی که "
                 "منتظرش بود هرگز نرسید",
         "ratio_at": "{ratio:.2f} برابر در {nbytes:,} بایت",
-        "direct_over_shared_memory": "زمانِ روش مستقیم بر حافظهٔ مشترک: {found}",
-        "shared_memory_over_naive": "زمانِ حافظهٔ مشترک بر روش ساده‌لوحانه: {found}",
-        "naive_over_shared_memory": "زمانِ روش ساده‌لوحانه بر حافظهٔ مشترک: {found}",
-        "ring_over_naive": "زمانِ حلقه بر روش ساده‌لوحانه تا {size}: دست‌کم {ratio:.2f} برابر",
-        "gloo_over_chosen": "زمانِ gloo بر الگوریتمِ برگزیده تا {size}: دست‌کم {ratio:.2f} برابر",
+        "direct_over_shared_memory": "نسبت زمانِ روش مستقیم به حافظهٔ مشترک: {found}",
+        "shared_memory_over_naive": "نسبت زمانِ حافظهٔ مشترک به روش ساده‌لوحانه: {found}",
+        "naive_over_shared_memory": "نسبت زمانِ روش ساده‌لوحانه به حافظهٔ مشترک: {found}",
+        "ring_over_naive": ("نسبت زمانِ حلقه به روش ساده‌لوحانه تا {size}: "
+                            "دست‌کم {ratio:.2f} برابر"),
+        "gloo_over_chosen": ("نسبت زمانِ gloo به الگوریتمِ برگزیده تا {size}: "
+                             "دست‌کم {ratio:.2f} برابر"),
         "inversion_at": "بزرگ‌ترین وارونگی: {name} {ratio:.2f} برابر در {nbytes:,} بایت",
     },
 }
@@ -627,11 +629,12 @@ def _size_texts(sizes: list[int], lang: str) -> str:
 
 
 def _sizes(sizes: list[int], lang: str):
-    """A non-empty list of sizes as `lang` prints it: the list itself in English; in Persian, with
-    its own comma and the last one joined with «و», as Persian prose does."""
+    """A non-empty list of sizes as `lang` prints it: the list itself in English; in Persian,
+    each grouped in thousands as the other byte counts («۶۵٬۵۳۶»), with its own comma and the
+    last one joined with «و», as Persian prose does."""
     if lang != "fa":
         return sizes
-    return language.series([language.number(n, "fa") for n in sizes], "fa")
+    return language.series([language.number(n, "fa", ",") for n in sizes], "fa")
 
 
 def sign_line(found: dict[str, list[int]], lang: str, slack: float = RELIABILITY_SLACK,

@@ -104,8 +104,8 @@ def test_the_reliability_sign_line_in_both_editions():
     persian = collectives_lab.sign_line({"کاهش همگانی حلقه‌ای": [4096, 65536],
                                          "کاهش همگانی gloo": []}, "fa")
     assert persian.startswith("بیش از ۲۰٪ کندتر از اندازه‌ای بزرگ‌تر: ")
-    assert "کاهش همگانی حلقه‌ای در ۴۰۹۶ و ۶۵۵۳۶ بایت" in persian
-    assert persian.endswith("۶۵۵۳۶ بایت") and "gloo" not in persian and "[" not in persian
+    assert "کاهش همگانی حلقه‌ای در ۴٬۰۹۶ و ۶۵٬۵۳۶ بایت" in persian  # grouped as every byte count
+    assert persian.endswith("۶۵٬۵۳۶ بایت") and "gloo" not in persian and "[" not in persian
 
 
 def test_sizes_print_in_kib_and_mib_when_readable_and_in_bytes_otherwise():

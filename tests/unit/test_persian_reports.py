@@ -27,9 +27,9 @@ def test_lesson_76s_lines_in_both_editions():
     assert collectives_lab.crossover_line(9648.2 * 1024, [4194304, 16777216], "en") == (
         "model: ring faster above 9648 KiB; measured: ring faster at [4194304, 16777216] bytes")
     persian = collectives_lab.crossover_line(9648.2 * 1024, [4194304, 16777216], "fa")
-    assert "۹۶۴۸ KiB" in persian and "در ۴۱۹۴۳۰۴ و ۱۶۷۷۷۲۱۶ بایت" in persian
+    assert "۹۶۴۸ KiB" in persian and "در ۴٬۱۹۴٬۳۰۴ و ۱۶٬۷۷۷٬۲۱۶ بایت" in persian
     three = collectives_lab.crossover_line(9648.2 * 1024, [4096, 65536, 16777216], "fa")
-    assert three.endswith("در ۴۰۹۶، ۶۵۵۳۶ و ۱۶۷۷۷۲۱۶ بایت سریع‌تر بود")
+    assert three.endswith("در ۴٬۰۹۶، ۶۵٬۵۳۶ و ۱۶٬۷۷۷٬۲۱۶ بایت سریع‌تر بود")
     assert not latin_words(persian)
     assert collectives_lab.crossover_line(math.inf, [16777216], "en") == (
         "model: ring never faster (its fitted cost per byte is the higher); "
@@ -38,7 +38,7 @@ def test_lesson_76s_lines_in_both_editions():
         "model: ring faster at every size; measured: ring faster at no size")
     for crossover in (math.inf, 0.0, 9648.2 * 1024):
         persian = collectives_lab.crossover_line(crossover, [16777216], "fa")
-        assert "inf" not in persian and "۱۶۷۷۷۲۱۶" in persian and not latin_words(persian)
+        assert "inf" not in persian and "۱۶٬۷۷۷٬۲۱۶" in persian and not latin_words(persian)
     persian = collectives_lab.crossover_line(9648.2 * 1024, [], "fa")
     assert persian.endswith("در هیچ اندازه‌ای سریع‌تر نبود") and "[" not in persian
     switches = [(1109352, "naive", "shared_memory")]
@@ -74,7 +74,13 @@ def test_lesson_76as_printed_gaps_read_in_each_edition():
                collectives_lab.inversion_at_line("naive", 1.8612, 1024, "fa")]
     assert "۲٫۰۴ برابر در ۴٬۱۹۴٬۳۰۴ بایت" in persian[0]
     assert "تا ۲۵۶ KiB: دست‌کم ۲٫۵۳ برابر" in persian[2]
-    assert persian[1].startswith("زمانِ روش مستقیم بر حافظهٔ مشترک: ")  # as its sibling lines
+    assert persian[1].startswith("نسبت زمانِ روش مستقیم به حافظهٔ مشترک: ")  # «بر» read «on»
+    assert persian[0].startswith("نسبت زمانِ روش ساده‌لوحانه به حافظهٔ مشترک: ")
+    assert persian[2].startswith("نسبت زمانِ gloo به الگوریتمِ برگزیده تا ")
+    ring = collectives_lab.least_ratio_line("ring_over_naive", 2.789, 2 ** 20, "fa")
+    assert ring == "نسبت زمانِ حلقه به روش ساده‌لوحانه تا ۱ MiB: دست‌کم ۲٫۷۹ برابر"
+    assert not any(" بر " in collectives_lab.SAY["fa"][key] for key in ("direct_over_shared_memory",
+                   "shared_memory_over_naive", "naive_over_shared_memory", "gloo_over_chosen"))
     assert persian[3] == "بزرگ‌ترین وارونگی: روش ساده‌لوحانه ۱٫۸۶ برابر در ۱٬۰۲۴ بایت"
     assert not any(latin_words(line) - {"KiB", "gloo"} for line in persian)  # no English keys
 
@@ -97,7 +103,7 @@ def test_lesson_76s_run_is_read_against_its_own_largest_inversion():
         "faster by more than the largest inversion, 1.66x: "
         "naive at [4096, 65536, 1048576, 4194304] bytes; neither at [16777216] bytes")
     persian = collectives_lab.ahead_line(ring, naive, 1.66, "fa")
-    assert "هیچ‌یک در ۱۶۷۷۷۲۱۶ بایت" in persian and "۱٫۶۶" in persian and not latin_words(persian)
+    assert "هیچ‌یک در ۱۶٬۷۷۷٬۲۱۶ بایت" in persian and "۱٫۶۶" in persian and not latin_words(persian)
     assert collectives_lab.inversion_line({"ring": 1.663}, "en") == "largest inversion: ring 1.66x"
     assert not latin_words(collectives_lab.inversion_line({"حلقه": 1.663}, "fa"))
     for lang in ("en", "fa"):  # a crossover above the largest size timed is an extrapolation
