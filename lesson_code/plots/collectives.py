@@ -33,7 +33,7 @@ LABELS = {
         "busiest": "bytes through\nthe busiest rank\n(× tensor size)",  # three lines: fits the axis
         "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds, Σ = all;\n"
                       "outlined = sent this step to the rank below (mod {n})",
-        "fit": "{op}: α = {alpha:.3f} ms per message, 1/β = {bw:.3f} GB/s",
+        "fit": "{op}: α = {alpha:.3f} ms per step, 1/β = {bw:.3f} GB/s",
         "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct",
         "shared_memory": "shared memory (one machine)",
         "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
@@ -55,7 +55,7 @@ LABELS = {
                       "قاب پررنگ = ارسال در همین گام به رتبهٔ پایینی (به پیمانهٔ {n})",
         # the formulas isolated left to right, in Latin digits as every formula of a figure
         # (libraqm reorders Persian digits inside an isolate): "α = 1.955 ms" keeps its order
-        "fit": "{op}: \u2066α = {alpha:.3f} ms\u2069 برای هر پیام، \u20661/β = {bw:.3f} GB/s\u2069",
+        "fit": "{op}: \u2066α = {alpha:.3f} ms\u2069 برای هر گام، \u20661/β = {bw:.3f} GB/s\u2069",
         "naive": "ساده‌لوحانه (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "مستقیم",
         "shared_memory": "حافظهٔ مشترک (یک دستگاه)",
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
@@ -358,7 +358,7 @@ TABLE_LABELS = {
     "float32 throughout": "سراسر با float32",
     "stored run": "اجرای ذخیره‌شده", "this run": "این اجرا",
     "largest model error (%)": "بزرگ‌ترین خطای مدل (٪)",
-    "α (ms per message)": "α برای هر پیام (ms)",
+    "α (ms per step)": "α برای هر گام (ms)",
     "1 MiB": "۱ MiB", "1 GiB": "۱ GiB",
     "scatter + all-gather": "پخش از یک رتبه + گردآوری همگانی",
     "this run / stored run": "این اجرا / اجرای ذخیره‌شده", "crossover": "نقطهٔ تقاطع",

@@ -56,7 +56,7 @@ def test_the_legend_gives_each_fit_in_the_fit_tables_units(lang):
         assert len(legend) == 3 and "α = 1.000 ms" in legend[0], legend  # alpha = 1e-3 s
         assert "1/β = 1.000 GB/s" in legend[0], legend  # beta = 1e-9 s a byte
         # alpha is a cost per message, as the fit table's column says
-        assert {"en": "ms per message", "fa": "برای هر پیام"}[lang] in legend[0], legend
+        assert {"en": "ms per step", "fa": "برای هر گام"}[lang] in legend[0], legend
     finally:
         plt.close(fig)
 
