@@ -272,12 +272,14 @@ def verify_resume(config: CapstoneConfig, folder: Path | str, snapshot: dict, ra
 
     Collective: call on every rank. Compares the master shard, both moments, the RNG state and
     the parameters with `snapshot`, the in-memory copy taken when the checkpoint was written.
+    The fresh build re-seeds every generator, so the run's CPU generator and its GPU's (under
+    NCCL) are kept aside and restored: the check must not change what training draws next.
     """
-    rng = torch.get_rng_state()
-    model, _, optimizer = build(config, rank, world_size, seed_offset=1000)
-    load_zero(folder, model, optimizer)
-    loaded = state_copy(model, optimizer)
-    torch.set_rng_state(rng)
+    device = current_device()
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        model, _, optimizer = build(config, rank, world_size, seed_offset=1000)
+        load_zero(folder, model, optimizer)
+        loaded = state_copy(model, optimizer)
     same = all(torch.equal(loaded[key], snapshot[key]) for key in snapshot)
     verdicts = torch.tensor([1.0 if same else 0.0], device=current_device())
     dist.all_reduce(verdicts, op=dist.ReduceOp.MIN)

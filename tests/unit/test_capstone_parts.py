@@ -348,3 +348,25 @@ def test_the_persian_second_resume_check_names_the_run_it_judges():
         said = WORDS["fa"][key].split(": ", 1)[1]
         assert said.startswith(("اجرایی که", "این اجرا")), key
         assert said.endswith("برابر است:"), key
+
+
+def test_verify_resume_keeps_the_gpu_generator_of_its_device_aside(monkeypatch):
+    """Under NCCL the fresh build inside verify_resume re-seeds the GPU's generator too: the
+    check forks both generators around it, so training draws the same numbers as without it.
+    The CPU here stands in for a GPU rank: the fork is asked for the rank's CUDA device."""
+    from lesson_code.capstone import train
+
+    forked = []
+
+    class Forked(Exception):
+        pass
+
+    def fork_rng(devices, **_):
+        forked.append(list(devices))
+        raise Forked  # stop before anything is built on a device this machine lacks
+
+    monkeypatch.setattr(train, "current_device", lambda: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.random, "fork_rng", fork_rng)
+    with pytest.raises(Forked):
+        train.verify_resume(CapstoneConfig(), "unused", {}, rank=0, world_size=1)
+    assert forked == [[torch.device("cuda", 0)]]
