@@ -105,7 +105,8 @@ def manifest_summary(folder: Path | str, lang: str = "en") -> str:
         where = (said["elements"].format(first=number(layout["start"], lang),
                                          last=number(layout["start"] + layout["length"] - 1, lang))
                  if "start" in layout else said["replicated"])
-        size = number(entry["bytes"], lang, "," if lang == "fa" else "")  # Persian groups thousands, as its prose does
+        # Persian groups thousands, as its prose writes byte counts
+        size = number(entry["bytes"], lang, "," if lang == "fa" else "")
         lines.append(said["file"].format(name=entry["name"], size=size,
                                          digest=entry["sha256"][:16], where=where))
     return "\n".join(lines)

@@ -11,31 +11,37 @@ from lesson_code import memory  # noqa: E402
 from lesson_code.plots import zero  # noqa: E402
 
 
-def test_the_stages_figure_draws_zero3_with_its_working_set_dashed():
-    world_sizes = [1, 64, 1024]
-    fig = zero.stages_figure(7.5e9, world_sizes, layers=32)
-    top = fig.axes[0]
-    dashed = [line for line in top.get_lines() if line.get_linestyle() == "--"]
-    assert len(dashed) == 1
-    table = memory.memory_table(7.5e9, world_sizes)
-    states = table[table.stage == "ZeRO-3"].total.to_numpy()
-    assert list(dashed[0].get_ydata()) == pytest.approx(list((states + 1.875e9) / 1e9))
+WORLD_SIZES = [1, 64, 1024]
+
+
+@pytest.fixture(scope="module")
+def figure_and_table():
+    """Lesson 78's stages figure for 7.5B parameters, and the memory table it draws."""
+    fig = zero.stages_figure(7.5e9, WORLD_SIZES, layers=32)
+    table = memory.memory_table(7.5e9, WORLD_SIZES)
+    stage = {name: table[table.stage == name].total.to_numpy() for name in ("ZeRO-3", "DDP")}
+    yield fig, stage["ZeRO-3"], stage["DDP"]
     plt.close(fig)
 
 
-def test_the_stages_figure_caps_zero3s_saving_with_its_working_set_dashed():
+def dashed_line(ax):
+    """The one dashed line of a panel (the test fails if there is not exactly one)."""
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1
+    return dashed[0]
+
+
+def test_the_stages_figure_draws_zero3_with_its_working_set_dashed(figure_and_table):
+    fig, states, _ = figure_and_table
+    assert list(dashed_line(fig.axes[0]).get_ydata()) == pytest.approx(list((states + 1.875e9) / 1e9))
+
+
+def test_the_stages_figure_caps_zero3s_saving_with_its_working_set_dashed(figure_and_table):
     # The saving panel shows what the working set leaves: about 98.3% at N = 1024, not 100%.
-    world_sizes = [1, 64, 1024]
-    fig = zero.stages_figure(7.5e9, world_sizes, layers=32)
-    bottom = fig.axes[1]
-    dashed = [line for line in bottom.get_lines() if line.get_linestyle() == "--"]
-    assert len(dashed) == 1
-    table = memory.memory_table(7.5e9, world_sizes)
-    states = table[table.stage == "ZeRO-3"].total.to_numpy()
-    ddp = table[table.stage == "DDP"].total.to_numpy()
-    assert list(dashed[0].get_ydata()) == pytest.approx(list(100 * (1 - (states + 1.875e9) / ddp)))
-    assert round(dashed[0].get_ydata()[-1], 1) == 98.3
-    plt.close(fig)
+    fig, states, ddp = figure_and_table
+    dashed = dashed_line(fig.axes[1])
+    assert list(dashed.get_ydata()) == pytest.approx(list(100 * (1 - (states + 1.875e9) / ddp)))
+    assert round(dashed.get_ydata()[-1], 1) == 98.3
 
 
 def test_the_stages_figure_keys_all_four_stages_above_its_first_panel():
