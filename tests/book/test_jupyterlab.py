@@ -250,15 +250,22 @@ def assert_persian_prose_right_to_left(page) -> None:
         page.wait_for_function(f"() => ({PROSE})().length >= 3", timeout=START_TIMEOUT_S * 1000)
     except PlaywrightTimeout:
         pass  # the assertion below says how many there were
-    # A cell drawn while the page is read may not have its final style yet (seen once on a loaded
-    # machine, and again in a full CI run): give the drawing time to settle; a paragraph that
-    # stays wrong fails.
-    try:
-        page.wait_for_function(f"""() => ({PROSE})().every(([direction, align]) =>
-                                   direction === "rtl" && align === "right")""",
-                               timeout=SETTLE_TIMEOUT_S * 1000)
-    except PlaywrightTimeout:
-        pass  # the assertion below names what stayed wrong
+    # A cell drawn while the page is read may not have its final style yet (seen on a loaded
+    # machine in full CI runs, where a cell with display math was still being drawn after 30 s):
+    # give the drawing time to settle, and if a paragraph is still wrong, bring it into view (where
+    # JupyterLab finishes drawing a cell) and wait again; a paragraph that stays wrong fails.
+    for attempt in range(3):
+        try:
+            page.wait_for_function(f"""() => ({PROSE})().every(([direction, align]) =>
+                                       direction === "rtl" && align === "right")""",
+                                   timeout=SETTLE_TIMEOUT_S * 1000)
+            break
+        except PlaywrightTimeout:
+            page.evaluate(f"""() => [...document.querySelectorAll("{MARKDOWN} p")]
+                .filter(p => (p.textContent.match(/[\\u0600-\\u06FF]/g) || []).length > 20)
+                .find(p => getComputedStyle(p).direction !== "rtl"
+                           || getComputedStyle(p).textAlign !== "right")
+                ?.scrollIntoView()""")
     prose = page.evaluate(PROSE)
     assert len(prose) >= 3, f"found only {len(prose)} Persian paragraphs"
     wrong = [style for style in prose if style != ["rtl", "right"]]
