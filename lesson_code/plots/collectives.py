@@ -34,6 +34,7 @@ LABELS = {
         "ring_title": "Ring on {n} ranks: digits = ranks whose data a chunk holds, Σ = all;\n"
                       "outlined = sent this step to the rank below (mod {n})",
         "fit": "{op}: α = {alpha:.3f} ms per step, 1/β = {bw:.3f} GB/s",
+        "fit_naive": "{op}: α = {alpha:.3f} ms per message, 1/β = {bw:.3f} GB/s",
         "naive": "naive (via rank 0)", "ring": "ring", "direct": "direct",
         "shared_memory": "shared memory (one machine)",
         "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
@@ -56,6 +57,7 @@ LABELS = {
         # the formulas isolated left to right, in Latin digits as every formula of a figure
         # (libraqm reorders Persian digits inside an isolate): "α = 1.955 ms" keeps its order
         "fit": "{op}: \u2066α = {alpha:.3f} ms\u2069 برای هر گام، \u20661/β = {bw:.3f} GB/s\u2069",
+        "fit_naive": "{op}: \u2066α = {alpha:.3f} ms\u2069 برای هر پیام، \u20661/β = {bw:.3f} GB/s\u2069",
         "naive": "ساده‌لوحانه (از راه رتبهٔ ۰)", "ring": "حلقه", "direct": "مستقیم",
         "shared_memory": "حافظهٔ مشترک (یک دستگاه)",
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
@@ -228,8 +230,9 @@ def alpha_beta_figure(rows: list[dict], fits: dict[str, cost_model.AlphaBeta],
         grid = np.geomspace(min(sizes), max(sizes), 50)
         ax.plot(grid, [1e3 * cost_model.predict(algorithm, n, world_size, fit.alpha, fit.beta)
                        for n in grid], "-", color=line.get_color(),
-                label=labels["fit"].format(op=operation(op, lang), alpha=fit.alpha * 1e3,
-                                           bw=fit.bandwidth / 1e9))
+                # the naive scheme has no steps: its alpha is per message of rank 0
+                label=labels["fit_naive" if op.startswith("naive") else "fit"].format(
+                    op=operation(op, lang), alpha=fit.alpha * 1e3, bw=fit.bandwidth / 1e9))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     # plain milliseconds (2, 5, 10, 20, 50) rather than 6×10^0 on a log axis
@@ -358,7 +361,7 @@ TABLE_LABELS = {
     "float32 throughout": "سراسر با float32",
     "stored run": "اجرای ذخیره‌شده", "this run": "این اجرا",
     "largest model error (%)": "بزرگ‌ترین خطای مدل (٪)",
-    "α (ms per step)": "α برای هر گام (ms)",
+    "α (ms per step or message)": "α برای هر گام یا پیام (ms)",
     "1 MiB": "۱ MiB", "1 GiB": "۱ GiB",
     "scatter + all-gather": "پخش از یک رتبه + گردآوری همگانی",
     "this run / stored run": "این اجرا / اجرای ذخیره‌شده", "crossover": "نقطهٔ تقاطع",

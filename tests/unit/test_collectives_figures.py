@@ -61,6 +61,21 @@ def test_the_legend_gives_each_fit_in_the_fit_tables_units(lang):
         plt.close(fig)
 
 
+@pytest.mark.parametrize("lang", ["en", "fa"])
+def test_the_naive_fit_is_priced_per_message_not_per_step(lang):
+    rows = ROWS + [{"op": "naive all_reduce", "nbytes": n, "seconds": s} for n, s in TIMES.items()]
+    fits = {**FITS, "naive all_reduce": AlphaBeta(alpha=1e-4, beta=1e-9)}
+    fig = collectives.alpha_beta_figure(rows, fits, 4, lang=lang)
+    try:
+        legend = [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+        naive = [text for text in legend if "α = 0.100 ms" in text]
+        assert len(naive) == 1, legend
+        assert {"en": "ms per message", "fa": "برای هر پیام"}[lang] in naive[0], legend
+        assert {"en": "per step", "fa": "برای هر گام"}[lang] not in naive[0], legend
+    finally:
+        plt.close(fig)
+
+
 def test_the_persian_ring_figure_separates_the_ranks_of_a_partial_sum():
     figures = {lang: collectives.ring_schedule_figure(4, lang=lang) for lang in ("en", "fa")}
     try:
