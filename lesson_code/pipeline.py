@@ -134,7 +134,7 @@ def gpipe_step(layers: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor]
                inputs: torch.Tensor, targets: torch.Tensor, micro_batches: int,
                activation_shape: tuple[int, ...], group: dist.ProcessGroup | None = None,
                timeout: timedelta = timedelta(seconds=60)) -> float | None:
-    """One GPipe step of stage `dist.get_rank(group)`: `PipelineStage`'s protocol, no bookkeeping.
+    """One GPipe step of stage `dist.get_rank(group)`: `PipelineStage`'s messages without headers, no bookkeeping.
 
     Collective: call on every rank of `group`. Every activation has `activation_shape` (float32).
     Gradients accumulate in `layers`; returns the mean loss on the last stage, None elsewhere.
