@@ -20,13 +20,13 @@ LABELS = {
            "elements": "element of the flat parameter vector", "ranks": "{n} ranks",
            "padding": "+{n} padding", "root fsync": "root fsync",
            "files": {".owner": ".owner", "shard": "shard", "replicated.pt": "replicated",
-                     "manifest.json": "manifest", "manifest.sha256": ".sha256"}},
+                     "manifest.json": "manifest", "manifest.sha256": "manifest.sha256"}},
     "fa": {"rank": "رتبه", "time": "زمان از آغاز ذخیره (میلی‌ثانیه)", "write": "نوشتن فایل",
            "fsync": "fsync", "rename": "تغییر نام", "publish": "تغییر نام پوشه: انتشار",
            "elements": "عنصرِ بردار تخت پارامترها", "ranks": "{n} رتبه",
            "padding": "{n} عنصر پدینگ", "root fsync": "fsync ریشه",
            "files": {".owner": "نشانه", "shard": "شارد", "replicated.pt": "تکثیرشده",
-                     "manifest.json": "مانیفست", "manifest.sha256": "sha256"}},
+                     "manifest.json": "مانیفست", "manifest.sha256": "manifest.sha256"}},
 }
 COLOURS = {"write": "#c6dbef", "fsync": "#2171b5", "rename": "black", "publish": "#d62728"}
 
