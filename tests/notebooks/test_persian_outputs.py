@@ -260,3 +260,46 @@ def test_every_kind_of_output_is_read():
                                   "cell c1 (error message): use, divisor",
                                   "cell c1 (figure): ring", "cell c1 (table or HTML): naive",
                                   "cell c1 (widget): billions"]
+
+
+# --- Code the Persian prose quotes -----------------------------------------------------------
+
+PERSIAN_LETTER = re.compile("[\u0600-\u06ff]")
+FENCE = re.compile(r"^\s*```(\S*)")
+
+
+def unisolated_comments(markdown: str) -> list[str]:
+    """The lines of `markdown`'s code blocks (not its plain-text blocks, which read line by line
+    in their own direction) whose comment holds Persian outside a right-to-left isolate
+    (U+2067 ... U+2069). A code block runs left to right, so a comment such as «# gloo: تا t ...»
+    would show its Persian and Latin runs in the wrong order; isolated, it reads as written."""
+    found, language = [], None
+    for line in markdown.splitlines():
+        fence = FENCE.match(line)
+        if fence:
+            language = None if language is not None else fence.group(1)
+            continue
+        if language not in (None, "text") and "#" in line:
+            comment = line[line.index("#") + 1:].strip()
+            if PERSIAN_LETTER.search(comment) and not (comment.startswith("\u2067")
+                                                      and comment.endswith("\u2069")):
+                found.append(line)
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_a_persian_comment_in_quoted_code_reads_right_to_left(path):
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    found = [f"cell {cell.get('id')}: {line}" for cell in cells
+             if cell["cell_type"] == "markdown" and "listing" not in cell.get("metadata", {})
+             for line in unisolated_comments("".join(cell["source"]))]
+    assert not found, (f"notebooks/fa/{path.name}: wrap each Persian comment of a code block in "
+                       "U+2067 ... U+2069:\n" + "\n".join(found))
+
+
+def test_an_unisolated_persian_comment_is_found_and_an_isolated_one_is_not():
+    block = ("```python\ndist.all_reduce(t)  # درجا: حاصل‌جمع روی هر رتبه\n"
+             "work.wait()  # \u2067gloo: تا t منتظر می‌ماند\u2069\nx = 1  # in place\n```\n"
+             "```text\n\u200f۱. [قبول] فایل import می‌شود  # نه یک توضیح\n```")
+    assert unisolated_comments(block) == ["dist.all_reduce(t)  # درجا: حاصل‌جمع روی هر رتبه"]
+    assert unisolated_comments("# عنوانی بیرون از کد") == []
