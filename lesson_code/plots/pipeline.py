@@ -133,6 +133,7 @@ TABLE_WORDS = {"fa": {
         "GPipe با بازمحاسبه، خروجی‌ها آزادشده، با موازی‌سازی تنسوری و دنباله روی ۸",
     "one micro-batch, attention matrix stored, 96 heads": "یک میکرودسته، با ذخیرهٔ ماتریس توجه، ۹۶ سر",
     "1F1B model at the measured busy times": "مدل 1F1B با زمان‌های مشغولیِ اندازه‌گیری‌شده",
+    "model, 0.3 slot per message": "مدل، ۰٫۳ بازه برای هر پیام",
 }}
 
 
