@@ -237,9 +237,12 @@ def open_notebook(browser, base: str, path: str, blocked: list[str]):
     return page
 
 
-PROSE = f"""() => [...document.querySelectorAll("{MARKDOWN} p")]
-    .filter(p => (p.textContent.match(/[\\u0600-\\u06FF]/g) || []).length > 20)
+PERSIAN_PARAGRAPHS = f"""[...document.querySelectorAll("{MARKDOWN} p")]
+    .filter(p => (p.textContent.match(/[\\u0600-\\u06FF]/g) || []).length > 20)"""
+PROSE = f"""() => {PERSIAN_PARAGRAPHS}
     .map(p => [getComputedStyle(p).direction, getComputedStyle(p).textAlign])"""
+WRONG_PARAGRAPHS = f"""{PERSIAN_PARAGRAPHS}
+    .filter(p => getComputedStyle(p).direction !== "rtl" || getComputedStyle(p).textAlign !== "right")"""
 
 
 def assert_persian_prose_right_to_left(page) -> None:
@@ -254,25 +257,18 @@ def assert_persian_prose_right_to_left(page) -> None:
     # machine in full CI runs, where a cell with display math was still being drawn after 30 s):
     # give the drawing time to settle, and if a paragraph is still wrong, bring it into view (where
     # JupyterLab finishes drawing a cell) and wait again; a paragraph that stays wrong fails.
-    for attempt in range(3):
+    for _ in range(3):
         try:
-            page.wait_for_function(f"""() => ({PROSE})().every(([direction, align]) =>
-                                       direction === "rtl" && align === "right")""",
+            page.wait_for_function(f"() => {WRONG_PARAGRAPHS}.length === 0",
                                    timeout=SETTLE_TIMEOUT_S * 1000)
             break
         except PlaywrightTimeout:
-            page.evaluate(f"""() => [...document.querySelectorAll("{MARKDOWN} p")]
-                .filter(p => (p.textContent.match(/[\\u0600-\\u06FF]/g) || []).length > 20)
-                .find(p => getComputedStyle(p).direction !== "rtl"
-                           || getComputedStyle(p).textAlign !== "right")
-                ?.scrollIntoView()""")
+            page.evaluate(f"() => {WRONG_PARAGRAPHS}[0]?.scrollIntoView()")
     prose = page.evaluate(PROSE)
     assert len(prose) >= 3, f"found only {len(prose)} Persian paragraphs"
     wrong = [style for style in prose if style != ["rtl", "right"]]
     if wrong:
-        texts = page.evaluate(f"""() => [...document.querySelectorAll("{MARKDOWN} p")]
-            .filter(p => getComputedStyle(p).direction !== "rtl" || getComputedStyle(p).textAlign !== "right")
-            .map(p => p.textContent.slice(0, 80))""")
+        texts = page.evaluate(f"() => {WRONG_PARAGRAPHS}.map(p => p.textContent.slice(0, 80))")
         wrong = [*wrong[:3], *texts[:3]]
     assert not wrong, f"{len(prose)} Persian paragraphs; not right-to-left: {wrong}"
 

@@ -264,7 +264,6 @@ def test_every_kind_of_output_is_read():
 
 # --- Code the Persian prose quotes -----------------------------------------------------------
 
-PERSIAN_LETTER = re.compile("[\u0600-\u06ff]")
 FENCE = re.compile(r"^\s*```(\S*)")
 
 
