@@ -450,7 +450,8 @@ SAY = {
            "exposed": "the step's exposed communication (last wait end - last backward end): "
                       "{ms:.1f} ms\nwait of rank {rank}, whose backward ended last (a lower "
                       "bound): {own:.1f} ms\nspread of the ranks' wait ends (latest - earliest): "
-                      "{spread:.1f} ms"},
+                      "{spread:.1f} ms\nranks whose first all-reduce started before their own "
+                      "backward ended: {inside} of {ranks}"},
     "fa": {"title": "درس ۷۷: آموزش با موازی‌سازی داده روی {ranks} رتبه در برابر یک فرایند، {steps} گام",
            "row": "  {model} {optimizer} {wrapper}: رتبه‌ها یکسان: {identical}، بیشینهٔ |اختلاف پارامتر| "
                   "{param_diff:.1e} (با DDP در PyTorch {torch_diff:.1e})، بیشینهٔ |اختلاف زیان| "
@@ -475,7 +476,8 @@ SAY = {
            "exposed": "ارتباط پنهان‌نشدهٔ گام (آخرین پایان انتظار منهای آخرین پایان گذر برگشت): "
                       "{ms:.1f} میلی‌ثانیه\nانتظارِ رتبهٔ {rank}، که گذر برگشتش از همه دیرتر تمام "
                       "شد (یک کران پایین): {own:.1f} میلی‌ثانیه\nپراکندگیِ پایان انتظارِ رتبه‌ها (دیرترین "
-                      "منهای زودترین): {spread:.1f} میلی‌ثانیه"},
+                      "منهای زودترین): {spread:.1f} میلی‌ثانیه\nرتبه‌هایی که نخستین کاهش همگانی‌شان "
+                      "پیش از پایانِ گذر برگشتِ خودشان آغاز شد: {inside} از {ranks}"},
 }
 WORDS = {"mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "naive": "ساده‌لوحانه",
          "bucketed": "باکت‌دار", "torch": "DDP در PyTorch", "ring": "حلقه", "builtin": "توکار"}
