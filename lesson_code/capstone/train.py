@@ -91,11 +91,7 @@ def loss_after_update(config: CapstoneConfig, model, corpus, step: int, rank: in
 def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str | None = None) -> dict:
     """Train `config.steps` steps on this rank; return its records. Collective: every rank.
 
-    With `start_from` (a checkpoint folder) it resumes there: `load_zero` restores the tensors and
-    the RNG state, `restore_run_state` the data position, the guard and the history ("history";
-    "records" and "events" hold what this call trained). Rank 0 appends every step and event to
-    out_dir/metrics.jsonl. "traffic" is the ring communicator's ledger, which does not count the
-    loss all-reduce nor the checkpointer's collectives (they call torch.distributed directly).
+    With `start_from` (a checkpoint folder) it resumes there (`load_zero`, `restore_run_state`).
     """
     model, comm, optimizer = build(config, rank, world_size, seed_offset=0 if start_from is None else 100)
     checkpointer = Checkpointer(Path(config.out_dir) / "checkpoints", model, optimizer,
