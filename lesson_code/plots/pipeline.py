@@ -36,7 +36,7 @@ LABELS = {
            "panel_slots": "{name}: گامی {span} بازه‌ای، حباب {bubble}",
            "rank": "رتبه", "I": "گذر برگشت، گرادیان ورودی (I)", "W": "گذر برگشت، گرادیان وزن‌ها (W)",
            "later": "مرحلهٔ دومِ هر رتبه (هاشورخورده)",
-           "rank_slots": "زمان (بازه‌ها: گذر رفتِ همهٔ لایه‌های یک رتبه ۱ بازه)",
+           "rank_slots": "زمان (بازه‌ها: گذر رفتِ همهٔ لایه‌های یک رتبه ۱ بازه طول می‌کشد)",
            "panel_rank": "{name}: گامی {span} بازه‌ای، بیکاری {bubble}"},
 }
 # Table labels of the Persian edition (the English labels are the keys).
@@ -101,6 +101,12 @@ TABLE_WORDS = {"fa": {
     "unsplit_norm": "نُرم گرادیان مدل تقسیم‌نشده", "max_weight_diff": "بیشینهٔ اختلاف وزن",
     "stage_0_own_norm": "نُرم خودِ مرحلهٔ ۰", "stage_1_own_norm": "نُرم خودِ مرحلهٔ ۱",
     "own_norm_weight_diff": "بیشینهٔ اختلاف وزن، هر مرحله با نُرم خودش",
+    "held_on_rank_0_virtual_stages": "فعال‌سازی‌های مرحلهٔ مجازیِ نگه‌داشته روی رتبهٔ ۰",
+    "a slot, lesson 79's step at P = 2, m = 16 (ms)": "یک بازه، گام درس ۷۹ در P = ۲ و m = ۱۶ (میلی‌ثانیه)",
+    "0.3 slot: one message (ms)": "۰٫۳ بازه: یک پیام (میلی‌ثانیه)",
+    "one message: 8 sequences' float32 activation (kB)": "یک پیام: فعال‌سازی float32 هشت دنباله (کیلوبایت)",
+    "lesson 76's naive all-reduce of one message over 4 ranks (ms)": "کاهش همگانی ساده‌لوحانهٔ درس ۷۶ برای یک پیام روی ۴ رتبه (میلی‌ثانیه)",
+    "from the stored benchmarks": "از محک‌های ذخیره‌شده",
     "held_on_rank_0": "میکرودسته‌های نگه‌داشته روی رتبهٔ ۰", "held_on_last_rank": "میکرودسته‌های نگه‌داشته روی رتبهٔ آخر",
     "stages_per_rank": "مرحله‌ها در هر رتبه", "modelled_idle": "سهم بیکاری (مدل‌سازی‌شده)",
     "messages_each_way": "پیام‌ها در هر جهت برای هر میکرودسته", "whole_stages_held": "معادل مرحله‌های کامل",
