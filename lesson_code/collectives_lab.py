@@ -509,10 +509,6 @@ SAY = {
                 "for never came",
         "ratio_at": "{ratio:.2f}x at {nbytes:,} bytes",
         "direct_over_shared_memory": "direct over shared memory: {found}",
-        "shared_memory_over_naive": "shared memory over naive: {found}",
-        "naive_over_shared_memory": "naive over shared memory: {found}",
-        "ring_over_naive": "ring over naive up to {size}: at least {ratio:.2f}x",
-        "gloo_over_chosen": "gloo over the chosen algorithm up to {size}: at least {ratio:.2f}x",
         "inversion_at": "largest inversion: {name} {ratio:.2f}x at {nbytes:,} bytes",
     },
     "fa": {
@@ -560,12 +556,6 @@ SAY = {
                 "منتظرش بود هرگز نرسید",
         "ratio_at": "{ratio:.2f} برابر در {nbytes:,} بایت",
         "direct_over_shared_memory": "نسبت زمانِ روش مستقیم به حافظهٔ مشترک: {found}",
-        "shared_memory_over_naive": "نسبت زمانِ حافظهٔ مشترک به روش ساده‌لوحانه: {found}",
-        "naive_over_shared_memory": "نسبت زمانِ روش ساده‌لوحانه به حافظهٔ مشترک: {found}",
-        "ring_over_naive": ("نسبت زمانِ حلقه به روش ساده‌لوحانه تا {size}: "
-                            "دست‌کم {ratio:.2f} برابر"),
-        "gloo_over_chosen": ("نسبت زمانِ gloo به الگوریتمِ برگزیده تا {size}: "
-                             "دست‌کم {ratio:.2f} برابر"),
         "inversion_at": "بزرگ‌ترین وارونگی: {name} {ratio:.2f} برابر در {nbytes:,} بایت",
     },
 }
@@ -784,17 +774,11 @@ def worst_line(worst: dict[str, float], lang: str) -> str:
 
 
 def ratios_line(key: str, ratios: dict[int, float], lang: str) -> str:
-    """Line `key` of SAY (one time over another, such as "naive_over_shared_memory") with its
-    ratio at each size ({bytes: ratio}), as a line of `lang`: "2.04x at 4,194,304 bytes"."""
+    """Line `key` of SAY (one time over another, such as "direct_over_shared_memory") with its
+    ratio at each size ({bytes: ratio}), as a line of `lang`: "1.89x at 4,194,304 bytes"."""
     found = say("sign_join", lang).join(say("ratio_at", lang, ratio=ratio, nbytes=nbytes)
                                         for nbytes, ratio in ratios.items())
     return say(key, lang, found=found)
-
-
-def least_ratio_line(key: str, ratio: float, up_to: int, lang: str) -> str:
-    """Line `key` of SAY ("ring_over_naive", "gloo_over_chosen") with the least `ratio` over the
-    sizes up to `up_to` bytes, written in KiB or MiB (`size_text`), as a line of `lang`."""
-    return say(key, lang, ratio=ratio, size=size_text(up_to, lang))
 
 
 def inversion_at_line(algorithm: str, ratio: float, nbytes: int, lang: str) -> str:
