@@ -64,3 +64,16 @@ def test_the_reliability_sign_and_the_fits_misses(book):
     misses = [(naive_model / book["naive"] - 1).abs().max(),
               (book["ring (model)"] / book["ring"] - 1).abs().max()]  # the page's 44% and 42%
     assert [round(100 * miss) for miss in misses] == [44, 42]
+
+
+def test_autos_second_timing_of_the_fastest_algorithm_stays_under_the_bar():
+    """Page 76a's bar, the largest inversion, is not too small: `auto` runs the fastest algorithm,
+    so its row is a second timing of that algorithm, and lies within 1.4 times the first."""
+    measured = choose.stored_times()
+    seconds = {(row["algorithm"], row["nbytes"]): row["seconds"] for row in measured}
+    fastest = choose.fastest_measured(measured)
+    ratios = [seconds[fastest[n], n] / seconds["auto", n] for n in fastest]
+    table = pd.DataFrame(measured).pivot(index="nbytes", columns="algorithm", values="seconds")
+    bar = max(table.loc[n, name] / table.loc[n:, name].min()
+              for name in choose.ALL_REDUCE for n in table.index)
+    assert max(max(ratios), 1 / min(ratios)) < 1.4 < bar
