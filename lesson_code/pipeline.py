@@ -283,9 +283,9 @@ class PipelineStage:
             self._last_gradient = index
 
     def _send(self, tensor: torch.Tensor, to: int, key: tuple[str, int]) -> None:
-        # Not waited for here: both neighbours may be sending to each other at this moment (exercise
-        # 4), so a send is waited for only once it is known to be received (`_wait_sends`).
-        # The tensor is kept with its request until then.
+        # Not waited for here: both neighbours may be sending to each other at this moment (lesson
+        # 79, exercise 4), so a send is waited for only once it is known to be received
+        # (`_wait_sends`). The tensor is kept with its request until then.
         tensor = tensor.contiguous()
         self._traffic.sent(tensor.numel() * tensor.element_size())
         if self.batched:  # posted with the next receive, or by _post_pending
