@@ -249,7 +249,7 @@ STATES_LABELS = {
            "skipped": "a crash here leaves debris, which readers skip"},
     "fa": {"title": "پوشهٔ یک گام: پنج وضعیتش، و آنچه آن را از یکی به دیگری می‌برد",
            "staging": "آماده‌سازی", "committed": "قطعی‌شده", "published": "منتشرشده",
-           "aside": "کنارگذاشته", "deleting": "در حال پاک شدن", "gone": "پاک‌شده",
+           "aside": "جایگزین‌شده", "deleting": "در حال پاک شدن", "gone": "پاک‌شده",
            "rows": "ردیف‌های {a} تا {b}", "row": "ردیف {a}",
            "sha256": "نوشتن\nmanifest.sha256", "publish": "تغییر نام:\nانتشار",
            "re-save": "↓ تغییر نام در\nذخیرهٔ دوباره", "back": "↑ بازگرداندن نام اگر رونوشت\nتازه از وارسی نگذرد",
