@@ -74,9 +74,11 @@ SEQUENCE = re.compile(r"[(\[](?:[^()\[\]A-Za-z]*)[)\]]")  # (6, 1.5), [12, 11, 2
 NOT_PERSIAN_LETTERS = re.compile(r"[^\u0600-\u065f\u066e-\u06ef\u06fa-\u06ff]+")
 EDGE_SPACE = re.compile(r"^(\s*)(.*?)(\s*)$", re.S)
 # A bracket that pairs with one across Persian words stays outside the Latin name's isolate:
-# inside it, "ZeRO-3 (" + «کد ما)» would show two opening brackets. So does the colon or comma
-# that ends the name's clause: inside, right to left, it would show before the name.
-EDGE_BRACKETS = re.compile(r"^([\s)\]]*)(.*?)([\s(\[:;,]*)$", re.S)
+# inside it, "ZeRO-3 (" + «کد ما)» would show two opening brackets. So does a number that opens
+# that bracket's Persian clause ("replicated.pt (۸ رتبهٔ یک گره)"), and the colon or comma that
+# ends the name's clause: inside, right to left, it would show before the name.
+EDGE_BRACKETS = re.compile(r"^([\s)\]]*)(.*?)((?:\s*[(\[][0-9\u06f0-\u06f9\u066b\u066c]*)?[\s(\[:;,]*)$",
+                           re.S)
 
 
 def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
@@ -144,6 +146,7 @@ def _isolated_latin(text: str) -> str:
         before, core, after = EDGE_SPACE.fullmatch(run.group()).groups()
         if plots.LATIN_LETTER.search(core):
             closing, name, opening = EDGE_BRACKETS.fullmatch(core).groups()
+            opening = FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), opening)
             shown = (html.escape(closing, quote=False) + f'<bdi dir="ltr">{html.escape(name, quote=False)}</bdi>'
                      + html.escape(opening, quote=False))
         else:
