@@ -448,10 +448,9 @@ SAY = {
                          "per all-reduce: exposed communication {exposed_ms:.1f} ms, efficiency "
                          "{efficiency:.2f}",
            "exposed": "the step's exposed communication (last wait end - last backward end): "
-                      "{ms:.1f} ms\nwait of rank {rank}, whose backward ended last (a lower "
-                      "bound): {own:.1f} ms\nspread of the ranks' wait ends (latest - earliest): "
-                      "{spread:.1f} ms\nranks whose first all-reduce started before their own "
-                      "backward ended: {inside} of {ranks}"},
+                      "{ms:.1f} ms\nsmallest wait after a rank's own backward (rank {rank}): "
+                      "{own:.1f} ms, a floor on the exposed communication\nranks whose first "
+                      "all-reduce started before their own backward ended: {inside} of {ranks}"},
     "fa": {"title": "درس ۷۷: آموزش با موازی‌سازی داده روی {ranks} رتبه در برابر یک فرایند، {steps} گام",
            "row": "  {model} {optimizer} {wrapper}: رتبه‌ها یکسان: {identical}، بیشینهٔ |اختلاف پارامتر| "
                   "{param_diff:.1e} (با DDP در PyTorch {torch_diff:.1e})، بیشینهٔ |اختلاف زیان| "
@@ -474,10 +473,10 @@ SAY = {
                          "برای هر کاهش همگانی: ارتباط پنهان‌نشده {exposed_ms:.1f} میلی‌ثانیه، "
                          "کارایی مقیاس‌پذیری {efficiency:.2f}",
            "exposed": "ارتباط پنهان‌نشدهٔ گام (آخرین پایان انتظار منهای آخرین پایان گذر برگشت): "
-                      "{ms:.1f} میلی‌ثانیه\nانتظارِ رتبهٔ {rank}، که گذر برگشتش از همه دیرتر تمام "
-                      "شد (یک کران پایین): {own:.1f} میلی‌ثانیه\nپراکندگیِ پایان انتظارِ رتبه‌ها (دیرترین "
-                      "منهای زودترین): {spread:.1f} میلی‌ثانیه\nرتبه‌هایی که نخستین کاهش همگانی‌شان "
-                      "پیش از پایانِ گذر برگشتِ خودشان آغاز شد: {inside} از {ranks}"},
+                      "{ms:.1f} میلی‌ثانیه\nکوچک‌ترین انتظار پس از گذر برگشتِ خودِ یک رتبه (رتبهٔ "
+                      "{rank}): {own:.1f} میلی‌ثانیه، کرانی پایین برای ارتباط پنهان‌نشده\nرتبه‌هایی "
+                      "که نخستین کاهش همگانی‌شان پیش از پایانِ گذر برگشتِ خودشان آغاز شد: {inside} "
+                      "از {ranks}"},
 }
 WORDS = {"mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "naive": "ساده‌لوحانه",
          "bucketed": "باکت‌دار", "torch": "DDP در PyTorch", "ring": "حلقه", "builtin": "توکار"}

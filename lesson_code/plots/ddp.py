@@ -46,6 +46,7 @@ LABELS = {
 }
 TICK_GAP_PT = 4  # a bucket number's distance right of its ready tick, in points
 QUEUED_MIN_S = 1e-3  # a measured all-reduce that starts this long after its bucket is ready
+QUEUE_STEP = 0.1  # lane units between the heights of grey queue lines that overlap in time
 COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "check": "#9467bd",
            "comm": "#ff9f4a", "comm odd": "#c4620f", "optimizer": "#2ca02c"}
 
@@ -66,6 +67,7 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
             start, end = timeline[phase]
             ax.barh(y + 1, 1e3 * (end - start), left=1e3 * start, height=0.8,
                     color=COLOURS[phase], label=labels[phase] if rank == 0 else None)
+        queue_ends = []  # of each height a grey queue line may take, where its last line ends
         for bucket in timeline["buckets"]:
             # Measured: neighbouring buckets in two shades, and each ready tick numbered, so
             # that a tick can be matched with the all-reduce it starts (bucket 1 first); the
@@ -81,9 +83,15 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
                     label=labels["ready"] if rank == 0 and bucket["bucket"] == 0 else None)
             if not modelled and bucket["start"] - bucket["ready"] >= QUEUED_MIN_S:
                 # Measured: a grey line from the ready tick to the bar's start shows the wait
-                # for the previous all-reduce to end, or for a core.
-                ax.plot([1e3 * bucket["ready"], 1e3 * bucket["start"]], [y + 0.5] * 2, color="0.55",
-                        lw=1.5, solid_capstyle="butt",
+                # for the previous all-reduce to end, or for a core. Lines that overlap in time
+                # take different heights (the first free one of: on the tick, below, above), and
+                # each ends in a short bar, so that queued buckets never merge into one line.
+                level = next((i for i, end in enumerate(queue_ends) if end <= bucket["ready"]),
+                             len(queue_ends))
+                queue_ends[level:level + 1] = [bucket["start"]]
+                queue_y = y + 0.5 + QUEUE_STEP * ((level + 1) // 2) * (1 if level % 2 else -1)
+                ax.plot([1e3 * bucket["ready"], 1e3 * bucket["start"]], [queue_y] * 2, color="0.55",
+                        lw=1.0, solid_capstyle="butt", marker="|", markevery=[1], markersize=4,
                         label=None if queued_named else labels["queued"])
                 queued_named = True
             if not modelled:
