@@ -147,7 +147,8 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             unjudged = None
         checkpointer.maybe_save(step, loss, state(), disk=faults.disk(step))
         faults.after_save(step)
-    return {"rank": rank, "records": records, "events": events, "history": history,
+    return {"rank": rank, "records": records, "events": events,  # this call's steps only
+            "history": history,  # with start_from, the resumed run's steps before this call
             "memory": {"parameters": sum(p.untyped_storage().nbytes() for p in model.parameters()),
                        "gradients": gradient_bytes,
                        "optimizer": optimizer.optimizer_state_bytes()},
@@ -156,7 +157,8 @@ def run_rank(rank: int, world_size: int, config: CapstoneConfig, start_from: str
             "final_state": {**state_copy(model, optimizer), "optimizer_step": optimizer.step_count},
             "checkpoints": {s: str(f) for s, f in checkpointer.folders.items()},
             "resume_verified": dict(checkpointer.verified),
-            "traffic": comm.ledger.totals()}  # what the ring communicator sent and received
+            "traffic": comm.ledger.totals()}  # the communicator's only: not the loss's all-reduce
+                                              # (global_mean) nor the checkpointer's collectives
 
 
 def timed_run_rank(rank: int, world_size: int, config: CapstoneConfig,

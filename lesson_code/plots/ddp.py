@@ -46,7 +46,8 @@ LABELS = {
 }
 TICK_GAP_PT = 4  # a bucket number's distance right of its ready tick, in points
 QUEUED_MIN_S = 1e-3  # a measured all-reduce that starts this long after its bucket is ready
-QUEUE_STEP = 0.1  # lane units between the heights of grey queue lines that overlap in time
+QUEUE_STEP = 0.045  # lane units between the heights of grey queue lines that overlap in time
+QUEUE_HEIGHTS = 5  # on the tick and two each side: all inside the 0.2 gap between the bars
 COLOURS = {"forward": "#8fbbd9", "backward": "#1f77b4", "wait": "#d62728", "check": "#9467bd",
            "comm": "#ff9f4a", "comm odd": "#c4620f", "optimizer": "#2ca02c"}
 
@@ -89,7 +90,8 @@ def overlap_timeline_figure(timelines: list[dict], lang: str = "en", modelled: b
                 level = next((i for i, end in enumerate(queue_ends) if end <= bucket["ready"]),
                              len(queue_ends))
                 queue_ends[level:level + 1] = [bucket["start"]]
-                queue_y = y + 0.5 + QUEUE_STEP * ((level + 1) // 2) * (1 if level % 2 else -1)
+                height = level % QUEUE_HEIGHTS  # a sixth overlapping line shares a height
+                queue_y = y + 0.5 + QUEUE_STEP * ((height + 1) // 2) * (1 if height % 2 else -1)
                 ax.plot([1e3 * bucket["ready"], 1e3 * bucket["start"]], [queue_y] * 2, color="0.55",
                         lw=1.0, solid_capstyle="butt", marker="|", markevery=[1], markersize=4,
                         label=None if queued_named else labels["queued"])

@@ -77,7 +77,7 @@ EDGE_SPACE = re.compile(r"^(\s*)(.*?)(\s*)$", re.S)
 # inside it, "ZeRO-3 (" + «کد ما)» would show two opening brackets. So does a number that opens
 # that bracket's Persian clause ("replicated.pt (۸ رتبهٔ یک گره)"), and the colon or comma that
 # ends the name's clause: inside, right to left, it would show before the name.
-EDGE_BRACKETS = re.compile(r"^([\s)\]]*)(.*?)((?:\s*[(\[][0-9\u06f0-\u06f9\u066b\u066c]*)?[\s(\[:;,]*)$",
+EDGE_BRACKETS = re.compile(r"^([\s)\]]*)(.*?)((?:\s*[(\[][0-9.,\u06f0-\u06f9\u066b\u066c]*)?[\s(\[:;,]*)$",
                            re.S)
 
 
@@ -132,13 +132,18 @@ def _known(text: str, words: dict[str, str]) -> str | None:
     return None
 
 
+def _persian_digits(text: str) -> str:
+    """`text` with its free numbers written as the Persian edition writes them."""
+    return FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), text)
+
+
 def _isolated_latin(text: str) -> str:
     """`text` as HTML: Latin names isolated left to right (the whole cell when it has no Persian
     letter; a bracket that opens or closes across Persian words left outside), the numbers
     outside them in Persian digits."""
     if not plots.PERSIAN_LETTER.search(text):
         if not plots.LATIN_LETTER.search(text):
-            return html.escape(FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), text), quote=False)
+            return html.escape(_persian_digits(text), quote=False)
         return f'<bdi dir="ltr">{html.escape(text, quote=False)}</bdi>'
     pieces, last = [], 0
     for run in NOT_PERSIAN_LETTERS.finditer(text):
@@ -146,11 +151,10 @@ def _isolated_latin(text: str) -> str:
         before, core, after = EDGE_SPACE.fullmatch(run.group()).groups()
         if plots.LATIN_LETTER.search(core):
             closing, name, opening = EDGE_BRACKETS.fullmatch(core).groups()
-            opening = FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), opening)
             shown = (html.escape(closing, quote=False) + f'<bdi dir="ltr">{html.escape(name, quote=False)}</bdi>'
-                     + html.escape(opening, quote=False))
+                     + html.escape(_persian_digits(opening), quote=False))
         else:
-            shown = html.escape(FREE_NUMBER.sub(lambda m: number(m.group(), "fa"), core), quote=False)
+            shown = html.escape(_persian_digits(core), quote=False)
         pieces.append(before + shown + after)
         last = run.end()
     return "".join(pieces) + html.escape(text[last:], quote=False)

@@ -48,6 +48,20 @@ def test_the_measured_legend_names_both_shades(lang):
     matplotlib.pyplot.close(figure)
 
 
+def test_queued_buckets_that_overlap_in_time_keep_apart_between_the_bars():
+    """Five buckets ready at once and started one after another: five grey queue lines over the
+    same time, each at its own height, all in the gap between the all-reduce bars (y - 0.4 to
+    y + 0.4) and the compute bars (y + 0.6 to y + 1.4)."""
+    queued = {"forward": (0.0, 0.1), "backward": (0.1, 0.5), "wait": (0.5, 0.9),
+              "buckets": [{"bucket": k, "ready": 0.45, "start": 0.5 + 0.08 * k,
+                           "end": 0.58 + 0.08 * k} for k in range(5)]}
+    figure = ddp.overlap_timeline_figure([queued], lang="en")
+    heights = [line.get_ydata()[0] for line in figure.axes[0].lines if len(line.get_xdata()) == 2]
+    assert len(heights) == 5 and len(set(heights)) == 5
+    assert all(0.4 < height < 0.6 for height in heights)
+    matplotlib.pyplot.close(figure)
+
+
 def test_the_measured_bucket_numbers_stand_clear_of_their_ticks():
     figure = ddp.overlap_timeline_figure([TIMELINE, TIMELINE], lang="fa")
     assert all(text.xyann[0] >= 4 for text in figure.axes[0].texts)  # points right of the tick

@@ -82,6 +82,8 @@ def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
     ("ZeRO-3 (کد ما)", '<bdi dir="ltr">ZeRO-3</bdi> (کد ما)'),  # both brackets in the Persian run
     ("خواندن replicated.pt (۸ رتبه)", 'خواندن <bdi dir="ltr">replicated.pt</bdi> (۸ رتبه)'),  # so its number
     ("خواندن replicated.pt (8 رتبه)", 'خواندن <bdi dir="ltr">replicated.pt</bdi> (۸ رتبه)'),
+    ("خواندن replicated.pt (1.5 رتبه)", 'خواندن <bdi dir="ltr">replicated.pt</bdi> (۱٫۵ رتبه)'),
+    ("f(2) رتبه", '<bdi dir="ltr">f(2)</bdi> رتبه'),  # a pair inside the name stays whole
     ("(کد ما) ZeRO-3", '(کد ما) <bdi dir="ltr">ZeRO-3</bdi>'),
     ("بلوک (ZeRO-3)", 'بلوک <bdi dir="ltr">(ZeRO-3)</bdi>'),  # a pair inside the name stays
     (".step-00000004.tmp: ذخیره‌ای نیمه‌کاره", '<bdi dir="ltr">.step-00000004.tmp</bdi>: ذخیره‌ای نیمه‌کاره'),
