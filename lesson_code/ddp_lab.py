@@ -14,6 +14,7 @@ The exercises' code, and the side demonstrations of no_sync() and of the two buc
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -191,11 +192,21 @@ def time_variants(rank: int, world_size: int, runs: list[DDPRun], rounds: int, s
 
 
 def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
-    """Measured events of one bucketed step (after a warm-up), relative to the forward's start.
+    """Measured events of one bucketed step (after a warm-up) of every rank, on one clock.
 
     Collective: call on every rank. Returns forward, backward, wait and check spans (as
     `timed_phases` names them) and, per bucket, when its last gradient arrived and when its ring
-    all-reduce ran."""
+    all-reduce ran: seconds since the earliest rank began the step, so that the ranks' times can
+    be compared and subtracted (the step's last wait end less its last backward end is its
+    exposed communication). That needs one clock for all ranks: the times are time.perf_counter
+    readings, CLOCK_MONOTONIC on Linux, one clock for every process of a machine, and a rank that
+    leaves the step's barrier later starts later. Raises ValueError when the ranks run on more
+    than one host, whose clocks this function does not align."""
+    hosts: list = [None] * world_size
+    dist.all_gather_object(hosts, socket.gethostname())
+    if len(set(hosts)) > 1:
+        raise ValueError(f"overlap_timeline needs every rank on one machine, to read one clock; "
+                         f"the ranks run on {sorted(set(hosts))}, whose clocks it does not align")
     run = replace(run, wrapper="bucketed", comm="ring")
     model = wrap(run, build_model(run.model, run.seed, run.gpt, current_device()), record_events=True)
     optimizer = make_optimizer(run, model.parameters())
@@ -203,13 +214,17 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
     for step in range(2):
         batch = run.local_batch(step, rank, world_size)
         began = timed_step(clock, optimizer, lambda: model(*batch)[1])
+    origin = torch.tensor([began], dtype=torch.float64)  # the earliest rank's start
+    dist.all_reduce(origin, op=dist.ReduceOp.MIN)
+    start = began - origin.item()  # this rank's start on the shared clock, 0 for the earliest
     forward, backward = clock.samples["forward"][-1], clock.samples["backward"][-1]
     waited = forward + backward - model.stats["finish_s"]  # the check and copy-back follow
     computed = waited - model.stats["wait_s"]  # when backward's own work ended
-    buckets = [{key: (value - began if key in ("ready", "start", "end") else value)
+    buckets = [{key: (value - origin.item() if key in ("ready", "start", "end") else value)
                 for key, value in row.items()} for row in model.timeline]
-    return {"forward": (0.0, forward), "backward": (forward, computed),
-            "wait": (computed, waited), "check": (waited, forward + backward), "buckets": buckets}
+    return {"forward": (start, start + forward), "backward": (start + forward, start + computed),
+            "wait": (start + computed, start + waited),
+            "check": (start + waited, start + forward + backward), "buckets": buckets}
 
 
 def overlap_model(sizes: list[int], bucket_cap_mb: float, backward_s: float, alpha: float,
@@ -447,10 +462,9 @@ SAY = {
            "nodes of 8": "{ranks} GPUs in nodes of 8 at NCCL's modelled latency, {latency_us:.0f} µs "
                          "per all-reduce: exposed communication {exposed_ms:.1f} ms, efficiency "
                          "{efficiency:.2f}",
-           "exposed": "the step's exposed communication (last wait end - last backward end): "
-                      "{ms:.1f} ms\nsmallest wait after a rank's own backward (rank {rank}): "
-                      "{own:.1f} ms, a floor on the exposed communication\nranks whose first "
-                      "all-reduce started before their own backward ended: {inside} of {ranks}"},
+           "exposed": "the step's exposed communication (last wait end - last backward end, "
+                      "on one clock for all ranks): {ms:.1f} ms\nranks whose first all-reduce "
+                      "started before their own backward ended: {inside} of {ranks}"},
     "fa": {"title": "درس ۷۷: آموزش با موازی‌سازی داده روی {ranks} رتبه در برابر یک فرایند، {steps} گام",
            "row": "  {model} {optimizer} {wrapper}: رتبه‌ها یکسان: {identical}، بیشینهٔ |اختلاف پارامتر| "
                   "{param_diff:.1e} (با DDP در PyTorch {torch_diff:.1e})، بیشینهٔ |اختلاف زیان| "
@@ -472,11 +486,9 @@ SAY = {
            "nodes of 8": "{ranks} GPU در گره‌هایی با ۸ GPU، با تأخیر مدل‌شدهٔ NCCL، {latency_us:.0f} µs "
                          "برای هر کاهش همگانی: ارتباط پنهان‌نشده {exposed_ms:.1f} میلی‌ثانیه، "
                          "کارایی مقیاس‌پذیری {efficiency:.2f}",
-           "exposed": "ارتباط پنهان‌نشدهٔ گام (آخرین پایان انتظار منهای آخرین پایان گذر برگشت): "
-                      "{ms:.1f} میلی‌ثانیه\nکوچک‌ترین انتظار پس از گذر برگشتِ خودِ یک رتبه (رتبهٔ "
-                      "{rank}): {own:.1f} میلی‌ثانیه، کرانی پایین برای ارتباط پنهان‌نشده\nرتبه‌هایی "
-                      "که نخستین کاهش همگانی‌شان پیش از پایانِ گذر برگشتِ خودشان آغاز شد: {inside} "
-                      "از {ranks}"},
+           "exposed": "ارتباط پنهان‌نشدهٔ گام (آخرین پایان انتظار منهای آخرین پایان گذر برگشت، "
+                      "با یک زمان‌سنج برای همهٔ رتبه‌ها): {ms:.1f} میلی‌ثانیه\nرتبه‌هایی که نخستین "
+                      "کاهش همگانی‌شان پیش از پایانِ گذر برگشتِ خودشان آغاز شد: {inside} از {ranks}"},
 }
 WORDS = {"mlp": "MLP", "gpt": "MiniGPT", "sgd": "SGD", "adam": "Adam", "naive": "ساده‌لوحانه",
          "bucketed": "باکت‌دار", "torch": "DDP در PyTorch", "ring": "حلقه", "builtin": "توکار"}

@@ -20,7 +20,8 @@ LABELS = {
            "comm odd": "bucket all-reduce, buckets 1, 3, … (ring thread)",
            "comm even": "bucket all-reduce, buckets 2, 4, … (ring thread)",
            "ready": "bucket ready", "queued": "ready, all-reduce not yet started",
-           "optimizer": "optimizer", "time": "time since the step began (ms)", "rank": "rank",
+           "optimizer": "optimizer", "rank": "rank",
+           "time": "time since the earliest rank began the step (ms)",
            "comm model": "bucket all-reduce (modelled link)", "modelled rank": "modelled rank",
            "modelled": "modelled, not measured",
            "lane": "{mb} MiB buckets", "one lane": "one bucket ({mb} MiB cap)", "time model": "time since the backward began (ms)",
@@ -34,7 +35,7 @@ LABELS = {
            "ready": "باکت آماده", "queued": "آماده، کاهش همگانی هنوز آغاز نشده",
            "optimizer": "بهینه‌ساز",
            # Milliseconds in words, as the benchmark figure's axis of the same page says them.
-           "time": "زمان از آغاز گام (میلی‌ثانیه)",
+           "time": "زمان از آغاز گام در زودترین رتبه (میلی‌ثانیه)",
            "comm model": "کاهش همگانی باکت (پیوند مدل‌شده)", "modelled rank": "رتبهٔ مدل‌شده",
            "modelled": "مدل‌شده، نه اندازه‌گیری‌شده",
            "lane": "باکت‌های {mb} MiB", "one lane": "یک باکت، سقف {mb} MiB", "time model": "زمان از آغاز گذر برگشت (ms)",

@@ -307,3 +307,34 @@ def test_dividing_by_the_global_token_count_equals_one_process():
     assert result["tokens per rank"] == [64, 48, 32, 16]
     assert result["global token count"] < 1e-6
     assert result["per-rank mean"] > 0.1 * result["largest gradient"]
+
+
+def test_the_overlap_timeline_puts_every_rank_on_one_clock():
+    """ddp_lab.overlap_timeline gives seconds since the earliest rank began the step, read on the
+    clock every process of the machine shares: the earliest rank starts at 0 and no rank before
+    it. And a ring all-reduce returns on a rank only once every rank's share has reached it, so
+    each rank's all-reduce of a bucket ends after every rank started it: times on clocks offset
+    by more than an all-reduce would break that, times on one clock cannot."""
+    timelines = launch.spawn(ddp_lab.overlap_timeline, DDPRun(model="mlp"), world_size=4)
+    starts = [timeline["forward"][0] for timeline in timelines]
+    assert min(starts) == 0.0 and all(start >= 0.0 for start in starts)
+    for timeline in timelines:
+        spans = [timeline[phase] for phase in ("forward", "backward", "wait", "check")]
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # one after another
+    counts = {len(timeline["buckets"]) for timeline in timelines}
+    assert len(counts) == 1 and counts.pop() > 1
+    for k in range(len(timelines[0]["buckets"])):
+        last_start = max(timeline["buckets"][k]["start"] for timeline in timelines)
+        assert all(timeline["buckets"][k]["end"] > last_start for timeline in timelines), k
+
+
+def timeline_on_two_hosts(rank, world_size):
+    with mock.patch("socket.gethostname", return_value=f"node{rank}"):
+        ddp_lab.overlap_timeline(rank, world_size, DDPRun(model="mlp"))
+
+
+def test_the_overlap_timeline_refuses_ranks_on_several_machines():
+    with pytest.raises(launch.RankFailedError) as caught:
+        launch.spawn(timeline_on_two_hosts, world_size=2)
+    assert "needs every rank on one machine" in str(caught.value)
+    assert "['node0', 'node1']" in str(caught.value)

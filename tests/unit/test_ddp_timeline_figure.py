@@ -135,3 +135,24 @@ def test_the_measured_timeline_draws_a_bucket_s_wait_to_start(lang):
     figure = ddp.overlap_timeline_figure([modelled], lang="en", modelled=True)
     assert queue_lines(figure) == []  # the modelled timelines of the companion page are unchanged
     matplotlib.pyplot.close(figure)
+
+
+def test_a_rank_that_began_the_step_later_is_drawn_from_its_own_start():
+    # On one clock for all ranks (ddp_lab.overlap_timeline), a rank that left the barrier 50 ms
+    # after the earliest starts its forward at 50 ms: its bars keep their places, and the axis
+    # still starts at the earliest rank's 0.
+    shift = 0.05
+    later = {phase: (TIMELINE[phase][0] + shift, TIMELINE[phase][1] + shift)
+             for phase in ("forward", "backward", "wait")}
+    later["buckets"] = [{**b, **{key: b[key] + shift for key in ("ready", "start", "end")}}
+                        for b in TIMELINE["buckets"]]
+    figure = ddp.overlap_timeline_figure([TIMELINE, later], lang="en")
+    ax = figure.axes[0]
+    forward = sorted(round(p.get_x(), 6) for p in ax.patches
+                     if to_hex(p.get_facecolor()) == ddp.COLOURS["forward"])
+    assert forward == [0.0, 50.0]
+    wait_ends = sorted(round(p.get_x() + p.get_width(), 6) for p in ax.patches
+                       if to_hex(p.get_facecolor()) == ddp.COLOURS["wait"])
+    assert wait_ends == [600.0, 650.0]
+    assert ax.get_xlim()[0] <= 0.0
+    matplotlib.pyplot.close(figure)
