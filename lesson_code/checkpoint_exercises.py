@@ -1,9 +1,10 @@
-"""Lesson 80a's training script and saver, run through `launch.spawn`: `restart_training`, a
-training script that starts up on a crashed run's root and trains on, and `BackgroundSaver`, a
-ZeRO save that holds the training loop up only for a copy of the state and writes it from a thread.
+"""Lesson 80a's training script and lesson 80b's saver, run through `launch.spawn`:
+`restart_training`, a training script that starts up on a crashed run's root and trains on, and
+`BackgroundSaver`, a ZeRO save that holds the training loop up only for a copy of the state and
+writes it from a thread.
 
 The lesson's own rank functions are `lesson_code.checkpoint_lab`; its `train_with_checkpoints`
-saves through a `BackgroundSaver` when given the class, which is how lesson 80a's cell runs it:
+saves through a `BackgroundSaver` when given the class, which is how lesson 80b's cell runs it:
 
     launch.spawn(checkpoint_lab.train_with_checkpoints, ZeroRun(steps=20), "/tmp/ckpt", [10, 15],
                  BackgroundSaver, world_size=4)  # the same checkpoints, saved in the background
@@ -38,7 +39,7 @@ def restart_training(rank: int, world_size: int, run: ZeroRun, root: str) -> dic
 
 
 class BackgroundSaver:
-    """A ZeRO save that holds the training loop up only for a copy of the state (lesson 80a).
+    """A ZeRO save that holds the training loop up only for a copy of the state (lesson 80b).
 
     `save` waits for the save in flight, copies this rank's state to the CPU and writes the copy
     with `save_sharded` from a thread, over a gloo group of its own; `wait` raises on every rank

@@ -12,7 +12,7 @@ optimizer hands its shard over as a plain dict (`state_dict`) and takes it back
 The notebook and tests run these through `launch.spawn`. Training is lesson 78's ZeRO-1 (a
 `zero_lab.ZeroRun`); checkpoints go under a root folder the caller gives (a temporary one in
 the notebook: files a lesson writes never land in the repository). Lesson 80a's training script
-and background saver are in `lesson_code.checkpoint_exercises`.
+and lesson 80b's background saver are in `lesson_code.checkpoint_exercises`.
 
     launch.spawn(train_with_checkpoints, ZeroRun(steps=20), "/tmp/ckpt", [10], world_size=4)
 """
@@ -92,7 +92,7 @@ def train_with_checkpoints(rank: int, world_size: int, run: ZeroRun, root: str,
     at the end ("rng_state"). Each rank's random stream starts from
     run.seed + rank: its state is saved in the rank's shard, so that the same run writes the
     same bytes (torch.save into a buffer gives equal states equal bytes). A `saver` class (lesson
-    80a's `checkpoint_exercises.BackgroundSaver`) is built as `saver(root, model, optimizer)`; saves
+    80b's `checkpoint_exercises.BackgroundSaver`) is built as `saver(root, model, optimizer)`; saves
     then go through its `save(step, extra=...)`, and its `wait()` ends the run.
     """
     torch.manual_seed(run.seed + rank)

@@ -89,7 +89,7 @@ TABLE_WORDS = {"fa": {
     "load the shards: read and hash, in all": "بارگذاری شاردها: خواندن و چکیده‌گیری، روی هم",
     "read the shards and replicated.pt (a node's 8 ranks)": "خواندن شاردها و replicated.pt (۸ رتبهٔ یک گره)",
     "blocking save": "ذخیرهٔ مسدودکننده", "BackgroundSaver's pageable copy": "رونوشت صفحه‌پذیرِ BackgroundSaver",
-    "exercise 5's pinned copy": "رونوشت سنجاق‌شدهٔ تمرین ۵", "Young's interval (min)": "فاصلهٔ یانگ (دقیقه)",
+    "exercise 1's pinned copy": "رونوشت سنجاق‌شدهٔ تمرین ۱", "Young's interval (min)": "فاصلهٔ یانگ (دقیقه)",
     "files read": "فایل‌های خوانده‌شده", "equal to reshard's, bit for bit": "برابر با شارد `reshard`، بیت‌به‌بیت",
 }}
 
@@ -359,7 +359,7 @@ MODES_COLOURS = {"step": "#c6dbef", "save": "#d62728", "copy": "#08519c", "write
 
 def save_modes_figure(blocking_s: float, copy_s: float, step_s: float = 10.0,
                       lang: str = "en") -> Figure:
-    """One save of each kind on a time axis, modelled (lesson 80a): a blocking save stops the
+    """One save of each kind on a time axis, modelled (lesson 80b): a blocking save stops the
     training loop for `blocking_s`; a background save stops it for its copy, `copy_s`, and its
     writer thread then spends `blocking_s` writing and hashing beside the next steps. Two steps of
     `step_s` before the save, and steps after it up to the same end time."""
