@@ -39,7 +39,7 @@ LABELS = {
         "shared_memory": "shared memory (one machine)",
         "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
         "model": "solid: measured, joined as auto reads them; dashed: the fitted model",
-        "switch": "auto's switch", "undecided": "undecided by this run",
+        "switch": "auto's switch",
         "modelled": "the model on {n} ranks, α = {alpha:g} µs, 1/β = {bw:g} GB/s: nothing measured",
         "model_switch": "the model's switch", "time_us": "time (µs)",
         "measured_on": "measured here, {date}", "measured_points": "measured: {points}",
@@ -63,7 +63,7 @@ LABELS = {
         "recursive_doubling": "دوبرابرسازی بازگشتی", "halving_doubling": "نیم‌سازی و دوبرابرسازی",
         "model": ("خط پیوسته: اندازه‌گیری‌ها، به هم وصل‌شده همان‌گونه که auto می‌خواندشان؛ "
                   "خط‌چین: مدل برازش‌شده"),
-        "switch": "نقطهٔ تغییر auto", "undecided": "نامعلوم در این اجرا",
+        "switch": "نقطهٔ تغییر auto",
         "modelled": "مدل روی {n} رتبه، \u2066α = {alpha:g} µs\u2069، \u20661/β = {bw:g} GB/s\u2069: هیچ چیز اندازه‌گیری نشده است",
         "model_switch": "نقطهٔ تغییرِ مدل", "time_us": "زمان (µs)",
         # the date isolated left to right in Latin digits, as the formulas: 2026-12-06 in order
@@ -269,13 +269,11 @@ def busiest_rank_figure(traffic: dict[int, dict[str, float]], lang: str = "en") 
 
 
 def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en",
-                      switches: list[tuple[int, str, str]] = (),
-                      undecided: tuple[int, int] | None = None) -> Figure:
+                      switches: list[tuple[int, str, str]] = ()) -> Figure:
     """Measured time of every all-reduce algorithm against size, log-log: points joined by
     straight (solid) lines, which is what `choose` reads between measured sizes, beside the
     time the fit of `costs` (a `choose.AlgorithmCosts`) predicts (dashed), and a vertical line
     at each of `switches` ((bytes, from, to), as `choose.predicted_switches` gives them).
-    `undecided` (low, high bytes), if given, is shaded: where the run leaves the switch.
 
     `rows` are {algorithm, world_size, nbytes, seconds}, as `choose.stored_costs` reads them.
     """
@@ -288,8 +286,6 @@ def algorithms_figure(rows: list[dict], costs, world_size: int, lang: str = "en"
                 color=line.get_color(), alpha=0.6)
     for index, (nbytes, _, _) in enumerate(switches):
         ax.axvline(nbytes, color="black", linestyle=":", label=None if index else labels["switch"])
-    if undecided:
-        ax.axvspan(*undecided, color="grey", alpha=0.15, label=labels["undecided"])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, numticks=20))  # a tick at every decade

@@ -70,7 +70,7 @@ FIGURES = {
         ROWS76, {"ring all_reduce": AlphaBeta(1e-4, 1e-9)}, 4, lang=lang),
     "algorithms": lambda lang: collectives.algorithms_figure(
         choose.stored_times(), choose.stored_costs(), 4, lang=lang,
-        switches=choose.predicted_switches(choose.stored_costs(), 4), undecided=(2 ** 18, 2 ** 22)),
+        switches=choose.predicted_switches(choose.stored_costs(), 4)),
     "modelled algorithms": lambda lang: collectives.modelled_algorithms_figure(
         choose.AlgorithmCosts(fits={"ring": AlphaBeta(5e-6, 4e-11),
                                     "halving_doubling": AlphaBeta(5e-6, 4e-11)}, source="model"),
@@ -154,19 +154,6 @@ def test_the_modelled_figures_size_labels_do_not_run_together(lang):
         space = labels[0].get_fontsize() * figure.dpi / 72 / 2  # half a letter's height, pixels
         assert len(boxes) >= 5
         assert all(right.x0 - left.x1 > space for left, right in zip(boxes, boxes[1:]))
-    finally:
-        plt.close(figure)
-
-
-@pytest.mark.parametrize("lang", ["en", "fa"])
-def test_the_measured_figure_shades_the_sizes_its_run_leaves_undecided(lang):
-    figure = FIGURES["algorithms"](lang)
-    try:
-        shaded = [patch for patch in figure.axes[0].patches  # the one labelled patch
-                  if not patch.get_label().startswith("_")]
-        assert len(shaded) == 1
-        band = shaded[0].get_bbox()  # in data bytes along x
-        assert (band.x0, band.x1) == (2 ** 18, 2 ** 22)
     finally:
         plt.close(figure)
 
