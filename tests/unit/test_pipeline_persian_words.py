@@ -1,6 +1,6 @@
-"""Lesson 79's Persian edition and its optional page 79a say each thing with one word: the words
-their figures, tables and prose use are the glossary's, and no word of a page means two things
-on it.
+"""Lesson 79's Persian edition and its optional pages 79a and 79b say each thing with one word:
+the words their figures, tables and prose use are the glossary's, and no word of a page means
+two things on it.
 
 The lesson cuts a model at its "cuts" («برش»), so gradient clipping cannot be «برش گرادیان»
 there; «رشته» is a thread, so a run of layers is not «رشته‌ای از لایه‌ها»; «رتبه» is a rank, so
@@ -19,7 +19,8 @@ import pandas as pd
 from lesson_code.plots import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "notebooks" / "fa" / name for name in ("79-pipeline.ipynb", "79a-pipeline-production.ipynb")]
+PAGES = [ROOT / "notebooks" / "fa" / name
+         for name in ("79-pipeline.ipynb", "79a-pipeline-production.ipynb", "79b-pipeline-costs.ipynb")]
 OFF_PAGE = {  # pattern: (why, the word to use)
     "بنچمارک": ("benchmark", "محک"),
     "سطل": ("bucket", "باکت"),
