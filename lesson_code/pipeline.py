@@ -109,7 +109,7 @@ def schedule_order(schedule: str, stage: int, num_stages: int,
     Under 1F1B stage s runs P - s warm-up forwards (at most m), as torch's Schedule1F1B does,
     then a backward and a forward in turn, then the remaining backwards. `warmup` below counts
     all but the last warm-up forward, which opens the loop's first pair. `extra_warmup` (page
-    79a only) adds that many warm-up forwards on every stage but the last.
+    79b only) adds that many warm-up forwards on every stage but the last.
     Raises ValueError for an unknown schedule, a count below 1, a negative `extra_warmup` or a
     stage outside 0..P-1.
     """

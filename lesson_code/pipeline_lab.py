@@ -495,7 +495,7 @@ def message_delay(schedule: str, num_stages: int, micro_batches: int, forward: f
     work between its F_j and its B_j, while B_j's input needs that plus 2 k messages: the loop
     through stage 0 adds 2 (P - 1) / P messages per micro-batch. `extra_warmup` gives slack
     between the last two stages only: it hides the messages of a short step, not of a long one.
-    The model of lesson 79a's cluster section.
+    The model of lesson 79b's cluster section.
     """
     def span(delay: float) -> float:
         events = ideal_timeline(schedule, num_stages, micro_batches, forward, backward,
