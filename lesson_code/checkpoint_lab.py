@@ -3,7 +3,7 @@ training script's start-up, `tools.resume`, decides), time a save, crash one, co
 with DCP (its layout, its resharding at load time, a flipped byte, an FSDP2 model and its Adam
 saved on 4 ranks and loaded on 2); and `shard_layout`, each
 shard's place and padding as a manifest records them, and `dcp_chunks`, what DCP's .metadata
-records of a saved tensor.
+records of a saved tensor; and `save_costs`, a model of a save's and a load's seconds at scale.
 
 `save_zero` and `load_zero` join lesson 78's ZeroOptimizer to lesson 80's checkpoints: the
 optimizer hands its shard over as a plain dict (`state_dict`) and takes it back
@@ -22,9 +22,10 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pandas as pd
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -545,6 +546,56 @@ def sha256_rate(lang: str = "en", mib: int = 64, rounds: int = 3) -> str:
         best = min(best, clock() - start)
     return language.fill(SHA256_RATE[language.check_language(lang)], lang,
                          rate=len(payload) / best / 1e9, rounds=rounds, mib=mib)
+
+
+@dataclass(frozen=True)
+class SaveCosts:
+    """`save_costs`'s answer: the table (GB, what bounds each part, seconds; NaN where a total
+    has no bytes of its own) and the figures the pages reuse."""
+    table: pd.DataFrame
+    blocking_s: float  # a blocking save: the four save parts, one after another
+    shard_gb: float  # one rank's shard
+    replicated_gb: float  # replicated.pt, written by rank 0 alone
+
+    def shown(self) -> pd.DataFrame:
+        """The table as the pages show it: to 0.01, "—" where a cell is empty."""
+        return self.table.astype({"GB": float, "s": float}).round(2).astype(object).fillna("—")
+
+
+def save_costs(parameters: float = 7.5e9, ranks: int = 64, per_node: int = 8,
+               hash_gb_s: float = 1.4, client_gb_s: float = 3.0, loads: bool = True) -> SaveCosts:
+    """A model, not a measurement, of what saving and loading our sharded checkpoint costs at
+    scale (lesson 80's example: 7.5e9 parameters trained with mixed-precision Adam on `ranks`
+    ranks, `per_node` to a node).
+
+    Assumptions: the shards hold 12 bytes per parameter (float32 master weights and Adam's two
+    moments), split evenly over the ranks; `replicated.pt` holds the model's 2-byte weights and
+    rank 0 alone writes and hashes it; sha256 runs on one core at `hash_gb_s` GB/s; a node's
+    ranks share one filesystem client (its mount) that reads and writes at `client_gb_s` GB/s,
+    and the filesystem behind the clients is never the limit. Parts follow one another (a
+    blocking save: write the node's shards, hash one, write then hash `replicated.pt`); nothing
+    overlaps and no page cache serves a read. With `loads`, three rows more: reading the node's
+    shards, a load (that read, then hashing what was read) and reading the shards with every
+    rank's copy of `replicated.pt`.
+    """
+    shard_gb, replicated_gb = 12 * parameters / ranks / 1e9, 2 * parameters / 1e9
+    rate = {"client": client_gb_s, "core": hash_gb_s}
+    rows = [("write the shards (a node's 8 ranks)", per_node * shard_gb, "client"),
+            ("hash a shard (each rank)", shard_gb, "core"),
+            ("write replicated.pt (rank 0)", replicated_gb, "client"),
+            ("hash replicated.pt (rank 0)", replicated_gb, "core")]
+    table = pd.DataFrame(rows, columns=["part", "GB", "bound by"]).set_index("part")
+    table["s"] = table["GB"] / table["bound by"].map(rate)
+    blocking_s = float(table["s"].sum())
+    table.loc["blocking save, in all"] = [None, None, blocking_s]
+    if loads:
+        read_s = per_node * shard_gb / client_gb_s
+        table.loc["read the shards (a node's 8 ranks)"] = [per_node * shard_gb, "client", read_s]
+        table.loc["load the shards: read and hash, in all"] = [None, None, read_s + shard_gb / hash_gb_s]
+        read_gb = per_node * (shard_gb + replicated_gb)  # every rank reads replicated.pt too
+        table.loc["read the shards and replicated.pt (a node's 8 ranks)"] = [
+            read_gb, "client", read_gb / client_gb_s]
+    return SaveCosts(table, blocking_s, shard_gb, replicated_gb)
 
 
 def shard_layout(manifest: dict) -> list[dict]:

@@ -72,7 +72,7 @@ TABLE_WORDS = {"fa": {
     "time lost (%)": "زمان ازدست‌رفته (٪)", "model tensors": "تنسورهای مدل",
     "own vectors": "بردارهای خود رتبه", "blocking save (ms)": "ذخیرهٔ مسدودکننده (میلی‌ثانیه)",
     "in the background (ms)": "در پس‌زمینه (میلی‌ثانیه)", "chosen": "انتخاب‌شده",
-    "of which waiting for the save before (ms)": "از آن، انتظار برای ذخیرهٔ قبلی (میلی‌ثانیه)",
+    "of which waiting for the save before (ms)": "از این مقدار، انتظار برای ذخیرهٔ قبلی (میلی‌ثانیه)",
     "largest |parameter|": "بزرگ‌ترین قدرمطلق پارامتر", "float32 spacing there": "فاصلهٔ float32 در آنجا",
     "tolerance in spacings": "آستانه بر حسب این فاصله", "difference on 2 ranks": "اختلاف روی ۲ رتبه",
     "difference, step count lost": "اختلاف، بدون شمار گام‌های Adam",
@@ -88,8 +88,8 @@ TABLE_WORDS = {"fa": {
     "read the shards (a node's 8 ranks)": "خواندن شاردها (۸ رتبهٔ یک گره)",
     "load the shards: read and hash, in all": "بارگذاری شاردها: خواندن و چکیده‌گیری، روی هم",
     "read the shards and replicated.pt (a node's 8 ranks)": "خواندن شاردها و replicated.pt (۸ رتبهٔ یک گره)",
-    "blocking save": "ذخیرهٔ مسدودکننده", "BackgroundSaver's pageable copy": "رونوشت صفحه‌پذیرِ BackgroundSaver",
-    "exercise 1's pinned copy": "رونوشت سنجاق‌شدهٔ تمرین ۱", "Young's interval (min)": "فاصلهٔ یانگ (دقیقه)",
+    "blocking save": "ذخیرهٔ مسدودکننده", "pageable copy (25 GB/s)": "رونوشت صفحه‌پذیر (۲۵ GB/s)",
+    "pinned copy (50 GB/s)": "رونوشت سنجاق‌شده (۵۰ GB/s)", "Young's interval (min)": "فاصلهٔ یانگ (دقیقه)",
     "files read": "فایل‌های خوانده‌شده", "equal to reshard's, bit for bit": "برابر با شارد `reshard`، بیت‌به‌بیت",
 }}
 
