@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from lesson_code import collectives, language
-from lesson_code.collectives import choose, cost_model
+from lesson_code.collectives import choose, cost_model, doubling
 from lesson_code.collectives.comm import builtin_all_gather
 from lesson_code.collectives.ledger import CommLedger
 from lesson_code.runtime.devices import current_device
@@ -184,6 +184,50 @@ def short_message(rank: int, world_size: int, sent: int = 4, expected: int = 8) 
         dist.recv(received, src=1)
         return received.tolist()
     return None
+
+
+class HalvingRecorder:
+    """Stands in for one rank's `Peers` in `doubling.reduce_scatter_by_halving`: records each
+    exchange instead of sending it, so one process can follow every rank's steps.
+
+    Given one element per chunk, the part sent is a view of chunks [offset, offset + numel) of
+    the flat tensor; the chunks kept are the rest of the window, on the other side of them.
+    `steps` maps "step 1", "step 2", ... to "partner: chunks kept" ("4: 0–3", or "1: 0").
+    """
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+        self.window, self.steps = (0, world_size), {}
+
+    def exchange(self, send, dest, recv, source) -> None:
+        start, end = send.storage_offset(), send.storage_offset() + send.numel()
+        low, high = self.window
+        low, high = (end, high) if start == low else (low, start)  # the half kept
+        self.window = low, high
+        kept = f"{low}–{high - 1}" if high - low > 1 else f"{low}"
+        self.steps[f"step {len(self.steps) + 1}"] = f"{dest}: {kept}"
+
+
+def halving_steps(world_size: int) -> list[dict[str, str]]:
+    """Each rank's partner and the chunks it keeps after each step of the reduce-scatter by
+    halving on `world_size` ranks (a power of two): one {"step 1": "4: 0–3", ...} per rank.
+
+    Lesson 76a's table of the halving. It runs the package's own
+    `doubling.reduce_scatter_by_halving` once per rank, on one-element chunks and with a
+    `HalvingRecorder` for peers, so the table shows what the listed code does, with no process
+    group. Raises ValueError unless `world_size` is a power of two of at least 2.
+    """
+    if world_size < 2 or world_size & (world_size - 1):
+        raise ValueError(f"world_size must be a power of two of at least 2, got {world_size}")
+    rows = []
+    for rank in range(world_size):
+        peers = HalvingRecorder(rank, world_size)
+        held = doubling.reduce_scatter_by_halving(doubling.PowerOfTwoGroup(peers),
+                                                   torch.zeros(world_size),
+                                                   list(range(world_size + 1)))
+        assert held == (rank, rank + 1)  # rank r ends with chunk r
+        rows.append(peers.steps)
+    return rows
 
 
 def make_input(rank: int, length: int, dtype_name: str, seed: int = 0) -> torch.Tensor:

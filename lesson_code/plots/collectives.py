@@ -365,8 +365,6 @@ TABLE_LABELS = {
     "at once / naive": "یک‌جا / ساده‌لوحانه", "least": "کمترین", "median": "میانه",
     "most": "بیشترین", "of 9 rounds": "از ۹ دور",
     "gap": "فاصله", "time ratio": "نسبت زمان‌ها", "over the bar": "بیش از آستانه",
-    "shared memory / naive, least of 1 KiB to 64 KiB":
-        "حافظهٔ مشترک / ساده‌لوحانه، کمترین از ۱ تا ۶۴ KiB",
     "shared memory / naive, 256 KiB": "حافظهٔ مشترک / ساده‌لوحانه، ۲۵۶ KiB",
     "shared memory / naive, 1 MiB": "حافظهٔ مشترک / ساده‌لوحانه، ۱ MiB",
     "naive / shared memory, 4 MiB": "ساده‌لوحانه / حافظهٔ مشترک، ۴ MiB",

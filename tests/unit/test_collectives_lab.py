@@ -203,3 +203,17 @@ def test_the_printed_lines_leave_out_a_group_with_no_size():
     assert collectives_lab.crossover_line(math.inf, [], "en") == (
         "model: ring never faster (its fitted cost per byte is the higher); "
         "measured: ring faster at no size")
+
+
+def test_halving_steps_record_the_listed_halving_rank_by_rank():
+    on_8 = collectives_lab.halving_steps(8)
+    assert on_8[0] == {"step 1": "4: 0–3", "step 2": "2: 0–1", "step 3": "1: 0"}
+    assert on_8[6] == {"step 1": "2: 4–7", "step 2": "4: 6–7", "step 3": "7: 6"}
+    for rank, steps in enumerate(on_8):  # the partner's distance halves, 4, 2, 1
+        partners = [int(entry.split(":")[0]) for entry in steps.values()]
+        assert partners == [rank ^ 4, rank ^ 2, rank ^ 1]
+        assert steps["step 3"].endswith(f": {rank}")  # rank r ends with chunk r
+    assert collectives_lab.halving_steps(2) == [{"step 1": "1: 0"}, {"step 1": "0: 1"}]
+    for world_size in (1, 6):  # the fold is not the halving's: powers of two only
+        with pytest.raises(ValueError):
+            collectives_lab.halving_steps(world_size)
