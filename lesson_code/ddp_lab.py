@@ -214,13 +214,14 @@ def overlap_timeline(rank: int, world_size: int, run: DDPRun) -> dict:
     for step in range(2):
         batch = run.local_batch(step, rank, world_size)
         began = timed_step(clock, optimizer, lambda: model(*batch)[1])
-    origin = torch.tensor([began], dtype=torch.float64)  # the earliest rank's start
-    dist.all_reduce(origin, op=dist.ReduceOp.MIN)
-    start = began - origin.item()  # this rank's start on the shared clock, 0 for the earliest
+    earliest = torch.tensor([began], dtype=torch.float64, device=current_device())
+    dist.all_reduce(earliest, op=dist.ReduceOp.MIN)  # the earliest rank's start
+    origin = earliest.item()
+    start = began - origin  # this rank's start on the shared clock, 0 for the earliest
     forward, backward = clock.samples["forward"][-1], clock.samples["backward"][-1]
     waited = forward + backward - model.stats["finish_s"]  # the check and copy-back follow
     computed = waited - model.stats["wait_s"]  # when backward's own work ended
-    buckets = [{key: (value - origin.item() if key in ("ready", "start", "end") else value)
+    buckets = [{key: (value - origin if key in ("ready", "start", "end") else value)
                 for key, value in row.items()} for row in model.timeline]
     return {"forward": (start, start + forward), "backward": (start + forward, start + computed),
             "wait": (start + computed, start + waited),

@@ -17,6 +17,7 @@ Tolerances (float32, 4 ranks, 10 steps):
 """
 
 import math
+import time
 from dataclasses import replace
 from unittest import mock
 
@@ -326,6 +327,31 @@ def test_the_overlap_timeline_puts_every_rank_on_one_clock():
     for k in range(len(timelines[0]["buckets"])):
         last_start = max(timeline["buckets"][k]["start"] for timeline in timelines)
         assert all(timeline["buckets"][k]["end"] > last_start for timeline in timelines), k
+
+
+LATE_S = 0.2  # how much later each rank than the one before leaves a step's barrier, below
+
+
+def timeline_with_late_ranks(rank, world_size):
+    barrier = torch.distributed.barrier
+
+    def late_barrier(*args, **kwargs):  # PhaseClock.start's barrier, then rank r waits r LATE_S
+        barrier(*args, **kwargs)
+        time.sleep(rank * LATE_S)
+
+    with mock.patch("torch.distributed.barrier", late_barrier):
+        return ddp_lab.overlap_timeline(rank, world_size, DDPRun(model="mlp"))
+
+
+def test_a_rank_that_begins_the_step_later_starts_later_on_the_one_clock():
+    """Rank r begins each step r LATE_S after rank 0: on one clock its forward starts about that
+    much later (the ranks leave a barrier far less than LATE_S / 2 apart), where times since each
+    rank's own start would put every rank at 0. No all-reduce can end before the last rank began."""
+    timelines = launch.spawn(timeline_with_late_ranks, world_size=4)
+    starts = [timeline["forward"][0] for timeline in timelines]
+    assert starts[0] == 0.0
+    assert all(later - earlier > LATE_S / 2 for earlier, later in zip(starts, starts[1:])), starts
+    assert min(bucket["end"] for timeline in timelines for bucket in timeline["buckets"]) > starts[-1]
 
 
 def timeline_on_two_hosts(rank, world_size):
