@@ -580,7 +580,8 @@ def save_costs(parameters: float = 7.5e9, ranks: int = 64, per_node: int = 8,
     """
     shard_gb, replicated_gb = 12 * parameters / ranks / 1e9, 2 * parameters / 1e9
     rate = {"client": client_gb_s, "core": hash_gb_s}
-    rows = [("write the shards (a node's 8 ranks)", per_node * shard_gb, "client"),
+    node = f"(a node's {per_node} ranks)"  # plots.checkpoint.TABLE_WORDS: "(a node's {} ranks)"
+    rows = [(f"write the shards {node}", per_node * shard_gb, "client"),
             ("hash a shard (each rank)", shard_gb, "core"),
             ("write replicated.pt (rank 0)", replicated_gb, "client"),
             ("hash replicated.pt (rank 0)", replicated_gb, "core")]
@@ -590,10 +591,10 @@ def save_costs(parameters: float = 7.5e9, ranks: int = 64, per_node: int = 8,
     table.loc["blocking save, in all"] = [None, None, blocking_s]
     if loads:
         read_s = per_node * shard_gb / client_gb_s
-        table.loc["read the shards (a node's 8 ranks)"] = [per_node * shard_gb, "client", read_s]
+        table.loc[f"read the shards {node}"] = [per_node * shard_gb, "client", read_s]
         table.loc["load the shards: read and hash, in all"] = [None, None, read_s + shard_gb / hash_gb_s]
         read_gb = per_node * (shard_gb + replicated_gb)  # every rank reads replicated.pt too
-        table.loc["read the shards and replicated.pt (a node's 8 ranks)"] = [
+        table.loc[f"read the shards and replicated.pt {node}"] = [
             read_gb, "client", read_gb / client_gb_s]
     return SaveCosts(table, blocking_s, shard_gb, replicated_gb)
 

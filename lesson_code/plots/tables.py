@@ -27,7 +27,8 @@ from lesson_code.plots import FREE_NUMBER, check_language, number
 
 def translate_label(label, words: dict[str, str]):
     """One label in the words' language: a known word, a known word and its number («مرحلهٔ ۳»,
-    `language.numbered`), or as it was."""
+    `language.numbered`), a known template with its numbers in place of "{}" ("a node's 8 ranks"
+    through "a node's {} ranks"), or as it was."""
     if not isinstance(label, str):
         return label
     if label in words:
@@ -35,6 +36,9 @@ def translate_label(label, words: dict[str, str]):
     numbered = re.fullmatch(r"(.+?) (\d+)", label)
     if numbered and numbered.group(1) in words:
         return language.numbered(words[numbered.group(1)], numbered.group(2))
+    template = re.sub(r"\d+", "{}", label)
+    if template != label and "{}" in words.get(template, ""):
+        return words[template].format(*map(language.persian_digits, re.findall(r"\d+", label)))
     return label
 
 

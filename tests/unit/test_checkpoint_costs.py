@@ -31,3 +31,15 @@ def test_the_shown_table_marks_empty_cells_and_rounds() -> None:
     shown = save_costs().shown()
     assert shown.loc["blocking save, in all"].tolist() == ["—", "—", 20.47]
     assert shown.loc["hash replicated.pt (rank 0)", "s"] == 10.71
+
+
+def test_the_node_rows_name_per_node_in_both_languages() -> None:
+    from lesson_code.plots import checkpoint
+
+    table = save_costs(ranks=48, per_node=4).table
+    assert "write the shards (a node's 4 ranks)" in table.index
+    assert "read the shards and replicated.pt (a node's 4 ranks)" in table.index
+    shown = checkpoint.table(table, "fa")
+    assert "نوشتن شاردها (۴ رتبهٔ یک گره)" in shown.index
+    assert "خواندن شاردها (۴ رتبهٔ یک گره)" in shown.index
+    assert save_costs().table.index[0] == "write the shards (a node's 8 ranks)"
