@@ -199,13 +199,14 @@ class HalvingRecorder:
         self.rank, self.world_size = rank, world_size
         self.window, self.steps = (0, world_size), {}
 
-    def exchange(self, send, dest, recv, source) -> None:
+    def exchange(self, send: torch.Tensor, to: int, recv: torch.Tensor, source: int) -> None:
+        """`Peers.exchange`'s arguments: records `to` and the chunks kept; sends nothing."""
         start, end = send.storage_offset(), send.storage_offset() + send.numel()
         low, high = self.window
         low, high = (end, high) if start == low else (low, start)  # the half kept
         self.window = low, high
         kept = f"{low}–{high - 1}" if high - low > 1 else f"{low}"
-        self.steps[f"step {len(self.steps) + 1}"] = f"{dest}: {kept}"
+        self.steps[f"step {len(self.steps) + 1}"] = f"{to}: {kept}"
 
 
 def halving_steps(world_size: int) -> list[dict[str, str]]:
