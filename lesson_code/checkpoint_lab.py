@@ -37,6 +37,7 @@ from lesson_code.checkpoint.flat_state import (FLAT_KEYS, check_weights,
                                                load_flat_state, save_flat_state)
 from lesson_code.checkpoint.shards import load_sharded
 from lesson_code.checkpoint.tools import CheckpointPolicy, resume
+from lesson_code.harness.validate import require_positive, require_positive_int
 from lesson_code.runtime.devices import clock, current_device
 from lesson_code.experiment import flat_parameters, train
 from lesson_code.zero_lab import (ZeroRun, build_optimizer, gathered_parameters, parameter_digest,
@@ -578,6 +579,14 @@ def save_costs(parameters: float = 7.5e9, ranks: int = 64, per_node: int = 8,
     shards, a load (that read, then hashing what was read) and reading the shards with every
     rank's copy of `replicated.pt`.
     """
+    require_positive("parameters", parameters, "the model's parameter count, such as 7.5e9")
+    require_positive_int("ranks", ranks, "the number of ranks, such as 64")
+    require_positive_int("per_node", per_node, "the ranks on one node, such as 8")
+    if per_node > ranks:
+        raise ValueError(f"per_node must be at most ranks, got per_node={per_node} and "
+                         f"ranks={ranks}: a node cannot hold more ranks than the run has")
+    require_positive("hash_gb_s", hash_gb_s, "one core's sha256 rate in GB/s, such as 1.4")
+    require_positive("client_gb_s", client_gb_s, "one node's filesystem client rate in GB/s, such as 3.0")
     shard_gb, replicated_gb = 12 * parameters / ranks / 1e9, 2 * parameters / 1e9
     rate = {"client": client_gb_s, "core": hash_gb_s}
     node = f"(a node's {per_node} ranks)"  # plots.checkpoint.TABLE_WORDS: "(a node's {} ranks)"

@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from lesson_code.checkpoint_lab import save_costs
 
 
@@ -43,3 +45,12 @@ def test_the_node_rows_name_per_node_in_both_languages() -> None:
     assert "نوشتن شاردها (۴ رتبهٔ یک گره)" in shown.index
     assert "خواندن شاردها (۴ رتبهٔ یک گره)" in shown.index
     assert save_costs().table.index[0] == "write the shards (a node's 8 ranks)"
+
+
+@pytest.mark.parametrize("knobs, named", [
+    ({"ranks": 0}, "ranks"), ({"hash_gb_s": 0}, "hash_gb_s"), ({"client_gb_s": -3.0}, "client_gb_s"),
+    ({"parameters": -1}, "parameters"), ({"per_node": 2.5}, "per_node"),
+    ({"per_node": 16, "ranks": 8}, "per_node must be at most ranks")])
+def test_a_knob_a_reader_sets_wrong_is_refused_by_name(knobs, named) -> None:
+    with pytest.raises(ValueError, match=named):
+        save_costs(**knobs)
