@@ -255,15 +255,22 @@ def assert_persian_prose_right_to_left(page) -> None:
         pass  # the assertion below says how many there were
     # A cell drawn while the page is read may not have its final style yet (seen on a loaded
     # machine in full CI runs, where a cell with display math was still being drawn after 30 s):
-    # give the drawing time to settle, and if a paragraph is still wrong, bring it into view (where
-    # JupyterLab finishes drawing a cell) and wait again; a paragraph that stays wrong fails.
+    # give the drawing time to settle, and if paragraphs are still wrong, bring each of them into
+    # view in turn (JupyterLab finishes drawing only the cells in view; a full CI run left three
+    # such cells, and bringing only the first into view left the others undrawn) and wait again;
+    # a paragraph that stays wrong fails.
     for _ in range(3):
         try:
             page.wait_for_function(f"() => {WRONG_PARAGRAPHS}.length === 0",
                                    timeout=SETTLE_TIMEOUT_S * 1000)
             break
         except PlaywrightTimeout:
-            page.evaluate(f"() => {WRONG_PARAGRAPHS}[0]?.scrollIntoView()")
+            page.evaluate(f"""async () => {{
+                for (const p of {WRONG_PARAGRAPHS}) {{
+                    p.scrollIntoView();
+                    await new Promise(done => setTimeout(done, 2000));
+                }}
+            }}""")
     prose = page.evaluate(PROSE)
     assert len(prose) >= 3, f"found only {len(prose)} Persian paragraphs"
     wrong = [style for style in prose if style != ["rtl", "right"]]
