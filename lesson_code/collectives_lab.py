@@ -219,7 +219,8 @@ def halving_steps(world_size: int) -> list[dict[str, str]]:
     group. Raises ValueError unless `world_size` is a power of two of at least 2.
     """
     if world_size < 2 or world_size & (world_size - 1):
-        raise ValueError(f"world_size must be a power of two of at least 2, got {world_size}")
+        raise ValueError(f"world_size must be a power of two of at least 2, got {world_size}: "
+                         "pass 2, 4, 8 or 16")
     rows = []
     for rank in range(world_size):
         peers = HalvingRecorder(rank, world_size)
