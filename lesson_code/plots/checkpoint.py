@@ -88,8 +88,8 @@ TABLE_WORDS = {"fa": {
     "read the shards (a node's {} ranks)": "خواندن شاردها ({} رتبهٔ یک گره)",
     "load the shards: read and hash, in all": "بارگذاری شاردها: خواندن و چکیده‌گیری، روی هم",
     "read the shards and replicated.pt (a node's {} ranks)": "خواندن شاردها و replicated.pt ({} رتبهٔ یک گره)",
-    "blocking save": "ذخیرهٔ مسدودکننده", "pageable copy (25 GB/s)": "رونوشت صفحه‌پذیر (۲۵ GB/s)",
-    "pinned copy (50 GB/s)": "رونوشت سنجاق‌شده (۵۰ GB/s)", "Young's interval (min)": "فاصلهٔ یانگ (دقیقه)",
+    "blocking save": "ذخیرهٔ مسدودکننده", "pageable copy ({} GB/s)": "رونوشت صفحه‌پذیر ({} GB/s)",
+    "pinned copy ({} GB/s)": "رونوشت سنجاق‌شده ({} GB/s)", "Young's interval (min)": "فاصلهٔ یانگ (دقیقه)",
     "files read": "فایل‌های خوانده‌شده", "equal to reshard's, bit for bit": "برابر با شارد `reshard`، بیت‌به‌بیت",
 }}
 
