@@ -64,7 +64,7 @@ class CheckpointError(Exception):
         if found_by:
             sentence += language.fill(" (رتبه‌های {ranks} آن را یافتند)"
                                       if len(found_by) > 1 else " (یافتهٔ رتبهٔ {ranks})",
-                                      "fa", ranks=language.listed(
+                                      "fa", ranks=language.series(
                                           [language.number(r, "fa") for r in found_by], "fa"))
         return sentence
 

@@ -60,11 +60,12 @@ TABLE_WORDS = {"fa": {
     "all_gathers": "شمار گردآوری همگانی", "reduce_scatters": "شمار کاهش و پخش",
     "gradient_elements_kept": "عنصرهای گرادیانِ نگه‌داشته", "stage_parameters": "پارامترهای مرحله",
     "rank_0_stages": "مرحله‌های رتبهٔ ۰", "rank_1_stages": "مرحله‌های رتبهٔ ۱",
-    "rank_0_deferred_W": "W‌های به‌تعویق‌افتادهٔ رتبهٔ ۰", "rank_1_deferred_W": "W‌های به‌تعویق‌افتادهٔ رتبهٔ ۱",
     "times_the_stored_1F1B_step": "چند برابرِ گام 1F1B در محک ذخیره‌شده",
     "the same, Megatron's distributed optimizer over 8": "همان، با بهینه‌ساز توزیع‌شدهٔ Megatron روی ۸ نسخه",
-    "per GPU, split over 8: Megatron's state + 1F1B": "برای هر GPU، با تقسیم روی ۸: وضعیت Megatron + 1F1B",
-    "per GPU, split over 8: ZeRO-1 state + 1F1B": "برای هر GPU، با تقسیم روی ۸: وضعیت ZeRO-1 + 1F1B",
+    "per GPU, split over 8: Megatron's state + 1F1B activations":
+        "برای هر GPU، با تقسیم روی ۸: وضعیت Megatron و فعال‌سازی‌های 1F1B",
+    "per GPU, split over 8: ZeRO-1 state + 1F1B activations":
+        "برای هر GPU، با تقسیم روی ۸: وضعیت ZeRO-1 و فعال‌سازی‌های 1F1B",
     "left out: stage 0's embedding, unsplit": "کنارگذاشته‌شده: جاسازیِ مرحلهٔ ۰، بدون تقسیم",
     "boundaries_crossed": "مرزهای پیموده‌شده در مسیر رفت",
     "model state, Adam in mixed precision": "وضعیت مدل، Adam با دقت ترکیبی",

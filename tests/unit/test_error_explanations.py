@@ -152,7 +152,8 @@ def test_the_ranks_that_found_a_fault_close_its_persian_sentence():
                                fault="manifest_missing", folder="/run/step-00000001",
                                found_by=found_by).explain("fa")
     assert told([0]).endswith(" (یافتهٔ رتبهٔ ۰)")
-    assert told([0, 1]).endswith(" (رتبه‌های ۰، ۱ آن را یافتند)")
+    assert told([0, 1]).endswith(" (رتبه‌های ۰ و ۱ آن را یافتند)")
+    assert told([0, 2, 3]).endswith(" (رتبه‌های ۰، ۲ و ۳ آن را یافتند)")
 
 
 def test_a_world_size_mismatch_gives_the_same_reshard_call_in_both_languages(tmp_path):
