@@ -86,13 +86,13 @@ TABLE_WORDS = {"fa": {
     "GB on stage 0 at the step's peak, at least": "گیگابایت روی مرحلهٔ ۰ در بیشینهٔ حافظهٔ گام، دست‌کم",
     "fits in 80 GB": "جا شدن در ۸۰ گیگابایت", "yes": "بله", "no": "خیر",
     "all-reduce over the 8 replicas": "کاهش همگانی روی ۸ رونوشت", "ZeRO-3 over the 8 replicas": "ZeRO-3 روی ۸ رونوشت",
-    "one micro-batch of one sequence": "یک میکرودسته با یک دنباله",
-    "GPipe, m = 32": "GPipe، m = ۳۲", "1F1B, stage 0 of 8": "1F1B، مرحلهٔ ۰ از ۸",
+    "stage total: one micro-batch of one sequence": "کل مرحله: یک میکرودسته با یک دنباله",
+    "stage total: GPipe, m = 32": "کل مرحله: GPipe، m = ۳۲", "stage total: 1F1B, stage 0": "کل مرحله: 1F1B، مرحلهٔ ۰",
     "model state of one stage of 8": "وضعیت مدلِ یکی از ۸ مرحله",
     "the same, tensor parallel over 8 GPUs": "همان، با موازی‌سازی تنسوری روی ۸ GPU",
     "the same, and ZeRO-1 over 8 replicas": "همان، و ZeRO-1 روی ۸ نسخه",
     "GPipe with re-materialization, m = 32": "GPipe با بازمحاسبه، m = ۳۲",
-    "1F1B, stage 0, tensor and sequence parallel over 8": "1F1B، مرحلهٔ ۰، با موازی‌سازی تنسوری و دنباله روی ۸",
+    "per GPU, split over 8: 1F1B, stage 0": "برای هر GPU، با تقسیم روی ۸: 1F1B، مرحلهٔ ۰",
     "this run, GPipe": "این اجرا، GPipe", "this run, 1F1B": "این اجرا، 1F1B",
     "stored benchmark, 1F1B": "محک ذخیره‌شده، 1F1B",
     "message at one cut, one sequence": "پیام در یک برش، یک دنباله",
@@ -127,18 +127,20 @@ TABLE_WORDS = {"fa": {
     "micro_batch_bytes": "بایت‌های یک میکرودسته",
     "forwards": "گذرهای رفت", "recompute": "بازمحاسبه",
     "fill and drain: 2 (P - 1) messages": "پر و خالی شدن پایپلاین: ۲ (P − ۱) پیام",
-    "1F1B step, m = 32, a backward two forwards": "گام 1F1B، m = ۳۲، هر گذر برگشت برابر دو گذر رفت",
+    "1F1B step, m = 32 (backward = 2 forwards)": "گام 1F1B، m = ۳۲ (هر گذر برگشت برابر دو گذر رفت)",
     "share_of_step": "سهم از گام",
-    "GPipe re-materialized, inputs and outputs kept, m = 32":
-        "GPipe با بازمحاسبه، ورودی‌ها و خروجی‌ها نگه‌داشته، m = ۳۲",
-    "the same, outputs freed after sending (Megatron-LM)": "همان، با آزاد کردن خروجی‌ها پس از ارسال (Megatron-LM)",
-    "left out: the last stage's bf16 logits, one sequence": "کنارگذاشته‌شده: لوجیت‌های bf16 مرحلهٔ آخر، یک دنباله",
+    "stage total: GPipe re-materialized, inputs and outputs kept, m = 32":
+        "کل مرحله: GPipe با بازمحاسبه، ورودی‌ها و خروجی‌ها نگه‌داشته، m = ۳۲",
+    "stage total: the same, outputs freed after sending (Megatron-LM)":
+        "کل مرحله: همان، با آزاد کردن خروجی‌ها پس از ارسال (Megatron-LM)",
+    "note, left out: the last stage's bf16 logits, one sequence":
+        "یادداشت، کنارگذاشته‌شده: لوجیت‌های bf16 مرحلهٔ آخر، یک دنباله",
     "ms, whole message": "میلی‌ثانیه، پیام کامل", "ms, 1/8 per rank": "میلی‌ثانیه، ۱/۸ برای هر رتبه",
     "micro-batches held on stage 0": "میکرودسته‌های نگه‌داشته روی مرحلهٔ ۰",
     "1F1B, one more warm-up forward": "1F1B، با یک گذر رفتِ اضافه در گرم‌کردن",
-    "GPipe re-materialized, outputs freed, tensor and sequence parallel over 8":
-        "GPipe با بازمحاسبه، خروجی‌ها آزادشده، با موازی‌سازی تنسوری و دنباله روی ۸",
-    "one micro-batch, attention matrix stored, 96 heads": "یک میکرودسته، با ذخیرهٔ ماتریس توجه، ۹۶ سر",
+    "per GPU, split over 8: GPipe re-materialized, outputs freed":
+        "برای هر GPU، با تقسیم روی ۸: GPipe با بازمحاسبه، خروجی‌ها آزادشده",
+    "note: one micro-batch, attention matrix stored, 96 heads": "یادداشت: یک میکرودسته، با ذخیرهٔ ماتریس توجه، ۹۶ سر",
     "1F1B model at the measured busy times": "مدل 1F1B با زمان‌های مشغولیِ اندازه‌گیری‌شده",
     "model, 0.3 slot per message": "مدل، ۰٫۳ بازه برای هر پیام",
 }}
