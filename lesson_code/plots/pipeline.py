@@ -106,7 +106,7 @@ TABLE_WORDS = {"fa": {
     "a slot, lesson 79's step at P = 2, m = 16 (ms)": "یک بازه، گام درس ۷۹ در P = ۲ و m = ۱۶ (میلی‌ثانیه)",
     "0.3 slot: one message (ms)": "۰٫۳ بازه: یک پیام (میلی‌ثانیه)",
     "one message: 8 sequences' float32 activation (kB)": "یک پیام: فعال‌سازی float32 هشت دنباله (کیلوبایت)",
-    "lesson 76's naive all-reduce of one message over 4 ranks (ms)": "کاهش همگانی ساده‌لوحانهٔ درس ۷۶ برای یک پیام روی ۴ رتبه (میلی‌ثانیه)",
+    "lesson 76's naive all-reduce over 4 ranks: 6 such messages in a row (ms)": "کاهش همگانی ساده‌لوحانهٔ درس ۷۶ روی ۴ رتبه: ۶ پیام هم‌اندازه پشت سر هم (میلی‌ثانیه)",
     "from the stored benchmarks": "از محک‌های ذخیره‌شده",
     "held_on_rank_0": "میکرودسته‌های نگه‌داشته روی رتبهٔ ۰", "held_on_last_rank": "میکرودسته‌های نگه‌داشته روی رتبهٔ آخر",
     "stages_per_rank": "مرحله‌ها در هر رتبه", "modelled_idle": "سهم بیکاری (مدل‌سازی‌شده)",
@@ -129,10 +129,8 @@ TABLE_WORDS = {"fa": {
     "fill and drain: 2 (P - 1) messages": "پر و خالی شدن پایپلاین: ۲ (P − ۱) پیام",
     "1F1B step, m = 32 (backward = 2 forwards)": "گام 1F1B، m = ۳۲ (هر گذر برگشت برابر دو گذر رفت)",
     "share_of_step": "سهم از گام",
-    "stage total: GPipe re-materialized, inputs and outputs kept, m = 32":
-        "کل مرحله: GPipe با بازمحاسبه، ورودی‌ها و خروجی‌ها نگه‌داشته، m = ۳۲",
-    "stage total: the same, outputs freed after sending (Megatron-LM)":
-        "کل مرحله: همان، با آزاد کردن خروجی‌ها پس از ارسال (Megatron-LM)",
+    "stage total: GPipe re-materialized, outputs freed after sending (Megatron-LM), m = 32":
+        "کل مرحله: GPipe با بازمحاسبه، خروجی‌ها آزادشده پس از ارسال (Megatron-LM)، m = ۳۲",
     "note, left out: the last stage's bf16 logits, one sequence":
         "یادداشت، کنارگذاشته‌شده: لوجیت‌های bf16 مرحلهٔ آخر، یک دنباله",
     "ms, whole message": "میلی‌ثانیه، پیام کامل", "ms, 1/8 per rank": "میلی‌ثانیه، ۱/۸ برای هر رتبه",
