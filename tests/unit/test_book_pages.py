@@ -64,7 +64,7 @@ def test_the_run_box_of_a_persian_lesson_quotes_its_time_in_persian_digits():
     assert box["download"] == "_sources/notebooks/fa/78-zero.ipynb"
     assert box["folder"] == "notebooks/fa" and box["file"] == "78-zero.ipynb"
     assert box["measured"]["seconds"] == "۲۷" and box["measured"]["date"] == "۲۰۲۶-۱۲-۰۳"
-    assert box["measured"]["system"] == "Linux x86_64" and box["measured"]["cores"] == "۲"
+    assert box["measured"]["system"] == "Linux\u00a0x86_64" and box["measured"]["cores"] == "۲"
     times["fa/78-zero.ipynb"]["machine"] = "a machine of another form"
     other = book_pages.run_box("notebooks/fa/78-zero", times, lambda target, resource: target)
     assert other["measured"]["system"] == "a machine of another form" and other["measured"]["cores"] is None
