@@ -61,7 +61,7 @@ TABLE_WORDS = {"fa": {
     "gradient_elements_kept": "عنصرهای گرادیانِ نگه‌داشته", "stage_parameters": "پارامترهای مرحله",
     "rank_0_stages": "مرحله‌های رتبهٔ ۰", "rank_1_stages": "مرحله‌های رتبهٔ ۱",
     "times_the_stored_1F1B_step": "چند برابرِ گام 1F1B در محک ذخیره‌شده",
-    "the same, Megatron's distributed optimizer over 8": "همان، با بهینه‌ساز توزیع‌شدهٔ Megatron روی ۸ نسخه",
+    "or, instead: Megatron's distributed optimizer": "یا به‌جای آن: بهینه‌ساز توزیع‌شدهٔ Megatron",
     "per GPU, split over 8: Megatron's state + 1F1B activations":
         "برای هر GPU، با تقسیم روی ۸: وضعیت Megatron و فعال‌سازی‌های 1F1B",
     "per GPU, split over 8: ZeRO-1 state + 1F1B activations":
@@ -106,7 +106,7 @@ TABLE_WORDS = {"fa": {
     "a slot, lesson 79's step at P = 2, m = 16 (ms)": "یک بازه، گام درس ۷۹ در P = ۲ و m = ۱۶ (میلی‌ثانیه)",
     "0.3 slot: one message (ms)": "۰٫۳ بازه: یک پیام (میلی‌ثانیه)",
     "one message: 8 sequences' float32 activation (kB)": "یک پیام: فعال‌سازی float32 هشت دنباله (کیلوبایت)",
-    "lesson 76's naive all-reduce over 4 ranks: 6 such messages in a row (ms)": "کاهش همگانی ساده‌لوحانهٔ درس ۷۶ روی ۴ رتبه: ۶ پیام هم‌اندازه پشت سر هم (میلی‌ثانیه)",
+    "lesson 76: naive all-reduce, 4 ranks (ms)": "درس ۷۶: کاهش همگانی ساده‌لوحانه، ۴ رتبه (میلی‌ثانیه)",
     "from the stored benchmarks": "از محک‌های ذخیره‌شده",
     "held_on_rank_0": "میکرودسته‌های نگه‌داشته روی رتبهٔ ۰", "held_on_last_rank": "میکرودسته‌های نگه‌داشته روی رتبهٔ آخر",
     "stages_per_rank": "مرحله‌ها در هر رتبه", "modelled_idle": "سهم بیکاری (مدل‌سازی‌شده)",
