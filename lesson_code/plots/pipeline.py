@@ -117,7 +117,7 @@ TABLE_WORDS = {"fa": {
     "after the all-reduce": "پس از کاهش همگانی", "each copy's own share": "سهم خودِ هر رونوشت",
     "the same, each of 8 ranks sending 1/8": "همان، هر یک از ۸ رتبه ۱/۸ آن را می‌فرستد",
     "forward of one stage of 8, over 8 GPUs": "گذر رفتِ یکی از ۸ مرحله، روی ۸ GPU",
-    "share_of_forward": "سهم از گذر رفت",
+    "share of a forward": "سهم از یک گذر رفت",
     "max_abs_grad": "بیشینهٔ قدر مطلق گرادیان", "relative_diff": "اختلاف نسبی",
     "micro_batches_of_rank_layers": "میکرودسته‌ها، بر حسب همهٔ لایه‌های رتبه", "order_from": "منبع ترتیب",
     "ideal_gpipe": "آرمانی، GPipe", "ideal_1f1b": "آرمانی، 1F1B",
@@ -128,7 +128,7 @@ TABLE_WORDS = {"fa": {
     "forwards": "گذرهای رفت", "recompute": "بازمحاسبه",
     "fill and drain: 2 (P - 1) messages": "پر و خالی شدن پایپلاین: ۲ (P − ۱) پیام",
     "1F1B step, m = 32 (backward = 2 forwards)": "گام 1F1B، m = ۳۲ (هر گذر برگشت برابر دو گذر رفت)",
-    "share_of_step": "سهم از گام",
+    "share of the step": "سهم از گام",
     "stage total: GPipe re-materialized, outputs freed after sending (Megatron-LM), m = 32":
         "کل مرحله: GPipe با بازمحاسبه، خروجی‌ها آزادشده پس از ارسال (Megatron-LM)، m = ۳۲",
     "note, left out: the last stage's bf16 logits, one sequence":
