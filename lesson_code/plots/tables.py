@@ -80,9 +80,11 @@ EDGE_SPACE = re.compile(r"^(\s*)(.*?)(\s*)$", re.S)
 # A bracket that pairs with one across Persian words stays outside the Latin name's isolate:
 # inside it, "ZeRO-3 (" + «کد ما)» would show two opening brackets. So does a number that opens
 # that bracket's Persian clause ("replicated.pt (۸ رتبهٔ یک گره)"), and the colon or comma that
-# ends the name's clause: inside, right to left, it would show before the name.
-EDGE_BRACKETS = re.compile(r"^([\s)\]]*)(.*?)((?:\s*[(\[][0-9.,\u06f0-\u06f9\u066b\u066c]*)?[\s(\[:;,]*)$",
-                           re.S)
+# ends the name's clause: inside, right to left, it would show before the name. Before the name,
+# the colon that ends the Persian clause, and the number it follows, stay outside too
+# («کل مرحله: GPipe», «روی ۸: 1F1B»): inside, the colon would show after the name.
+EDGE_BRACKETS = re.compile(r"^([\s)\]]*(?:[0-9\u06f0-\u06f9]*[:;,]\s*)?)(.*?)"
+                           r"((?:\s*[(\[][0-9.,\u06f0-\u06f9\u066b\u066c]*)?[\s(\[:;,]*)$", re.S)
 
 
 def persian_cell(text: str, words: dict[str, str] | None = None) -> str:
@@ -155,7 +157,8 @@ def _isolated_latin(text: str) -> str:
         before, core, after = EDGE_SPACE.fullmatch(run.group()).groups()
         if plots.LATIN_LETTER.search(core):
             closing, name, opening = EDGE_BRACKETS.fullmatch(core).groups()
-            shown = (html.escape(closing, quote=False) + f'<bdi dir="ltr">{html.escape(name, quote=False)}</bdi>'
+            shown = (html.escape(_persian_digits(closing), quote=False)
+                     + f'<bdi dir="ltr">{html.escape(name, quote=False)}</bdi>'
                      + html.escape(_persian_digits(opening), quote=False))
         else:
             shown = html.escape(_persian_digits(core), quote=False)

@@ -87,6 +87,10 @@ def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
     ("(کد ما) ZeRO-3", '(کد ما) <bdi dir="ltr">ZeRO-3</bdi>'),
     ("بلوک (ZeRO-3)", 'بلوک <bdi dir="ltr">(ZeRO-3)</bdi>'),  # a pair inside the name stays
     (".step-00000004.tmp: ذخیره‌ای نیمه‌کاره", '<bdi dir="ltr">.step-00000004.tmp</bdi>: ذخیره‌ای نیمه‌کاره'),
+    # the colon that ends a Persian clause, and its number, stay before the name, right to left
+    ("کل مرحله: GPipe، m = ۳۲", 'کل مرحله: <bdi dir="ltr">GPipe</bdi>، <bdi dir="ltr">m = ۳۲</bdi>'),
+    ("روی ۸: 1F1B، مرحلهٔ ۰", 'روی ۸: <bdi dir="ltr">1F1B</bdi>، مرحلهٔ ۰'),
+    ("روی 8: 1F1B، مرحلهٔ ۰", 'روی ۸: <bdi dir="ltr">1F1B</bdi>، مرحلهٔ ۰'),
 ])
 def test_a_persian_cell_writes_numbers_lists_and_names_by_the_rule(value, shown):
     words = {"embedding": "لایهٔ جاسازی", "block": "بلوک"}
