@@ -82,8 +82,9 @@ EDGE_SPACE = re.compile(r"^(\s*)(.*?)(\s*)$", re.S)
 # that bracket's Persian clause ("replicated.pt (۸ رتبهٔ یک گره)"), and the colon or comma that
 # ends the name's clause: inside, right to left, it would show before the name. Before the name,
 # the colon that ends the Persian clause, and the number it follows, stay outside too
-# («کل مرحله: GPipe», «روی ۸: 1F1B»): inside, the colon would show after the name.
-EDGE_BRACKETS = re.compile(r"^([\s)\]]*(?:[0-9\u06f0-\u06f9]*[:;,]\s*)?)(.*?)"
+# («کل مرحله: GPipe», «روی ۸: 1F1B»): inside, the colon would show after the name. A colon or
+# comma with no space after it is the name's own ("1,024 tokens", "10:30 UTC").
+EDGE_BRACKETS = re.compile(r"^([\s)\]]*(?:[0-9\u06f0-\u06f9]*[:;,]\s+)?)(.*?)"
                            r"((?:\s*[(\[][0-9.,\u06f0-\u06f9\u066b\u066c]*)?[\s(\[:;,]*)$", re.S)
 
 

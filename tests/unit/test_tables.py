@@ -91,6 +91,7 @@ def test_a_persian_series_becomes_a_persian_table_and_english_stays_pandas():
     ("کل مرحله: GPipe، m = ۳۲", 'کل مرحله: <bdi dir="ltr">GPipe</bdi>، <bdi dir="ltr">m = ۳۲</bdi>'),
     ("روی ۸: 1F1B، مرحلهٔ ۰", 'روی ۸: <bdi dir="ltr">1F1B</bdi>، مرحلهٔ ۰'),
     ("روی 8: 1F1B، مرحلهٔ ۰", 'روی ۸: <bdi dir="ltr">1F1B</bdi>، مرحلهٔ ۰'),
+    ("حدود 1,024 tokens", 'حدود <bdi dir="ltr">1,024 tokens</bdi>'),  # its own comma: kept whole
 ])
 def test_a_persian_cell_writes_numbers_lists_and_names_by_the_rule(value, shown):
     words = {"embedding": "لایهٔ جاسازی", "block": "بلوک"}
