@@ -130,16 +130,15 @@ def run_box(docname: str, times: dict[str, dict], pathto) -> dict | None:
            "download": pathto(f"_sources/notebooks/{notebook}", 1), "measured": measured}
     if measured and edition == "fa":
         # run_times.machine()'s "Linux x86_64, 2 CPUs" as the Persian box says it: the system
-        # left to right and unbroken (a no-break space), then «۲ هسته» in the sentence's own
-        # direction, so that a narrow screen never wraps a Latin comma into the Persian line (a
-        # line in another form stays as it is, free to wrap).
-        system, _, cpus = measured["machine"].rpartition(", ")
-        count = cpus.removesuffix(" CPUs")
+        # left to right and unbroken (a no-break space), then «۲ پردازنده» (os.cpu_count's
+        # logical CPUs, not cores) in the sentence's own direction, so that a narrow screen
+        # never wraps a Latin comma into the Persian line (a line in another form stays as it
+        # is, free to wrap).
+        found = re.fullmatch(r"(.+), (\d+) CPUs?", measured["machine"])
         box["measured"] = {**measured, "seconds": persian_digits(measured["seconds"]),
                            "date": persian_digits(measured["date"]),
-                           "system": system.replace(" ", "\u00a0") if count.isdigit()
-                           else measured["machine"],
-                           "cores": persian_digits(count) if count.isdigit() else None}
+                           "system": found[1].replace(" ", "\u00a0") if found else measured["machine"],
+                           "cpus": persian_digits(found[2]) if found else None}
     return box
 
 

@@ -62,7 +62,8 @@ def write(path: Path, rows: dict[str, dict[str, str]]) -> None:
 
 def machine() -> str:
     """A short description of this machine: system, architecture and CPU count."""
-    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs"
+    cpus = os.cpu_count()
+    return f"{platform.system()} {platform.machine()}, {cpus} CPU{'' if cpus == 1 else 's'}"
 
 
 def execute(notebook: Path, root: Path) -> dict[str, str]:

@@ -64,10 +64,12 @@ def test_the_run_box_of_a_persian_lesson_quotes_its_time_in_persian_digits():
     assert box["download"] == "_sources/notebooks/fa/78-zero.ipynb"
     assert box["folder"] == "notebooks/fa" and box["file"] == "78-zero.ipynb"
     assert box["measured"]["seconds"] == "۲۷" and box["measured"]["date"] == "۲۰۲۶-۱۲-۰۳"
-    assert box["measured"]["system"] == "Linux\u00a0x86_64" and box["measured"]["cores"] == "۲"
+    assert box["measured"]["system"] == "Linux\u00a0x86_64" and box["measured"]["cpus"] == "۲"
     times["fa/78-zero.ipynb"]["machine"] = "a machine of another form"
     other = book_pages.run_box("notebooks/fa/78-zero", times, lambda target, resource: target)
-    assert other["measured"]["system"] == "a machine of another form" and other["measured"]["cores"] is None
+    assert other["measured"]["system"] == "a machine of another form" and other["measured"]["cpus"] is None
+    times["fa/78-zero.ipynb"]["machine"] = "16 CPUs"  # no system named: the line as it is
+    assert book_pages.run_box("notebooks/fa/78-zero", times, lambda t, r: t)["measured"]["system"] == "16 CPUs"
     assert book_pages.run_box("notebooks/en/78-zero", times, lambda t, r: t)["measured"] is None
     assert book_pages.run_box("fa/intro", times, lambda t, r: t) is None
 
