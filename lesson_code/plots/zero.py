@@ -282,7 +282,7 @@ STAGES_LABELS = {
     "PCIe to the GPU, per GPU": "PCIe به سوی GPU، برای هر GPU",
     "PCIe back to the CPU, per GPU": "PCIe بازگشت به CPU، برای هر GPU",
     "Adam on the CPU, all 8 shards": "Adam روی CPU، هر ۸ شارد",
-    "PCIe copies in host memory, all 8 GPUs": "رونوشت‌های PCIe در حافظهٔ میزبان، هر ۸ GPU",
+    "PCIe copies in host memory, all 8 GPUs": "رونوشت‌های PCIe در حافظهٔ میزبان، هر هشت GPU",
     "FSDP2, gradient sync off until the last": "FSDP2، همگام‌سازی گرادیان خاموش تا آخرین میکرودسته",
     "FSDP2, also set_reshard_after_backward(False)": "FSDP2، با `set_reshard_after_backward(False)` هم",
     "ms, modelled": "میلی‌ثانیه، مدل‌سازی‌شده",
