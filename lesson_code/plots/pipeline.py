@@ -129,15 +129,14 @@ TABLE_WORDS = {"fa": {
     "fill and drain: 2 (P - 1) messages": "پر و خالی شدن پایپلاین: ۲ (P − ۱) پیام",
     "1F1B step, m = 32 (backward = 2 forwards)": "گام 1F1B، m = ۳۲ (هر گذر برگشت برابر دو گذر رفت)",
     "share of the step": "سهم از گام",
-    "stage total: GPipe re-materialized, outputs freed after sending (Megatron-LM), m = 32":
-        "کل مرحله: GPipe با بازمحاسبه، خروجی‌ها آزادشده پس از ارسال (Megatron-LM)، m = ۳۲",
+    "stage total: 1F1B re-materialized, stage 1": "کل مرحله: 1F1B با بازمحاسبه، مرحلهٔ ۱",
     "note, left out: the last stage's bf16 logits, one sequence":
         "یادداشت، کنارگذاشته‌شده: لوجیت‌های bf16 مرحلهٔ آخر، یک دنباله",
     "ms, whole message": "میلی‌ثانیه، پیام کامل", "ms, 1/8 per rank": "میلی‌ثانیه، ۱/۸ برای هر رتبه",
     "micro-batches held on stage 0": "میکرودسته‌های نگه‌داشته روی مرحلهٔ ۰",
     "1F1B, one more warm-up forward": "1F1B، با یک گذر رفتِ اضافه در گرم‌کردن",
-    "per GPU, split over 8: GPipe re-materialized, outputs freed":
-        "برای هر GPU، با تقسیم روی ۸: GPipe با بازمحاسبه، خروجی‌ها آزادشده",
+    "per GPU, split over 8: 1F1B re-materialized, stage 1": "برای هر GPU، با تقسیم روی ۸: 1F1B با بازمحاسبه، مرحلهٔ ۱",
+    "per GPU, split over 8: GPipe re-materialized, m = 32": "برای هر GPU، با تقسیم روی ۸: GPipe با بازمحاسبه، m = ۳۲",
     "note: one micro-batch, attention matrix stored, 96 heads": "یادداشت: یک میکرودسته، با ذخیرهٔ ماتریس توجه، ۹۶ سر",
     "1F1B model at the measured busy times": "مدل 1F1B با زمان‌های مشغولیِ اندازه‌گیری‌شده",
     "model, 0.3 slot per message": "مدل، ۰٫۳ بازه برای هر پیام",
