@@ -106,7 +106,8 @@ TABLE_WORDS = {"fa": {
     "a slot, lesson 79's step at P = 2, m = 16 (ms)": "یک بازه، گام درس ۷۹ در P = ۲ و m = ۱۶ (میلی‌ثانیه)",
     "0.3 slot: one message (ms)": "۰٫۳ بازه: یک پیام (میلی‌ثانیه)",
     "one message: 8 sequences' float32 activation (kB)": "یک پیام: فعال‌سازی float32 هشت دنباله (کیلوبایت)",
-    "lesson 76: naive all-reduce, 4 ranks (ms)": "درس ۷۶: کاهش همگانی ساده‌لوحانه، ۴ رتبه (میلی‌ثانیه)",
+    "lesson 76: naive all-reduce of one message's 262 kB, 4 ranks: 6 transfers (ms)":
+        "درس ۷۶: کاهش همگانی ساده‌لوحانهٔ ۲۶۲ کیلوبایتِ یک پیام، ۴ رتبه: ۶ انتقال (میلی‌ثانیه)",
     "from the stored benchmarks": "از محک‌های ذخیره‌شده",
     "held_on_rank_0": "میکرودسته‌های نگه‌داشته روی رتبهٔ ۰", "held_on_last_rank": "میکرودسته‌های نگه‌داشته روی رتبهٔ آخر",
     "stages_per_rank": "مرحله‌ها در هر رتبه", "modelled_idle": "سهم بیکاری (مدل‌سازی‌شده)",
