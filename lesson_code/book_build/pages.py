@@ -134,11 +134,11 @@ def run_box(docname: str, times: dict[str, dict], pathto) -> dict | None:
         # logical CPUs, not cores) in the sentence's own direction, so that a narrow screen
         # never wraps a Latin comma into the Persian line (a line in another form stays as it
         # is, free to wrap).
-        found = re.fullmatch(r"(.+), (\d+) CPUs?", measured["machine"])
+        parts = run_times.machine_parts(measured["machine"])
         box["measured"] = {**measured, "seconds": persian_digits(measured["seconds"]),
                            "date": persian_digits(measured["date"]),
-                           "system": found[1].replace(" ", "\u00a0") if found else measured["machine"],
-                           "cpus": persian_digits(found[2]) if found else None}
+                           "system": parts[0].replace(" ", "\u00a0") if parts else measured["machine"],
+                           "cpus": persian_digits(parts[1]) if parts else None}
     return box
 
 

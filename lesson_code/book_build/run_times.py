@@ -15,6 +15,7 @@ import csv
 import datetime
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -64,6 +65,13 @@ def machine() -> str:
     """A short description of this machine: system, architecture and CPU count."""
     cpus = os.cpu_count()
     return f"{platform.system()} {platform.machine()}, {cpus} CPU{'' if cpus == 1 else 's'}"
+
+
+def machine_parts(line: str) -> tuple[str, str] | None:
+    """`machine()`'s line read back: (system and architecture, CPU count), or None for a line
+    in another form (one written by hand, or by an older version)."""
+    found = re.fullmatch(r"(.+), (\d+) CPUs?", line)
+    return (found[1], found[2]) if found else None
 
 
 def execute(notebook: Path, root: Path) -> dict[str, str]:
