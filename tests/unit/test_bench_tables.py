@@ -28,3 +28,13 @@ def test_the_pipeline_table_covers_its_sweep_and_round_trips(tmp_path):
     note, again = pipeline_bench.read_stored(path)
     assert note == ["a note", "machine: test"]
     pd.testing.assert_frame_equal(again, table.head(2))
+
+
+def test_the_stored_pipeline_bubbles_show_what_lesson_79_reads_from_them():
+    """Lesson 79's *The rest of the gap is this machine's* quotes these figures of the stored table."""
+    _, table = pipeline_bench.read_stored()
+    by_p = {p: rows.set_index("m") for p, rows in table.groupby("P")}
+    excess = (by_p[2]["measured"] - by_p[2]["formula"]).round(3)
+    assert excess.loc[[4, 16]].tolist() == [0.064, 0.091]  # equal stages, yet the excess grows with m
+    # 4 one-thread ranks on 2 cores: boxes of pure compute would leave each rank idle half the step.
+    assert (by_p[4].loc[[8, 16], "highest"] < 1 - 2 / 4).all()
