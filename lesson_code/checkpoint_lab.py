@@ -575,9 +575,10 @@ def save_costs(parameters: float = 7.5e9, ranks: int = 64, per_node: int = 8,
     ranks share one filesystem client (its mount) that reads and writes at `client_gb_s` GB/s,
     and the filesystem behind the clients is never the limit. Parts follow one another (a
     blocking save: write the node's shards, hash one, write then hash `replicated.pt`); nothing
-    overlaps and no page cache serves a read. With `loads`, three rows more: reading the node's
-    shards, a load (that read, then hashing what was read) and reading the shards with every
-    rank's copy of `replicated.pt`.
+    overlaps and no page cache serves a read. With `loads`, four rows more, two for each kind of
+    load: `load_zero`'s, which reads and hashes `replicated.pt` on every rank, and one that reads
+    only the shards (`load_sharded(..., replicated=False)`). Each has the node's read through its
+    client, then the load in all: that read, then each rank hashing what it read.
     """
     require_positive("parameters", parameters, "the model's parameter count, such as 7.5e9")
     require_positive_int("ranks", ranks, "the number of ranks, such as 64")
@@ -601,10 +602,13 @@ def save_costs(parameters: float = 7.5e9, ranks: int = 64, per_node: int = 8,
     if loads:
         read_s = per_node * shard_gb / client_gb_s
         table.loc[f"read the shards {node}"] = [per_node * shard_gb, "client", read_s]
-        table.loc["load the shards: read and hash, in all"] = [None, None, read_s + shard_gb / hash_gb_s]
+        table.loc["load without replicated.pt: read and hash, in all"] = [
+            None, None, read_s + shard_gb / hash_gb_s]
         read_gb = per_node * (shard_gb + replicated_gb)  # every rank reads replicated.pt too
         table.loc[f"read the shards and replicated.pt {node}"] = [
             read_gb, "client", read_gb / client_gb_s]
+        table.loc["load with replicated.pt (load_zero): read and hash, in all"] = [
+            None, None, read_gb / client_gb_s + (shard_gb + replicated_gb) / hash_gb_s]
     return SaveCosts(table, blocking_s, shard_gb, replicated_gb)
 
 

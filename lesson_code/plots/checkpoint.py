@@ -86,8 +86,10 @@ TABLE_WORDS = {"fa": {
     "hash replicated.pt (rank 0)": "چکیده‌گیری از replicated.pt (رتبهٔ ۰)",
     "blocking save, in all": "ذخیرهٔ مسدودکننده، روی هم",
     "read the shards (a node's {} ranks)": "خواندن شاردها ({} رتبهٔ یک گره)",
-    "load the shards: read and hash, in all": "بارگذاری شاردها: خواندن و چکیده‌گیری، روی هم",
+    "load without replicated.pt: read and hash, in all": "بارگذاری بدون replicated.pt: خواندن و چکیده‌گیری، روی هم",
     "read the shards and replicated.pt (a node's {} ranks)": "خواندن شاردها و replicated.pt ({} رتبهٔ یک گره)",
+    "load with replicated.pt (load_zero): read and hash, in all":
+        "بارگذاری با replicated.pt (load_zero): خواندن و چکیده‌گیری، روی هم",
     "blocking save": "ذخیرهٔ مسدودکننده", "pageable copy ({} GB/s)": "رونوشت صفحه‌پذیر ({} GB/s)",
     "pinned copy ({} GB/s)": "رونوشت سنجاق‌شده ({} GB/s)", "Young's interval (min)": "فاصلهٔ یانگ (دقیقه)",
     "files read": "فایل‌های خوانده‌شده", "equal to reshard's, bit for bit": "برابر با شارد `reshard`، بیت‌به‌بیت",

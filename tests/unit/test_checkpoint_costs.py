@@ -11,8 +11,10 @@ def test_lesson_80s_example_gives_the_figures_the_pages_quote() -> None:
     costs = save_costs()
     assert round(64 * costs.shard_gb) == 90 and round(costs.shard_gb, 2) == 1.41
     assert costs.replicated_gb == 15.0 and round(costs.shard_gb + costs.replicated_gb, 1) == 16.4
-    assert [round(s, 1) for s in costs.table["s"]] == [3.8, 1.0, 5.0, 10.7, 20.5, 3.8, 4.8, 43.8]
-    assert round(costs.blocking_s, 2) == 20.47 and costs.table["GB"].iloc[-1] == 131.25
+    assert [round(s, 1) for s in costs.table["s"]] == [3.8, 1.0, 5.0, 10.7, 20.5, 3.8, 4.8, 43.8, 55.5]
+    assert round(costs.blocking_s, 2) == 20.47 and costs.table["GB"].iloc[-2] == 131.25
+    # load_zero's load: the node's read of 131.25 GB, then each rank hashing its 16.4 GB
+    assert math.isclose(costs.table["s"].iloc[-1], 131.25 / 3.0 + (costs.shard_gb + 15.0) / 1.4)
     assert costs.table["bound by"].tolist()[:4] == ["client", "core", "client", "core"]
 
 
