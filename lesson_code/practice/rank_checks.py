@@ -176,9 +176,10 @@ def names_check(lesson: int | str, names: tuple[str, ...],
         raise CheckFailed(Failure("missing", {"name": missing[0]}))
 
     listed = listing(list(names))
+    listed_code = listing([f"`{name}`" for name in names])  # Persian: each name isolated
     return Check("names",
                  {"en": f"the file imports and defines {listed.text('en')}",
-                  "fa": f"فایل بدون خطا import می‌شود و {listed.text('fa')} را تعریف می‌کند"},
+                  "fa": f"فایل بدون خطا import می‌شود و {listed_code.text('fa')} را تعریف می‌کند"},
                  {"en": f"start from the template (`python -m lesson_code.practice start {lesson}`) "
                         "and keep its names",
                   "fa": "از قالب شروع کنید (`python -m lesson_code.practice start "

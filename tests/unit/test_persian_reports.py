@@ -204,3 +204,67 @@ def test_every_command_takes_lang_and_refuses_another(main, capsys):
     assert exited.value.code == 2 and "--lang: invalid choice: 'de'" in capsys.readouterr().err
     args = cli_args.lab_arguments(["--lang", "fa"], "ddp_lab", "", steps=1, batch_size=16)
     assert args.lang == "fa"
+
+
+CODE_PUNCTUATION = set("()'\"._[]=/")
+# A run of characters that is neither space nor Arabic script (Persian letters, digits, «،»).
+NOT_PERSIAN = re.compile(r"[^\s\u0600-\u06FF\u200c]+")
+
+
+def bidi_problems(line: str) -> list[str]:
+    """What a right-to-left line would show out of order: outside its isolates, a Latin run that
+    holds code punctuation, two Latin runs with no Persian letter between them (the line would
+    show them as one left-to-right run), or a Latin run followed by a number with no Persian
+    letter between (the number would join the Latin run)."""
+    rest = re.sub(f"{LRI}[^{PDI}]*{PDI}", " ", line)
+    runs = [found for found in NOT_PERSIAN.finditer(rest) if re.search("[A-Za-z]", found[0])]
+    problems = []
+    for found in runs:
+        word = found[0]
+        if not ("(" in word and ")" in word):  # prose parentheses around a word: «(gloo ...)»
+            word = word.removeprefix("(").removesuffix(")")
+        if CODE_PUNCTUATION & set(word):
+            problems.append(f"code outside an isolate: {found[0]!r}")
+    for first, second in zip(runs, runs[1:]):
+        if not re.search(r"[\u0620-\u064A\u0671-\u06D3\u06FA-\u06FF]", rest[first.end():second.start()]):
+            problems.append(f"two Latin runs read as one: {first[0]!r} {second[0]!r}")
+    for found in runs:
+        if re.match(r"[^\w\u0620-\u064A\u0671-\u06D3]*[0-9\u06F0-\u06F9]", rest[found.end():]):
+            problems.append(f"a number joins {found[0]!r}")
+    return problems
+
+
+def test_bidi_problems_are_found_outside_isolates_only():
+    assert bidi_problems("schedule_order('gpipe', ...) برای ۱ تا ۵ مرحله")
+    assert bidi_problems("pipelined_step، MiniGPT، زمان‌بندی")
+    assert bidi_problems("زمان‌بندی ⁦'1f1b'⁩، MiniGPT، ۴ میکرودسته")
+    assert not bidi_problems("⁦pipelined_step⁩، ⁦MiniGPT⁩، زمان‌بندی ⁦'1f1b'⁩، ۴ میکرودسته")
+    assert not bidi_problems("آموزش MiniGPT روی ۴ رتبه (gloo عملیات ⁦ReduceOp.AVG⁩ را ندارد)")
+
+
+def _timing_phrase(practice):
+    """The lesson's timing sentence part (what is timed), with its ranks not run."""
+    names = practice.timing.__globals__
+    run_ranks = names["run_ranks"]
+    names["run_ranks"] = lambda *args, **kwargs: [([1e-3] * 9, [1e-3] * 9)]
+    try:
+        return practice.timing("my_file.py", 1.0).what
+    finally:
+        names["run_ranks"] = run_ranks
+
+
+def test_practice_reports_isolate_code_in_persian_titles_hints_and_timing():
+    from lesson_code.practice.lessons import LESSONS
+    from lesson_code.practice.messages import plain
+
+    found = {}
+    for number, practice in LESSONS.items():
+        lines = {f"{check.key} {part}": plain(getattr(check, part)["fa"], "fa")
+                 for check in practice.checks for part in ("title", "hint")}
+        if practice.timing is not None:
+            lines["timing"] = _timing_phrase(practice).text("fa")
+            assert _timing_phrase(practice).text("en").count(LRI) == 0
+        for where, line in lines.items():
+            if bidi_problems(line):
+                found[f"{number} {where}"] = (line, bidi_problems(line))
+    assert not found, found

@@ -242,20 +242,20 @@ def timing(path: str, timeout_s: float) -> Timing:
                                   case="timing")[0]
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    return Timing(phrase("run_rank, MiniGPT, {steps} steps", "run_rank، MiniGPT، {steps} گام",
+    return Timing(phrase("run_rank, MiniGPT, {steps} steps", "`run_rank`، `MiniGPT`، {steps} گام",
                          steps=STEPS), 2, tuple(yours), tuple(course))
 
 
 CHECKS = (
     Check("losses",
           {"en": "each step's loss and the final parameters match the course's run_rank",
-           "fa": "زیان هر گام و پارامترهای پایانی با run_rank درس یکی است"},
+           "fa": "زیان هر گام و پارامترهای پایانی با `run_rank` درس یکی است"},
           {"en": "seed with torch.manual_seed(config.seed + rank) before MiniGPT, broadcast rank "
                  "0's parameters, zero_grad every step, and record global_mean(loss): the mean "
                  "over ranks, not this rank's loss",
-           "fa": "پیش از ساختن MiniGPT بذر تصادفی را با torch.manual_seed(config.seed + rank) "
-                 "تعیین کنید، پارامترهای رتبهٔ ۰ را بازپخش کنید، در هر گام zero_grad کنید و "
-                 "global_mean(loss) یعنی میانگین روی رتبه‌ها را ثبت کنید، نه زیان همین رتبه را"},
+           "fa": "پیش از ساختن MiniGPT بذر تصادفی را با `torch.manual_seed(config.seed + rank)` "
+                 "تعیین کنید، پارامترهای رتبهٔ ۰ را بازپخش کنید، در هر گام `zero_grad` کنید و "
+                 "`global_mean(loss)` یعنی میانگین روی رتبه‌ها را ثبت کنید، نه زیان همین رتبه را"},
           _losses_check, needs=NAMES),
     Check("resume",
           {"en": "resumed from step 3's checkpoint, the run ends bit for bit as if it never "
@@ -264,7 +264,7 @@ CHECKS = (
                  "بی‌وقفه"},
           {"en": "load_zero into the model and the optimizer you train with (not a fresh one), "
                  "and resume both the step and the data position that the checkpoint's extra holds",
-           "fa": "با load_zero در همان مدل و بهینه‌سازی بارگذاری کنید که با آن آموزش می‌دهید (نه "
+           "fa": "با `load_zero` در همان مدل و بهینه‌سازی بارگذاری کنید که با آن آموزش می‌دهید (نه "
                  "بهینه‌سازی تازه)، و هم گام و هم جایگاه داده را از `extra` چکپوینت از سر بگیرید"},
           _resume_check, needs=NAMES),
 )

@@ -236,28 +236,28 @@ def timing(path: str, timeout_s: float) -> Timing:
     yours, course = run_ranks(time_all_reduce, path, world_size=4, timeout_s=timeout_s,
                               case="timing")[0]
     return Timing(phrase("ring_all_reduce of {size} MiB of float32",
-                         "ring_all_reduce روی {size} MiB از float32", size=1),
+                         "`ring_all_reduce` روی {size} MiB از float32", size=1),
                   4, tuple(yours), tuple(course))
 
 
 CHECKS = (
     Check("all_reduce_sum",
           {"en": "ring_all_reduce(op='sum') equals dist.all_reduce, in place, in every group",
-           "fa": "ring_all_reduce(op='sum') در هر گروه برابر dist.all_reduce است و درجا می‌نویسد"},
+           "fa": "`ring_all_reduce(op='sum')` در هر گروه برابر `dist.all_reduce` است و درجا می‌نویسد"},
           {"en": "split with torch.tensor_split(tensor.view(-1), N): chunks may differ by one "
                  "element or be empty; N-1 reduce-scatter steps then N-1 all-gather steps. Pass "
                  "group= to every dist.isend and dist.irecv: their peers are global ranks, so "
                  "turn group rank r into dist.get_global_rank(group, r)",
-           "fa": "با torch.tensor_split(tensor.view(-1), N) تکه کنید: تکه‌ها ممکن است یک عنصر "
+           "fa": "با `torch.tensor_split(tensor.view(-1), N)` تکه کنید: تکه‌ها ممکن است یک عنصر "
                  "فرق کنند یا خالی باشند؛ N-1 گام کاهش و پخش و سپس N-1 گام گردآوری همگانی. "
-                 "group= را به هر dist.isend و dist.irecv بدهید: همتای آن‌ها رتبهٔ سراسری است، "
-                 "پس رتبهٔ r در گروه را با dist.get_global_rank(group, r) به رتبهٔ سراسری تبدیل "
+                 "`group=` را به هر `dist.isend` و `dist.irecv` بدهید: همتای آن‌ها رتبهٔ سراسری است، "
+                 "پس رتبهٔ r در گروه را با `dist.get_global_rank(group, r)` به رتبهٔ سراسری تبدیل "
                  "کنید"},
           _over_world_sizes(grade_all_reduce, "sum"), needs=("ring_all_reduce",)),
     Check("all_reduce_avg",
           {"en": "ring_all_reduce(op='avg') equals the built-in sum divided by N, and refuses "
                  "integers with ValueError",
-           "fa": "ring_all_reduce(op='avg') برابر حاصل‌جمعِ توکار تقسیم بر N است و اعداد صحیح را با "
+           "fa": "`ring_all_reduce(op='avg')` برابر حاصل‌جمعِ توکار تقسیم بر N است و اعداد صحیح را با "
                  "ValueError رد می‌کند"},
           {"en": "divide once, by the group's size, the reduced chunk you own (before the "
                  "all-gather); raise ValueError for an integer tensor before sending anything",
@@ -266,21 +266,21 @@ CHECKS = (
           _over_world_sizes(grade_all_reduce, "avg"), needs=("ring_all_reduce",)),
     Check("reduce_scatter",
           {"en": "ring_reduce_scatter returns this rank's chunk of the sum, in every group",
-           "fa": "ring_reduce_scatter در هر گروه تکهٔ همین رتبه از مجموع را برمی‌گرداند"},
+           "fa": "`ring_reduce_scatter` در هر گروه تکهٔ همین رتبه از مجموع را برمی‌گرداند"},
           {"en": "group rank r ends with chunk r: at step s send chunk (r-s-1) % N, receive "
                  "chunk (r-s-2) % N",
-           "fa": "رتبهٔ r در گروه باید با تکهٔ r تمام کند: در گام s تکهٔ (r-s-1) % N را بفرستید و "
-                 "تکهٔ (r-s-2) % N را بگیرید"},
+           "fa": "رتبهٔ r در گروه باید با تکهٔ r تمام کند: در گام s تکهٔ `(r-s-1) % N` را بفرستید و "
+                 "تکهٔ `(r-s-2) % N` را بگیرید"},
           _over_world_sizes(grade_reduce_scatter), needs=("ring_reduce_scatter",)),
     Check("all_gather",
           {"en": "ring_all_gather rebuilds the whole tensor on every rank of every group",
-           "fa": "ring_all_gather تنسور کامل را در همهٔ رتبه‌های هر گروه می‌سازد"},
+           "fa": "`ring_all_gather` تنسور کامل را در همهٔ رتبه‌های هر گروه می‌سازد"},
           {"en": "shards may have different lengths (sizes[r]); forward the chunk you received last",
-           "fa": "طول تکه‌ها ممکن است فرق کند (sizes[r])؛ تکه‌ای را که آخر گرفتید به جلو بفرستید"},
+           "fa": "طول تکه‌ها ممکن است فرق کند (`sizes[r]`)؛ تکه‌ای را که آخر گرفتید به جلو بفرستید"},
           _over_world_sizes(grade_all_gather), needs=("ring_all_gather",)),
     Check("bytes",
           {"en": "bytes sent per rank are a ring's: 2(N-1) chunks for an all-reduce",
-           "fa": "بایت‌های ارسالی هر رتبه همان بایت‌های حلقه است: 2(N-1) تکه برای کاهش همگانی"},
+           "fa": "بایت‌های ارسالی هر رتبه همان بایت‌های حلقه است: `2(N-1)` تکه برای کاهش همگانی"},
           {"en": "send only chunks to the right neighbour, never the whole tensor, and do not call "
                  "the built-in collectives",
            "fa": "فقط تکه‌ها را به همسایهٔ راست بفرستید، نه کل تنسور را، و عملیات جمعی توکار "

@@ -283,7 +283,7 @@ def timing(path: str, timeout_s: float) -> Timing:
     """The learner's bucketed DDP step against the course's (built-in all-reduce), 4 ranks."""
     yours, course = run_ranks(time_step, path, world_size=4, timeout_s=timeout_s,
                               case="timing")[0]
-    return Timing(phrase("a MiniGPT training step, {call}", "یک گام آموزش MiniGPT، {call}",
+    return Timing(phrase("a MiniGPT training step, {call}", "یک گام آموزش `MiniGPT`، `{call}`",
                          call=f"BucketedDDP(bucket_cap_mb={CAP_MB})"), 4, tuple(yours), tuple(course))
 
 
@@ -294,48 +294,48 @@ CHECKS = (
           {"en": "broadcast every parameter from src (dist.broadcast) and write the result into "
                  "the parameter itself (param.data), not into a copy; both wrappers broadcast "
                  "in their constructor",
-           "fa": "هر پارامتر را از رتبهٔ مبدأ (`src`) بازپخش کنید (dist.broadcast) و نتیجه را در "
-                 "خود پارامتر (param.data) بنویسید، نه در یک رونوشت؛ هر دو پوشاننده در سازنده‌شان "
+           "fa": "هر پارامتر را از رتبهٔ مبدأ (`src`) بازپخش کنید (`dist.broadcast`) و نتیجه را در "
+                 "خود پارامتر (`param.data`) بنویسید، نه در یک رونوشت؛ هر دو پوشاننده در سازنده‌شان "
                  "بازپخش می‌کنند"},
           over_world_sizes(grade_broadcast, world_sizes=(3,)), needs=NAMES),
     Check("average",
           {"en": "after backward, each gradient is the mean of the ranks' gradients",
            "fa": "پس از گذر برگشت، هر گرادیان میانگین گرادیان‌های رتبه‌هاست"},
           {"en": "all-reduce sums: divide by the world size (gloo has no ReduceOp.AVG)",
-           "fa": "کاهش همگانی جمع می‌زند: بر تعداد رتبه‌ها تقسیم کنید (gloo عملیات ReduceOp.AVG را "
+           "fa": "کاهش همگانی جمع می‌زند: بر تعداد رتبه‌ها تقسیم کنید (gloo عملیات `ReduceOp.AVG` را "
                  "ندارد)"},
           over_world_sizes(grade_average, world_sizes=(3,)), needs=("NaiveDDP", "BucketedDDP")),
     Check("training",
           {"en": "both wrappers train as one process on the full batch and as torch DDP "
                  "(SGD and Adam, 1 to 4 ranks)",
            "fa": "هر دو کلاس مانند یک فرایند روی کل دسته و مانند DDP در PyTorch آموزش می‌دهند "
-                 "(SGD و Adam، ۱ تا ۴ رتبه)"},
+                 "(`SGD` و `Adam`، ۱ تا ۴ رتبه)"},
           {"en": "every backward must synchronise, not only the first: reset what your hooks "
                  "count (buckets, pending work) once the gradients are written back; pass "
                  "group= to every collective and divide by dist.get_world_size(group)",
            "fa": "هر گذر برگشت باید همگام شود، نه فقط اولی: آنچه قلاب‌ها می‌شمارند (باکت‌ها، "
-                 "کارهای در جریان) را پس از نوشتن گرادیان‌ها بازنشانی کنید؛ group= را به هر "
-                 "عملیات جمعی بدهید و بر dist.get_world_size(group) تقسیم کنید"},
+                 "کارهای در جریان) را پس از نوشتن گرادیان‌ها بازنشانی کنید؛ `group=` را به هر "
+                 "عملیات جمعی بدهید و بر `dist.get_world_size(group)` تقسیم کنید"},
           over_world_sizes(grade_training, world_sizes=(4,), groups=True),
           needs=("NaiveDDP", "BucketedDDP")),
     Check("buckets",
           {"en": "BucketedDDP all-reduces one bucket per call, of at most bucket_cap_mb each",
-           "fa": "BucketedDDP در هر فراخوانی یک باکت به اندازهٔ حداکثر bucket_cap_mb را کاهش همگانی "
+           "fa": "`BucketedDDP` در هر فراخوانی یک باکت به اندازهٔ حداکثر `bucket_cap_mb` را کاهش همگانی "
                  "می‌کند"},
           {"en": "take parameters in reverse order, start a new bucket when the next one would "
                  "pass the cap (a parameter larger than the cap gets its own), one dist.all_reduce "
                  "of each bucket's flat buffer",
            "fa": "پارامترها را به ترتیب وارونه بردارید، وقتی پارامتر بعدی از سقف می‌گذرد باکت تازه‌ای "
                  "بسازید (پارامتر بزرگ‌تر از سقف باکت خودش را دارد) و بافر تخت هر باکت را با یک "
-                 "dist.all_reduce کاهش دهید"},
+                 "`dist.all_reduce` کاهش دهید"},
           over_world_sizes(grade_buckets, world_sizes=(2,)), needs=("BucketedDDP",)),
     Check("overlap",
           {"en": "a bucket's all-reduce starts during backward, as soon as the bucket is full",
            "fa": "کاهش همگانی هر باکت در حین گذر برگشت و به محض پر شدن باکت آغاز می‌شود"},
           {"en": "start it from the gradient hook (register_post_accumulate_grad_hook) with "
                  "async_op=True, and wait for the handles only when backward ends",
-           "fa": "آن را از قلاب گرادیان (register_post_accumulate_grad_hook) با async_op=True "
-                 "آغاز کنید و فقط در پایان گذر برگشت منتظر کارهای آن بمانید (work.wait())"},
+           "fa": "آن را از قلاب گرادیان (`register_post_accumulate_grad_hook`) با `async_op=True` "
+                 "آغاز کنید و فقط در پایان گذر برگشت منتظر کارهای آن بمانید (`work.wait()`)"},
           over_world_sizes(grade_overlap, world_sizes=(2,)), needs=("BucketedDDP",)),
 )
 

@@ -223,29 +223,29 @@ def timing(path: str, timeout_s: float) -> Timing:
     yours, course = run_ranks(time_step, path, world_size=4, timeout_s=timeout_s,
                               case="timing")[0]
     return Timing(phrase("pipelined_step, MiniGPT, schedule '1f1b', {m} micro-batches",
-                         "pipelined_step، MiniGPT، زمان‌بندی '1f1b'، {m} میکرودسته", m=4),
+                         "`pipelined_step`، `MiniGPT`، زمان‌بندی `'1f1b'`، {m} میکرودسته", m=4),
                   4, tuple(yours), tuple(course))
 
 
 CHECKS = (
     Check("schedule_gpipe",
           {"en": "schedule_order('gpipe', ...) is the course's order for 1-5 stages, 1-8 micro-batches",
-           "fa": "schedule_order('gpipe', ...) برای ۱ تا ۵ مرحله و ۱ تا ۸ میکرودسته همان ترتیب درس است"},
+           "fa": "`schedule_order('gpipe', ...)` برای ۱ تا ۵ مرحله و ۱ تا ۸ میکرودسته همان ترتیب درس است"},
           {"en": "GPipe: every forward F0..F(m-1), then every backward B0..B(m-1), on every stage",
-           "fa": "GPipe: در هر مرحله نخست همهٔ گذرهای رفت F0..F(m-1) و سپس همهٔ گذرهای برگشت B0..B(m-1)"},
+           "fa": "GPipe: در هر مرحله نخست همهٔ گذرهای رفت `F0..F(m-1)` و سپس همهٔ گذرهای برگشت `B0..B(m-1)`"},
           _on_one_rank(grade_schedule, "gpipe"), needs=("schedule_order",)),
     Check("schedule_1f1b",
           {"en": "schedule_order('1f1b', ...) is the course's order, at most P - stage in flight",
-           "fa": "schedule_order('1f1b', ...) همان ترتیب درس است و مرحلهٔ s حداکثر P - s "
+           "fa": "`schedule_order('1f1b', ...)` همان ترتیب درس است و مرحلهٔ `s` حداکثر `P - s` "
                  "میکرودسته را هم‌زمان در جریان نگه می‌دارد"},
           {"en": "min(P - stage, m) warm-up forwards before the first backward, then B and F in turn, "
                  "then the remaining backwards; when m < P the warm-up is cut to m",
-           "fa": "min(P - stage, m) گذر رفتِ گرم‌کردن پیش از نخستین گذر برگشت، سپس B و F "
-                 "به‌نوبت، سپس گذرهای برگشتِ باقی‌مانده؛ وقتی m < P است گرم‌کردن به m کوتاه می‌شود"},
+           "fa": "`min(P - stage, m)` گذر رفتِ گرم‌کردن پیش از نخستین گذر برگشت، سپس B و F "
+                 "به‌نوبت، سپس گذرهای برگشتِ باقی‌مانده؛ وقتی `m < P` است گرم‌کردن به `m` کوتاه می‌شود"},
           _on_one_rank(grade_schedule, "1f1b"), needs=("schedule_order",)),
     Check("schedule_errors",
           {"en": "schedule_order raises ValueError naming a bad schedule, stage or count",
-           "fa": "schedule_order برای زمان‌بندی، مرحله یا شمار نادرست ValueError با نام همان مقدار می‌دهد"},
+           "fa": "`schedule_order` برای زمان‌بندی، مرحله یا شمار نادرست ValueError با نام همان مقدار می‌دهد"},
           {"en": "check the schedule, num_stages >= 1, micro_batches >= 1 and 0 <= stage < num_stages "
                  "before building the order, and put the value in the message",
            "fa": "پیش از ساختن ترتیب، زمان‌بندی و `num_stages >= 1` و `micro_batches >= 1` و "
@@ -253,13 +253,13 @@ CHECKS = (
           _on_one_rank(grade_errors), needs=("schedule_order",)),
     Check("gradients",
           {"en": "pipelined_step on 1-4 stages: loss and gradients equal the unsplit model's",
-           "fa": "pipelined_step روی ۱ تا ۴ مرحله: زیان و گرادیان‌ها با زیان و گرادیان‌های مدل "
+           "fa": "`pipelined_step` روی ۱ تا ۴ مرحله: زیان و گرادیان‌ها با زیان و گرادیان‌های مدل "
                  "تقسیم‌نشده برابرند"},
           {"en": "divide each micro-batch's loss by micro_batches before its backward, return their "
                  "sum on the last stage, let gradients accumulate (no zero_grad), and find your "
                  "stage and neighbours in `group`",
-           "fa": "زیان هر میکرودسته را پیش از گذر برگشت بر micro_batches تقسیم کنید، مجموعشان را در "
-                 "مرحلهٔ آخر برگردانید، بگذارید گرادیان‌ها جمع شوند (بی zero_grad) و مرحله و "
+           "fa": "زیان هر میکرودسته را پیش از گذر برگشت بر `micro_batches` تقسیم کنید، مجموعشان را در "
+                 "مرحلهٔ آخر برگردانید، بگذارید گرادیان‌ها جمع شوند (بی `zero_grad`) و مرحله و "
                  "همسایه‌ها را از `group` بگیرید"},
           _on_four_ranks(grade_gradients), needs=("pipelined_step",)),
     Check("order",
@@ -267,16 +267,16 @@ CHECKS = (
            "fa": "هر مرحله گذرهای رفت و برگشتش را به ترتیب زمان‌بندی اجرا می‌کند"},
           {"en": "loop over schedule_order(schedule, stage, num_stages, micro_batches); call "
                  "layers(x) once per forward and backward once per micro-batch",
-           "fa": "روی schedule_order(schedule, stage, num_stages, micro_batches) حلقه بزنید؛ "
-                 "برای هر گذر رفت یک بار layers(x) و برای هر میکرودسته یک بار گذر برگشت "
-                 "(loss.backward())"},
+           "fa": "روی `schedule_order(schedule, stage, num_stages, micro_batches)` حلقه بزنید؛ "
+                 "برای هر گذر رفت یک بار `layers(x)` و برای هر میکرودسته یک بار گذر برگشت "
+                 "(`loss.backward()`)"},
           _on_four_ranks(grade_order), needs=("pipelined_step",)),
     Check("bytes",
           {"en": "each stage sends its activations forward and its input gradients back, no more",
            "fa": "هر مرحله فقط فعال‌سازی‌هایش را به جلو و گرادیان ورودی‌اش را به عقب می‌فرستد"},
           {"en": "send float32 tensors of activation_shape: the first stage sends no gradient, "
                  "the last no activation, and nothing else travels",
-           "fa": "تنسورهای float32 به شکل activation_shape بفرستید: مرحلهٔ اول گرادیان و مرحلهٔ "
+           "fa": "تنسورهای float32 به شکل `activation_shape` بفرستید: مرحلهٔ اول گرادیان و مرحلهٔ "
                  "آخر فعال‌سازی نمی‌فرستد و چیز دیگری جابه‌جا نمی‌شود"},
           _on_four_ranks(grade_bytes), needs=("pipelined_step",)),
 )

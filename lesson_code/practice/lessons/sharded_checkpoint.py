@@ -247,7 +247,7 @@ def timing(path: str, timeout_s: float) -> Timing:
         yours, course = run_ranks(time_save_and_load, path, str(root), world_size=2,
                                   timeout_s=timeout_s, case="timing")[0]
     return Timing(phrase("save_sharded then load_sharded, a shard of {size} MiB",
-                         "save_sharded و سپس load_sharded، شاردی {size} مبی‌بایتی", size=4),
+                         "`save_sharded` و سپس `load_sharded`، شاردی {size} مبی‌بایتی", size=4),
                   2, tuple(yours), tuple(course))
 
 
@@ -257,30 +257,30 @@ CHECKS = (
            "fa": "ذخیره و سپس بارگذاری، هر تنسور را بیت‌به‌بیت پس می‌دهد، روی ۱ تا ۴ رتبه"},
           {"en": "return root/step-XXXXXXXX; torch.save the dict as it is (dtypes, shapes, empty "
                  "tensors); every rank reads replicated.pt; return only after rank 0 published",
-           "fa": "root/step-XXXXXXXX را برگردانید؛ دیکشنری را همان‌طور که هست با torch.save "
-                 "بنویسید (نوع داده، شکل، تنسورهای خالی)؛ همهٔ رتبه‌ها replicated.pt را بخوانند؛ "
+           "fa": "`root/step-XXXXXXXX` را برگردانید؛ دیکشنری را همان‌طور که هست با `torch.save` "
+                 "بنویسید (نوع داده، شکل، تنسورهای خالی)؛ همهٔ رتبه‌ها `replicated.pt` را بخوانند؛ "
                  "فقط پس از انتشار به دست رتبهٔ ۰ برگردید"},
           _round_trip, needs=NAMES),
     Check("manifest",
           {"en": "manifest.json lists every file with its size and sha256, every shard's layout",
-           "fa": "manifest.json هر فایل را با اندازه و sha256 آن، و چینش هر شارد را فهرست "
+           "fa": "`manifest.json` هر فایل را با اندازه و sha256 آن، و چینش هر شارد را فهرست "
                  "می‌کند"},
           {"en": "rank 0 writes the manifest last, from the entries every rank sends it "
                  "(all_gather_object), and adds replicated.pt",
            "fa": "رتبهٔ ۰ مانیفست را در پایان می‌نویسد، از مدخل‌هایی که هر رتبه برایش می‌فرستد "
-                 "(all_gather_object)، و replicated.pt را هم می‌افزاید"},
+                 "(`all_gather_object`)، و `replicated.pt` را هم می‌افزاید"},
           _manifest_check, needs=("save_sharded",)),
     Check("damaged_shard",
           {"en": "a shard with one flipped byte, or cut short, makes the load raise",
            "fa": "شاردی با یک بایت وارونه‌شده، یا کوتاه‌شده، بارگذاری را به خطا می‌اندازد"},
           {"en": "compare each file's size and sha256 with the manifest before torch.load",
-           "fa": "پیش از torch.load اندازه و sha256 هر فایل را با مانیفست مقایسه کنید"},
+           "fa": "پیش از `torch.load` اندازه و sha256 هر فایل را با مانیفست مقایسه کنید"},
           _damage_check, needs=NAMES),
     Check("world_size",
           {"en": "loading on another number of ranks raises on every rank",
            "fa": "بارگذاری با تعداد دیگری از رتبه‌ها در همهٔ رتبه‌ها خطا برمی‌انگیزد"},
           {"en": "compare the manifest's world_size with the one you are given, first",
-           "fa": "پیش از هر چیز world_size مانیفست را با world_size داده‌شده مقایسه کنید"},
+           "fa": "پیش از هر چیز `world_size` مانیفست را با `world_size` داده‌شده مقایسه کنید"},
           _world_size_check, needs=NAMES),
     Check("crash",
           {"en": "a save killed half-way publishes nothing and leaves earlier checkpoints whole",
@@ -288,7 +288,7 @@ CHECKS = (
                  "می‌گذارد"},
           {"en": "write into a hidden .step-XXXXXXXX.tmp folder and publish it with one rename "
                  "at the end; move an older copy of the step aside only then",
-           "fa": "در پوشهٔ پنهان .step-XXXXXXXX.tmp بنویسید و در پایان با یک تغییر نام منتشرش "
+           "fa": "در پوشهٔ پنهان `.step-XXXXXXXX.tmp` بنویسید و در پایان با یک تغییر نام منتشرش "
                  "کنید؛ نسخهٔ قدیمی همان گام را فقط در آن لحظه کنار بگذارید"},
           _crash_check, needs=NAMES),
 )

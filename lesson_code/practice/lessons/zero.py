@@ -273,29 +273,29 @@ def timing(path: str, timeout_s: float) -> Timing:
     """The learner's ZeroOptimizer.step against the course's (built-in collectives), 4 ranks."""
     yours, course = run_ranks(time_step, path, world_size=4, timeout_s=timeout_s,
                               case="timing")[0]
-    return Timing(phrase("ZeroOptimizer.step on MiniGPT", "ZeroOptimizer.step روی MiniGPT"), 4,
+    return Timing(phrase("ZeroOptimizer.step on MiniGPT", "`ZeroOptimizer.step` روی MiniGPT"), 4,
                   tuple(yours), tuple(course))
 
 
 CHECKS = (
     Check("flatten",
           {"en": "flatten_params concatenates the parameters; unflatten_into writes them back in place",
-           "fa": "flatten_params پارامترها را پشت هم می‌گذارد و unflatten_into آن‌ها را درجا بازمی‌نویسد"},
+           "fa": "`flatten_params` پارامترها را پشت هم می‌گذارد و `unflatten_into` آن‌ها را درجا بازمی‌نویسد"},
           {"en": "copy each slice into its parameter (param.copy_ under torch.no_grad()), which also "
                  "casts the dtype; vector_to_parameters would make the parameters views of the vector",
-           "fa": "هر تکه را در پارامتر خودش بنویسید (param.copy_ زیر torch.no_grad())، که نوع داده "
-                 "را هم تبدیل می‌کند؛ vector_to_parameters پارامترها را نمایی از بردار می‌کند"},
+           "fa": "هر تکه را در پارامتر خودش بنویسید (`param.copy_` زیر `torch.no_grad()`)، که نوع داده "
+                 "را هم تبدیل می‌کند؛ `vector_to_parameters` پارامترها را نمایی از بردار می‌کند"},
           over_world_sizes(grade_flatten, world_sizes=(1,)),
           needs=("flatten_params", "unflatten_into")),
     Check("training",
           {"en": "ZeRO-1 trains as torch.optim.Adam on the full batch, 1 to 5 ranks (with padding)",
-           "fa": "ZeRO-1 مانند torch.optim.Adam روی کل دسته آموزش می‌دهد، ۱ تا ۵ رتبه (با پدینگ)"},
+           "fa": "ZeRO-1 مانند `torch.optim.Adam` روی کل دسته آموزش می‌دهد، ۱ تا ۵ رتبه (با پدینگ)"},
           {"en": "pad the flat gradient with zeros to N x ceil(P / N), reduce-scatter it and divide "
                  "by N, run Adam with bias correction on your shard, all-gather the shards and drop "
                  "the padding; pass group= to every collective",
-           "fa": "گرادیان تخت را با صفر تا N × ceil(P / N) پدینگ کنید، آن را کاهش و پخش کنید و "
+           "fa": "گرادیان تخت را با صفر تا `N × ceil(P / N)` پدینگ کنید، آن را کاهش و پخش کنید و "
                  "بر N تقسیم کنید، Adam را با تصحیح سوگیری روی شارد خود اجرا کنید، شاردها را "
-                 "گردآوری همگانی کنید و پدینگ را دور بریزید؛ group= را به هر عملیات جمعی بدهید"},
+                 "گردآوری همگانی کنید و پدینگ را دور بریزید؛ `group=` را به هر عملیات جمعی بدهید"},
           over_world_sizes(grade_training, world_sizes=(5,), groups=True),
           needs=("ZeroOptimizer",)),
     Check("bfloat16",
@@ -304,17 +304,17 @@ CHECKS = (
                  "اصلی fp32 آموزش می‌بیند"},
           {"en": "make self.master a float32 copy of your shard, run Adam on it, and all-gather "
                  "it cast to the model's dtype",
-           "fa": "self.master را رونوشتی float32 از شارد خود بسازید، Adam را روی آن اجرا کنید و "
+           "fa": "`self.master` را رونوشتی float32 از شارد خود بسازید، Adam را روی آن اجرا کنید و "
                  "آن را، تبدیل‌شده به نوع دادهٔ مدل، گردآوری همگانی کنید"},
           over_world_sizes(grade_bfloat16, world_sizes=(3,)), needs=("ZeroOptimizer",)),
     Check("memory",
           {"en": "optimizer state per rank is 12 bytes per shard element (12 x ceil(P / N))",
-           "fa": "وضعیت بهینه‌ساز هر رتبه ۱۲ بایت به ازای هر عنصر شارد است (۱۲ × ceil(P / N))"},
+           "fa": "وضعیت بهینه‌ساز هر رتبه ۱۲ بایت به ازای هر عنصر شارد است (۱۲ × `ceil(P / N)`)"},
           {"en": "self.master, self.exp_avg and self.exp_avg_sq are fp32 tensors of the shard's "
                  "length: clone the shard, or it stays a view of the whole flat vector (and keeps "
                  "it alive)",
-           "fa": "self.master و self.exp_avg و self.exp_avg_sq تنسورهای fp32 به طول شاردند: از شارد "
-                 "با clone() رونوشت بگیرید، وگرنه نمایی از کل بردار تخت می‌ماند (و آن را زنده نگه "
+           "fa": "`self.master` و `self.exp_avg` و `self.exp_avg_sq` تنسورهای fp32 به طول شاردند: از شارد "
+                 "با `clone()` رونوشت بگیرید، وگرنه نمایی از کل بردار تخت می‌ماند (و آن را زنده نگه "
                  "می‌دارد)"},
           over_world_sizes(grade_memory, world_sizes=(4,)), needs=("ZeroOptimizer",)),
     Check("bytes",

@@ -281,7 +281,7 @@ def timing(path: str, timeout_s: float) -> Timing:
     yours, course = run_ranks(time_gather, path, world_size=4, timeout_s=timeout_s,
                               case="timing")[0]
     return Timing(phrase("gather() and free() of a MiniGPT block",
-                         "gather() و free() روی یک بلوک MiniGPT"), 4, tuple(yours), tuple(course))
+                         "`gather()` و `free()` روی یک بلوک MiniGPT"), 4, tuple(yours), tuple(course))
 
 
 CHECKS = (
@@ -291,33 +291,33 @@ CHECKS = (
           {"en": "concatenate the parameters, pad with zeros to N x ceil(P / N), clone() elements "
                  "[rank x shard_numel, (rank + 1) x shard_numel) as self.shard, then free(): a "
                  "slice without clone() is a view that dies with self.full's storage",
-           "fa": "پارامترها را پشت هم بگذارید، با صفر تا N × ceil(P / N) پدینگ کنید، عنصرهای "
-                 "`[rank × shard_numel, (rank + 1) × shard_numel)` را با clone() در self.shard "
-                 "نگه دارید و سپس free() را فرا بخوانید: برشی بدون clone() نمایی است که با "
-                 "حافظهٔ self.full از میان می‌رود"},
+           "fa": "پارامترها را پشت هم بگذارید، با صفر تا `N × ceil(P / N)` پدینگ کنید، عنصرهای "
+                 "`[rank × shard_numel, (rank + 1) × shard_numel)` را با `clone()` در `self.shard` "
+                 "نگه دارید و سپس `free()` را فرا بخوانید: برشی بدون `clone()` نمایی است که با "
+                 "حافظهٔ `self.full` از میان می‌رود"},
           over_world_sizes(grade_shard, world_sizes=(3,)), needs=("ShardedUnit",)),
     Check("gather",
           {"en": "gather() restores every parameter with one all-gather; free() leaves no bytes",
-           "fa": "gather() هر پارامتر را با یک گردآوری همگانی برمی‌گرداند و free() هیچ بایتی "
+           "fa": "`gather()` هر پارامتر را با یک گردآوری همگانی برمی‌گرداند و `free()` هیچ بایتی "
                  "باقی نمی‌گذارد"},
           {"en": "resize self.full's storage back (untyped_storage().resize_), all-gather the "
                  "shards into it (dist.all_gather_single), and point each parameter at its "
                  "piece (param.data = a view); free() sets each param.data to an empty tensor and "
                  "resizes the storage to 0",
-           "fa": "حافظهٔ self.full را به اندازهٔ پیشین برگردانید (untyped_storage().resize_)، "
-                 "شاردها را در آن گردآوری همگانی کنید (dist.all_gather_single) و هر پارامتر "
-                 "را به تکهٔ خودش اشاره دهید (param.data = یک نما)؛ free() هر param.data را تنسوری "
+           "fa": "حافظهٔ `self.full` را به اندازهٔ پیشین برگردانید (`untyped_storage().resize_`)، "
+                 "شاردها را در آن گردآوری همگانی کنید (`dist.all_gather_single`) و هر پارامتر "
+                 "را به تکهٔ خودش اشاره دهید (`param.data` = یک نما)؛ `free()` هر `param.data` را تنسوری "
                  "خالی می‌کند و حافظه را به ۰ می‌رساند"},
           over_world_sizes(grade_gather, world_sizes=(3,)), needs=("ShardedUnit",)),
     Check("forward",
           {"en": "attach(): each layer is gathered only while its forward runs, and the output "
                  "is the unsharded model's",
-           "fa": "attach(): هر لایه فقط وقتی گذر رفتش اجرا می‌شود گردآوری‌شده است، و خروجی همان "
+           "fa": "`attach()`: هر لایه فقط وقتی گذر رفتش اجرا می‌شود گردآوری‌شده است، و خروجی همان "
                  "خروجی مدل بدون شاردبندی است"},
           {"en": "register_forward_pre_hook calls gather(); register_forward_hook calls free() "
                  "once the layer's output exists",
-           "fa": "register_forward_pre_hook تابع gather() را فرا می‌خواند و register_forward_hook، "
-                 "پس از ساخته شدن خروجی لایه، تابع free() را"},
+           "fa": "`register_forward_pre_hook` تابع `gather()` را فرا می‌خواند و `register_forward_hook`، "
+                 "پس از ساخته شدن خروجی لایه، تابع `free()` را"},
           over_world_sizes(grade_forward, world_sizes=(3,)), needs=("ShardedUnit",)),
     Check("backward",
           {"en": "backward gathers each layer again: every gradient is the unsharded model's",
@@ -327,7 +327,7 @@ CHECKS = (
                  "(tensor.register_hook) that calls gather(): backward calls it just before the "
                  "layer's own backward. Refill the same storage: autograd saved views of it",
            "fa": "در قلاب گذر رفت، روی هر تنسور خروجی که گرادیان لازم دارد قلابی ثبت کنید "
-                 "(tensor.register_hook) که gather() را فرا بخواند: گذر برگشت آن را درست پیش از "
+                 "(`tensor.register_hook`) که `gather()` را فرا بخواند: گذر برگشت آن را درست پیش از "
                  "گذر برگشت خود لایه فرا می‌خواند. همان حافظه را دوباره پر کنید: `autograd` "
                  "نماهایی از آن را نگه داشته است"},
           over_world_sizes(grade_backward, world_sizes=(3,)), needs=("ShardedUnit",)),
