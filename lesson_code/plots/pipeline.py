@@ -133,7 +133,7 @@ TABLE_WORDS = {"fa": {
     "stage total: 1F1B re-materialized, stage 1": "کل مرحله: 1F1B با بازمحاسبه، مرحلهٔ ۱",
     "note, left out: the last stage's bf16 logits, one sequence":
         "یادداشت، کنارگذاشته‌شده: لوجیت‌های bf16 مرحلهٔ آخر، یک دنباله",
-    "ms, whole message": "میلی‌ثانیه، پیام کامل", "ms, 1/8 per rank": "میلی‌ثانیه، ۱/۸ برای هر رتبه",
+    "ms, whole message": "میلی‌ثانیه، پیام کامل", "ms, 1/8 per rank": "میلی‌ثانیه، یک‌هشتم برای هر رتبه",
     "micro-batches held on stage 0": "میکرودسته‌های نگه‌داشته روی مرحلهٔ ۰",
     "1F1B, one more warm-up forward": "1F1B، با یک گذر رفتِ اضافه در گرم‌کردن",
     "per GPU, split over 8: 1F1B re-materialized, stage 1": "برای هر GPU، با تقسیم روی ۸: 1F1B با بازمحاسبه، مرحلهٔ ۱",
