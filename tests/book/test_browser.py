@@ -197,6 +197,7 @@ def test_persian_lesson_is_rtl_in_vazirmatn_and_offline(browser, site: str, less
             f"Persian text is drawn with {fonts}, expected the shipped web font Vazirmatn"
         )
         assert_mathjax_rendered(v)
+        assert not numbers_broken_across_lines(v.page)  # at a desktop's width too
     finally:
         v.page.context.close()
 
@@ -473,6 +474,14 @@ def fits_the_screen(page) -> dict:
                 title: box && [box.left, box.right]}; }""")
 
 
+def numbers_broken_across_lines(page) -> list[str]:
+    """The numbers with a power of ten in the page's output tables («۹٫۹۴۹۹۸۷ × ۱۰⁻⁸», a
+    left-to-right isolate holding a <sup>) that are drawn on more than one line."""
+    return page.evaluate("""() => [...document.querySelectorAll(".cell_output table bdi")]
+        .filter(b => b.querySelector("sup") && b.getClientRects().length > 1)
+        .map(b => b.textContent)""")
+
+
 @pytest.mark.parametrize("page", toc_pages() + ["search"])
 def test_every_page_fits_a_phone_screen_in_both_widths(browser, site: str, page: str) -> None:
     context = browser.new_context(viewport={"width": PHONE_WIDTHS[0], "height": PHONE_HEIGHT},
@@ -490,6 +499,7 @@ def test_every_page_fits_a_phone_screen_in_both_widths(browser, site: str, page:
             if seen["title"]:
                 left, right = seen["title"]
                 assert 0 <= left and right <= width, (page, width, seen)  # the title whole
+            assert not numbers_broken_across_lines(v.page), (page, width)  # «× ۱۰⁻⁸» alone
             if lesson and width == PHONE_WIDTHS[0]:
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 v.page.screenshot(path=str(SCREENSHOTS / f"phone-{lesson[1]}-{lesson[2]}.png"))
