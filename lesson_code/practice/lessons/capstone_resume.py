@@ -260,8 +260,8 @@ CHECKS = (
     Check("resume",
           {"en": "resumed from step 3's checkpoint, the run ends bit for bit as if it never "
                  "stopped",
-           "fa": "اجرای ادامه‌یافته از چکپوینت گام ۳ بیت‌به‌بیت همان‌جا تمام می‌شود که اجرای "
-                 "بی‌وقفه"},
+           "fa": "اجرای ادامه‌یافته از چکپوینت گام ۳ بیت‌به‌بیت مانند اجرای بی‌وقفه تمام "
+                 "می‌شود"},
           {"en": "load_zero into the model and the optimizer you train with (not a fresh one), "
                  "and resume both the step and the data position that the checkpoint's extra holds",
            "fa": "با `load_zero` در همان مدل و بهینه‌سازی بارگذاری کنید که با آن آموزش می‌دهید (نه "
