@@ -576,9 +576,9 @@ def save_costs(parameters: float = 7.5e9, ranks: int = 64, per_node: int = 8,
     and the filesystem behind the clients is never the limit. Parts follow one another (a
     blocking save: write the node's shards, hash one, write then hash `replicated.pt`); nothing
     overlaps and no page cache serves a read. With `loads`, four rows more, two for each kind of
-    load: `load_zero`'s, which reads and hashes `replicated.pt` on every rank, and one that reads
-    only the shards (`load_sharded(..., replicated=False)`). Each has the node's read through its
-    client, then the load in all: that read, then each rank hashing what it read.
+    load: first one that reads only the shards (`load_sharded(..., replicated=False)`), then
+    `load_zero`'s, which reads and hashes `replicated.pt` on every rank too. Each has the node's
+    read through its client, then the load in all: that read, then each rank hashing what it read.
     """
     require_positive("parameters", parameters, "the model's parameter count, such as 7.5e9")
     require_positive_int("ranks", ranks, "the number of ranks, such as 64")

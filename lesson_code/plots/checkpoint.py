@@ -76,7 +76,6 @@ TABLE_WORDS = {"fa": {
     "largest |parameter|": "بزرگ‌ترین قدرمطلق پارامتر", "float32 spacing there": "فاصلهٔ float32 در آنجا",
     "tolerance in spacings": "آستانه بر حسب این فاصله", "difference on 2 ranks": "اختلاف روی ۲ رتبه",
     "difference, step count lost": "اختلاف، بدون شمار گام‌های Adam",
-    "handler ran": "گرداننده اجرا شد",
     "signal before the all-reduce: handler ran": "سیگنال پیش از کاهش همگانی: گرداننده اجرا شد",
     "signal before the all-reduce: saves after step": "سیگنال پیش از کاهش همگانی: ذخیره پس از گام",
     "signal after the all-reduce: saves after step": "سیگنال پس از کاهش همگانی: ذخیره پس از گام",
