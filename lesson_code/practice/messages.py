@@ -194,8 +194,8 @@ FAILURES = {
                          "result[\"checkpoints\"]",
     },
     "fa": {
-        "missing": "فایل شما تابع یا کلاسی به نام {name} تعریف نمی‌کند",
-        "other_lesson": "فایل شما {names} از درس {lesson} را تعریف می‌کند و {name} را نه",
+        "missing": "فایل شما تابع یا کلاسی به نام `{name}` تعریف نمی‌کند",
+        "other_lesson": "فایل شما {names} از درس {lesson} را تعریف می‌کند و `{name}` را نه",
         "raised": "{case}: رتبهٔ {rank} خطای {error} داد (ردِ پشته در پایین)",
         "timeout": "{case}: رتبه‌های {ranks} پس از {seconds} ثانیه هنوز تمام نکرده بودند",
         "crashed": "{case}: فرایند یکی از رتبه‌ها از کار افتاد",
@@ -209,26 +209,26 @@ FAILURES = {
         "value": "{case}: {what} برابر {got} است، نه {expected}",
         "not_raised": "{case}: به‌جای خطای {expected}، مقدار {got} را برگرداند",
         # درس ۸۰: چکپوینت شاردشده
-        "no_manifest": "{case}: {file} وجود ندارد یا خواندنی نیست ({error})",
-        "no_entry": "{case}: manifest.json هیچ فایلی با \"rank\": {rank} را فهرست نمی‌کند",
-        "unlisted": "{case}: {file} در پوشهٔ چکپوینت هست ولی در فهرست فایل‌های manifest.json نیست",
-        "checksum": "{case}: manifest.json برای {file} مقدار {field} را {got} ثبت کرده، ولی "
+        "no_manifest": "{case}: `{file}` وجود ندارد یا خواندنی نیست ({error})",
+        "no_entry": "{case}: `manifest.json` هیچ فایلی با `\"rank\": {rank}` را فهرست نمی‌کند",
+        "unlisted": "{case}: `{file}` در پوشهٔ چکپوینت هست ولی در فهرست فایل‌های `manifest.json` نیست",
+        "checksum": "{case}: `manifest.json` برای `{file}` مقدار {field} را {got} ثبت کرده، ولی "
                     "مقدار خود فایل {expected} است",
-        "accepted_flipped": "{case}: رتبهٔ {rank} فایل {file} را با یک بایت وارونه‌شده بارگذاری "
+        "accepted_flipped": "{case}: رتبهٔ {rank} فایل `{file}` را با یک بایت وارونه‌شده بارگذاری "
                             "کرد، به‌جای آنکه خطا بدهد",
-        "accepted_truncated": "{case}: رتبهٔ {rank} فایل {file} را که به نیمه کوتاه شده بود "
+        "accepted_truncated": "{case}: رتبهٔ {rank} فایل `{file}` را که به نیمه کوتاه شده بود "
                               "بارگذاری کرد، به‌جای آنکه خطا بدهد",
         "accepted_world_size": "{case}: رتبهٔ {rank} چکپوینتِ {saved} رتبه را در گروهی از "
                                "{world_size} رتبه بارگذاری کرد، به‌جای آنکه خطا بدهد",
-        "lost_previous": "{case}: پس از ذخیره‌های کشته‌شده، رتبهٔ {rank} نمی‌تواند {folder} را "
+        "lost_previous": "{case}: پس از ذخیره‌های کشته‌شده، رتبهٔ {rank} نمی‌تواند `{folder}` را "
                          "بارگذاری کند: {error}",
-        "published_half": "{case}: {folder} وجود دارد، هرچند ذخیره‌اش پیش از پایان کشته شد",
-        "no_crash": "{case}: ذخیره تمام شد، ولی قرار بود هر رتبه درون torch.save کشته شود: "
-                    "تنسورهای هر فایل را با torch.save بنویسید",
+        "published_half": "{case}: `{folder}` وجود دارد، هرچند ذخیره‌اش پیش از پایان کشته شد",
+        "no_crash": "{case}: ذخیره تمام شد، ولی قرار بود هر رتبه درون `torch.save` کشته شود: "
+                    "تنسورهای هر فایل را با `torch.save` بنویسید",
         # درس ۸۱: ادامهٔ آموزش در پروژهٔ پایانی
         "resumed": "{case}: اجرای ادامه‌یافته از چکپوینت گام {step} در {what} با اجرای بی‌وقفه "
                    "فرق دارد",
-        "no_checkpoint": "{case}: run_rank در result[\"checkpoints\"] هیچ چکپوینتی از گام {step} "
+        "no_checkpoint": "{case}: `run_rank` در `result[\"checkpoints\"]` هیچ چکپوینتی از گام {step} "
                          "برنگرداند",
     },
 }
@@ -252,12 +252,12 @@ SKIPPED = {
         "فایل شما باید نخست بدون خطا بارگذاری شود و نام‌های قالب را تعریف کند"),
     "hang": Phrase(
         "it calls {function}, where the ranks were stuck in check {number}: fix that first",
-        "این وارسی {function} را فرا می‌خواند، همان‌جا که رتبه‌ها در وارسی {number} گیر کردند: "
+        "این وارسی `{function}` را فرا می‌خواند، همان‌جا که رتبه‌ها در وارسی {number} گیر کردند: "
         "نخست همان را درست کنید"),
     "hang_via": Phrase(
         "it calls {name}, which calls {function}, where the ranks were stuck in check "
         "{number}: fix that first",
-        "این وارسی {name} را فرا می‌خواند که {function} را فرا می‌خواند، همان‌جا که رتبه‌ها در "
+        "این وارسی `{name}` را فرا می‌خواند که `{function}` را فرا می‌خواند، همان‌جا که رتبه‌ها در "
         "وارسی {number} گیر کردند: نخست همان را درست کنید"),
 }
 
@@ -268,18 +268,18 @@ HANG_HINTS = {
         "deadlock: either each rank sends before it receives (post the send and the receive "
         "together, dist.isend and dist.irecv, then wait on both (work.wait())), or the ranks "
         "receive from other peers than the ones that send to them",
-        "هر رتبه در یک dist.send مسدودکننده منتظر دریافتی است که هیچ رتبه‌ای آغاز نکرده، یعنی "
+        "هر رتبه در یک `dist.send` مسدودکننده منتظر دریافتی است که هیچ رتبه‌ای آغاز نکرده، یعنی "
         "بن‌بست: یا هر رتبه پیش از دریافت می‌فرستد (ارسال و دریافت را با هم آغاز کنید، "
-        "dist.isend و dist.irecv، و سپس منتظر هر دو بمانید (work.wait()))، یا رتبه‌ها از "
+        "`dist.isend` و `dist.irecv`، و سپس منتظر هر دو بمانید (`work.wait()`))، یا رتبه‌ها از "
         "همتاهایی دریافت می‌کنند که به آن‌ها نمی‌فرستند"),
     "in_recv": Phrase(
         "every rank waits in a blocking dist.recv for a message that no rank has sent, a "
         "deadlock: either each rank receives before it sends (post the send and the receive "
         "together, dist.isend and dist.irecv, then wait on both (work.wait())), or the ranks "
         "send to other peers than the ones that receive from them",
-        "هر رتبه در یک dist.recv مسدودکننده منتظر پیامی است که هیچ رتبه‌ای نفرستاده، یعنی "
+        "هر رتبه در یک `dist.recv` مسدودکننده منتظر پیامی است که هیچ رتبه‌ای نفرستاده، یعنی "
         "بن‌بست: یا هر رتبه پیش از ارسال دریافت می‌کند (ارسال و دریافت را با هم آغاز کنید، "
-        "dist.isend و dist.irecv، و سپس منتظر هر دو بمانید (work.wait()))، یا رتبه‌ها به "
+        "`dist.isend` و `dist.irecv`، و سپس منتظر هر دو بمانید (`work.wait()`))، یا رتبه‌ها به "
         "همتاهایی می‌فرستند که از آن‌ها دریافت نمی‌کنند"),
     "deadlock": Phrase(
         "a rank waited for a message that no rank had sent, a deadlock: every rank must post "
@@ -287,8 +287,8 @@ HANG_HINTS = {
         "together (dist.isend and dist.irecv), then wait on all of them (work.wait())",
         "رتبه‌ای منتظر پیامی ماند که هیچ رتبه‌ای نفرستاده بود، یعنی بن‌بست: هر رتبه باید آنچه "
         "همتایانش منتظرش هستند را پیش از آنکه خودش منتظر بماند آغاز کند. ارسال‌ها و دریافت‌ها "
-        "را با هم آغاز کنید (dist.isend و dist.irecv) و سپس منتظر همهٔ آن‌ها بمانید "
-        "(work.wait())"),
+        "را با هم آغاز کنید (`dist.isend` و `dist.irecv`) و سپس منتظر همهٔ آن‌ها بمانید "
+        "(`work.wait()`)"),
     "apart": Phrase(
         "the ranks wait in different places, each for a message the others never send: every "
         "rank of the group must make the same sends and receives, in the same order, with "
@@ -306,20 +306,20 @@ HANG_HINTS = {
         "loop that never ends; if your code is only slow, run the check again with a larger "
         "--timeout",
         "رتبه‌ها هنوز در کد شما محاسبه می‌کردند، نه منتظر پیامی: دنبال حلقه‌ای بگردید که هرگز "
-        "تمام نمی‌شود؛ اگر کدتان فقط کند است، وارسی را با --timeout بزرگ‌تری دوباره اجرا کنید"),
+        "تمام نمی‌شود؛ اگر کدتان فقط کند است، وارسی را با `--timeout` بزرگ‌تری دوباره اجرا کنید"),
     "peer_gone": Phrase(
         "this rank was waiting for a message when its neighbour stopped: most likely the "
         "neighbour gave up waiting too, a deadlock (post the send and the receive together, "
         "dist.isend and dist.irecv, then wait on both (work.wait())), unless it raised an error "
         "of its own",
         "این رتبه منتظر پیامی بود که همسایه‌اش متوقف شد: به احتمال زیاد همسایه هم از انتظار دست "
-        "کشید، یعنی بن‌بست (ارسال و دریافت را با هم آغاز کنید، dist.isend و dist.irecv، و سپس "
-        "منتظر هر دو بمانید (work.wait()))، مگر آنکه خودش خطایی داده باشد"),
+        "کشید، یعنی بن‌بست (ارسال و دریافت را با هم آغاز کنید، `dist.isend` و `dist.irecv`، و سپس "
+        "منتظر هر دو بمانید (`work.wait()`))، مگر آنکه خودش خطایی داده باشد"),
     "unknown": Phrase(
         "the ranks did not finish in time: look where each one waits; if your code is only "
         "slow, run the check again with a larger --timeout",
         "رتبه‌ها به‌موقع تمام نکردند: ببینید هر کدام کجا منتظر است؛ اگر کدتان فقط کند است، "
-        "وارسی را با --timeout بزرگ‌تری دوباره اجرا کنید"),
+        "وارسی را با `--timeout` بزرگ‌تری دوباره اجرا کنید"),
 }
 
 

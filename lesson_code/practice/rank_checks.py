@@ -72,7 +72,7 @@ def counted_sends() -> Iterator[dict[str, int]]:
 
 def tensor_kind(tensor: torch.Tensor) -> Phrase:
     """"shape [3, 4] of torch.float32", in the reader's digits."""
-    return phrase("shape {shape} of {dtype}", "شکل {shape} از نوع {dtype}",
+    return phrase("shape {shape} of {dtype}", "شکل {shape} از نوع `{dtype}`",
                   shape=list(tensor.shape), dtype=str(tensor.dtype))
 
 
@@ -92,7 +92,7 @@ def compare(got, expected: torch.Tensor, bound: torch.Tensor | None, *, case: st
     if not isinstance(got, torch.Tensor):
         return Failure("value", {**where, "what": phrase("the returned value", "مقدار برگشتی"),
                                  "got": type(got).__name__,
-                                 "expected": phrase("a torch.Tensor", "یک torch.Tensor")})
+                                 "expected": phrase("a torch.Tensor", "یک `torch.Tensor`")})
     if got.shape != expected.shape or got.dtype != expected.dtype:
         return Failure("shape", {**where, "got": tensor_kind(got), "expected": tensor_kind(expected)})
     difference = (got.double() - expected.double()).abs().reshape(-1)

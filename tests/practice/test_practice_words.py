@@ -220,7 +220,7 @@ def test_a_mismatch_names_the_element_in_plain_numbers_and_the_tolerance_it_brok
     assert "at layers.2.weight[0, 5]: got " in english, english
     assert english.endswith("they differ by 0.0001, more than the 1e-05 allowed"), english
     persian = messages.failure_sentence(failure.kind, failure.fields, "fa")
-    assert "در layers.2.weight[0, 5]" in persian, persian
+    assert "در \u2066layers.2.weight[0, 5]\u2069" in persian, persian  # code, isolated
     # below 0.001, a power of ten, isolated left to right (lesson_code.language's rule)
     assert persian.endswith("اختلافشان \u2066۱۰⁻⁴\u2069 است، بیش از \u2066۱۰⁻⁵\u2069 که مجاز است"), persian
     assert foreign_words(persian) == [], persian

@@ -1,8 +1,13 @@
 """What the labs and make selfcheck print, in both editions: the English lines as they were, the
-Persian ones with the same facts, numbers by the course's rule, and no English word."""
+Persian ones with the same facts, numbers by the course's rule, and no English word. Also the
+practice reports' titles, hints, timing lines and failure phrases: in Persian, their code stands
+in left-to-right isolates."""
 
+import ast
 import math
 import re
+import string
+from pathlib import Path
 
 import pytest
 import torch
@@ -209,6 +214,8 @@ def test_every_command_takes_lang_and_refuses_another(main, capsys):
 CODE_PUNCTUATION = set("()'\"._[]=/")
 # A run of characters that is neither space nor Arabic script (Persian letters, digits, «،»).
 NOT_PERSIAN = re.compile(r"[^\s\u0600-\u06FF\u200c]+")
+# A Persian letter (not a digit or a punctuation mark of Arabic script).
+PERSIAN_LETTER = "[\u0620-\u064A\u0671-\u06D3\u06FA-\u06FF]"
 
 
 def bidi_problems(line: str) -> list[str]:
@@ -220,16 +227,15 @@ def bidi_problems(line: str) -> list[str]:
     runs = [found for found in NOT_PERSIAN.finditer(rest) if re.search("[A-Za-z]", found[0])]
     problems = []
     for found in runs:
-        word = found[0]
-        if not ("(" in word and ")" in word):  # prose parentheses around a word: «(gloo ...)»
-            word = word.removeprefix("(").removesuffix(")")
+        # Prose parentheses around a word, «(gloo ...)» or «(Adam)», are not code: one of each goes.
+        word = found[0].removeprefix("(").removesuffix(")")
         if CODE_PUNCTUATION & set(word):
             problems.append(f"code outside an isolate: {found[0]!r}")
     for first, second in zip(runs, runs[1:]):
-        if not re.search(r"[\u0620-\u064A\u0671-\u06D3\u06FA-\u06FF]", rest[first.end():second.start()]):
+        if not re.search(PERSIAN_LETTER, rest[first.end():second.start()]):
             problems.append(f"two Latin runs read as one: {first[0]!r} {second[0]!r}")
     for found in runs:
-        if re.match(r"[^\w\u0620-\u064A\u0671-\u06D3]*[0-9\u06F0-\u06F9]", rest[found.end():]):
+        if re.match(r"\W*[0-9\u06F0-\u06F9]", rest[found.end():]):  # a Persian letter is \w
             problems.append(f"a number joins {found[0]!r}")
     return problems
 
@@ -240,6 +246,8 @@ def test_bidi_problems_are_found_outside_isolates_only():
     assert bidi_problems("زمان‌بندی ⁦'1f1b'⁩، MiniGPT، ۴ میکرودسته")
     assert not bidi_problems("⁦pipelined_step⁩، ⁦MiniGPT⁩، زمان‌بندی ⁦'1f1b'⁩، ۴ میکرودسته")
     assert not bidi_problems("آموزش MiniGPT روی ۴ رتبه (gloo عملیات ⁦ReduceOp.AVG⁩ را ندارد)")
+    assert not bidi_problems("آموزش با (Adam) روی دسته")
+    assert bidi_problems("منتظر هر دو بمانید (work.wait())")
 
 
 def _timing_phrase(practice):
@@ -255,16 +263,88 @@ def _timing_phrase(practice):
 
 def test_practice_reports_isolate_code_in_persian_titles_hints_and_timing():
     from lesson_code.practice.lessons import LESSONS
-    from lesson_code.practice.messages import plain
+    from lesson_code.practice.messages import localized, plain
 
     found = {}
     for number, practice in LESSONS.items():
         lines = {f"{check.key} {part}": plain(getattr(check, part)["fa"], "fa")
                  for check in practice.checks for part in ("title", "hint")}
         if practice.timing is not None:
-            lines["timing"] = _timing_phrase(practice).text("fa")
-            assert _timing_phrase(practice).text("en").count(LRI) == 0
+            what = _timing_phrase(practice)
+            lines["timing"] = what.text("fa")
+            # English keeps its template as written (backticks too), only its fields filled.
+            assert what.text("en") == what.en.format(
+                **{name: localized(value, "en") for name, value in what.fields.items()})
         for where, line in lines.items():
-            if bidi_problems(line):
-                found[f"{number} {where}"] = (line, bidi_problems(line))
+            problems = bidi_problems(line)
+            if problems:
+                found[f"{number} {where}"] = (line, problems)
+    assert not found, found
+
+
+PRACTICE = Path(__file__).resolve().parents[2] / "lesson_code" / "practice"
+# The functions that build a Phrase from text made elsewhere, not from two literals.
+BUILT_ELSEWHERE = {("messages.py", "with_fields"), ("messages.py", "phrase"),
+                   ("messages.py", "listing"), ("messages.py", "lesson_name"),
+                   ("grading.py", "_case_note")}
+# Fields that hold code wherever they are filled in: a call, a name of the learner's file, a file.
+CODE_FIELDS = {"call", "name", "function", "file", "folder", "op", "value", "keys"}
+CODE_SAMPLE = "torch.save(shard)"
+PROSE_SAMPLE = "مقدار"  # any other field: a number (in Persian digits) or a phrase in Persian
+
+
+def _makes_text(node: ast.expr) -> bool:
+    """Whether a field's expression makes a string (code: a literal, a repr, a joined list)."""
+    if isinstance(node, ast.IfExp):
+        return _makes_text(node.body) or _makes_text(node.orelse)
+    if isinstance(node, (ast.Constant, ast.JoinedStr)):
+        return isinstance(node, ast.JoinedStr) or isinstance(node.value, str)
+    return isinstance(node, ast.Call) and (getattr(node.func, "id", None) in ("repr", "str") or
+                                           getattr(node.func, "attr", None) in ("join", "replace"))
+
+
+def _persian_filled(template: str, code: set[str]) -> str:
+    """`template` as a Persian report prints it, each field in `code` filled with code."""
+    from lesson_code.practice.messages import Phrase
+
+    fields = {field for _, field, _, _ in string.Formatter().parse(template) if field}
+    return Phrase("", template, {field: CODE_SAMPLE if field in code else PROSE_SAMPLE
+                                 for field in fields}).text("fa")
+
+
+def _practice_phrases() -> tuple[dict[str, str], set[tuple[str, str]]]:
+    """Every `phrase(en, fa, ...)` and `Phrase(en, fa, ...)` of the practice package, read from
+    its source: {file:line: the Persian line with its fields filled}, and the functions that
+    build a Phrase from other text."""
+    lines, built = {}, set()
+    for path in sorted(PRACTICE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        functions = [node for node in ast.walk(tree)
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for node in ast.walk(tree):
+            called = getattr(node, "func", None)
+            if not (isinstance(node, ast.Call) and
+                    getattr(called, "id", getattr(called, "attr", None)) in ("phrase", "Phrase")):
+                continue
+            texts = node.args[:2]
+            if len(texts) < 2 or not all(isinstance(text, ast.Constant) and
+                                         isinstance(text.value, str) for text in texts):
+                inside = [f for f in functions if f.lineno <= node.lineno <= f.end_lineno]
+                built.add((path.name, max(inside, key=lambda f: f.lineno).name if inside else ""))
+                continue
+            code = {keyword.arg for keyword in node.keywords if _makes_text(keyword.value)}
+            lines[f"{path.relative_to(PRACTICE)}:{node.lineno}"] = _persian_filled(
+                texts[1].value, code | CODE_FIELDS)
+    return lines, built
+
+
+def test_practice_phrases_and_failures_isolate_code_in_persian():
+    from lesson_code.practice.messages import FAILURES
+
+    lines, built = _practice_phrases()
+    assert len(lines) > 150 and built == BUILT_ELSEWHERE, built
+    lines.update({f"FAILURES {kind}": _persian_filled(template, CODE_FIELDS)
+                  for kind, template in FAILURES["fa"].items()})
+    found = {where: (line, problems) for where, line in lines.items()
+             if (problems := bidi_problems(line))}
     assert not found, found

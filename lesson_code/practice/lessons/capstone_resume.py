@@ -68,19 +68,19 @@ def result_failures(result, *, case: Phrase, rank: int) -> list[Failure]:
     expected = None
     if not isinstance(result, dict) or not set(RESULT_KEYS) <= set(result):
         got, expected = (sorted(result) if isinstance(result, dict) else type(result).__name__,
-                         phrase("a dict with the keys {keys}", "دیکشنری‌ای با کلیدهای {keys}",
+                         phrase("a dict with the keys {keys}", "دیکشنری‌ای با کلیدهای `{keys}`",
                                 keys=", ".join(map(repr, RESULT_KEYS))))
     elif not all(isinstance(row, dict) and {"step", "loss"} <= set(row)
                  for row in result["records"]):
         got, expected = (phrase("rows of result['records'] without 'step' or 'loss'",
-                                "سطرهایی از result['records'] بی 'step' یا 'loss'"),
+                                "سطرهایی از `result['records']` بی `'step'` یا `'loss'`"),
                          '[{"step": 1, "loss": 4.4}, ...]')
     elif not (isinstance(result["final_state"], dict)
               and set(COMPARED) <= set(result["final_state"])):
         got, expected = (sorted(result["final_state"]) if isinstance(result["final_state"], dict)
                          else type(result["final_state"]).__name__,
                          phrase("a final_state with the keys {keys}",
-                                "یک final_state با کلیدهای {keys}",
+                                "یک `final_state` با کلیدهای `{keys}`",
                                 keys=", ".join(map(repr, COMPARED))))
     elif not isinstance(result["params"], torch.Tensor):
         got, expected = type(result["params"]).__name__, "flat_parameters(model)"
@@ -124,7 +124,7 @@ def grade_losses(rank: int, world_size: int, path: str, out_dir: str) -> list[Fa
     got = torch.tensor([float(row["loss"]) for row in yours["records"]], dtype=torch.float64)
     found = compare(got, expected, torch.full_like(expected, LOSS_TOLERANCE), case=case,
                     case_index=1, rank=rank, reference=phrase("the course's run_rank",
-                                                              "run_rank درس"),
+                                                              "`run_rank` درس"),
                     element_of=phrase("the losses, one per step from step 1",
                                       "زیان‌ها، یکی برای هر گام از گام ۱"))
     if found:
@@ -157,7 +157,7 @@ def run_and_resume(rank: int, world_size: int, path: str, out_dir: str) -> dict:
     """
     learner = load_learner(path)
     config = grading_config(world_size, f"{out_dir}/straight")
-    case = phrase("{call} on all {n} ranks", "{call} روی همهٔ {n} رتبه", call="run_rank(config)",
+    case = phrase("{call} on all {n} ranks", "`{call}` روی همهٔ {n} رتبه", call="run_rank(config)",
                   n=world_size)
     with during(case):
         straight = learner.run_rank(rank, world_size, config)
@@ -169,7 +169,7 @@ def run_and_resume(rank: int, world_size: int, path: str, out_dir: str) -> dict:
         return {"failures": failures}
     dist.barrier()  # every rank has finished the first run before any resumes
     again = dataclasses.replace(config, out_dir=f"{out_dir}/resumed")
-    case = phrase("{call} on all {n} ranks", "{call} روی همهٔ {n} رتبه", n=world_size,
+    case = phrase("{call} on all {n} ranks", "`{call}` روی همهٔ {n} رتبه", n=world_size,
                   call=f"run_rank(config, start_from='{Path(folder).name}')")
     with during(case):
         resumed = learner.run_rank(rank, world_size, again, str(folder))

@@ -66,7 +66,7 @@ def _case(where: Phrase, length: int, dtype_name: str, op: str | None = None) ->
         return phrase("{where}, length {length}, {dtype}", "{where}، طول {length}، {dtype}",
                       where=where, length=length, dtype=dtype_name)
     return phrase("{where}, length {length}, {dtype}, op={op}",
-                  "{where}، طول {length}، {dtype}، op={op}",
+                  "{where}، طول {length}، {dtype}، `op={op}`",
                   where=where, length=length, dtype=dtype_name, op=repr(op))
 
 
@@ -190,7 +190,7 @@ def grade_bytes(rank: int, world_size: int, path: str) -> list[Failure]:
     failures = []
     for index, (name, (call, phases)) in enumerate(calls.items()):
         case = phrase("{name}, all {n} ranks, length {length}, float32",
-                      "{name}، همهٔ {n} رتبه، طول {length}، float32",
+                      "`{name}`، همهٔ {n} رتبه، طول {length}، float32",
                       name=name, n=world_size, length=length)
         with during(case), counted_sends() as counts:
             call()

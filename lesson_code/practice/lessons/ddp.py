@@ -70,7 +70,7 @@ def grade_broadcast(rank: int, world_size: int, path: str) -> list[Failure]:
     failures = []
     for index, (call, src, wrap) in enumerate(cases):
         model = build_model("mlp", SEED + rank)  # every rank starts elsewhere
-        case = phrase("{call} on all {n} ranks", "{call} روی همهٔ {n} رتبه", call=call,
+        case = phrase("{call} on all {n} ranks", "`{call}` روی همهٔ {n} رتبه", call=call,
                       n=world_size)
         with during(case):
             wrap(model)
@@ -108,7 +108,7 @@ def grade_average(rank: int, world_size: int, path: str) -> list[Failure]:
         missing = [name for name, p in model.named_parameters() if p.grad is None]
         if missing:
             failures.append(value_failure(
-                phrase("the gradient of {name}", "گرادیان {name}", name=missing[0]), None,
+                phrase("the gradient of {name}", "گرادیان `{name}`", name=missing[0]), None,
                 phrase("a tensor", "یک تنسور"), case=case, case_index=index, rank=rank))
             continue
         got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
@@ -212,7 +212,7 @@ def grade_buckets(rank: int, world_size: int, path: str) -> list[Failure]:
     for index, cap in enumerate(CAPS_MB):
         model = build_model("mlp", SEED)
         call = f"BucketedDDP(bucket_cap_mb={cap})"
-        case = phrase("{call}, all {n} ranks", "{call}، همهٔ {n} رتبه", call=call, n=world_size)
+        case = phrase("{call}, all {n} ranks", "`{call}`، همهٔ {n} رتبه", call=call, n=world_size)
         with during(case):
             wrapped = learner.BucketedDDP(model, bucket_cap_mb=cap)
             loss = wrapped(x, y)[1]
@@ -233,7 +233,7 @@ def grade_overlap(rank: int, world_size: int, path: str) -> list[Failure]:
     """Rank function: the first bucket's all-reduce starts before backward has every gradient."""
     learner = load_learner(path)
     model = build_model("mlp", SEED)
-    case = phrase("{call}, all {n} ranks, one backward pass", "{call}، همهٔ {n} رتبه، یک گذر برگشت",
+    case = phrase("{call}, all {n} ranks, one backward pass", "`{call}`، همهٔ {n} رتبه، یک گذر برگشت",
                   call=f"BucketedDDP(bucket_cap_mb={CAP_MB})", n=world_size)
     with during(case):
         wrapped = learner.BucketedDDP(model, bucket_cap_mb=CAP_MB)

@@ -143,7 +143,7 @@ def parameter_at(module: torch.nn.Module, what: Phrase) -> Callable[[int], Phras
             if index < param.numel():
                 place = ", ".join(str(int(i)) for i in  # 0-d tensors: "0", not "tensor(0)"
                                   torch.unravel_index(torch.tensor(index), param.shape))
-                return phrase("{what}, at {name}", "{what}، در {name}", what=what,
+                return phrase("{what}, at {name}", "{what}، در `{name}`", what=what,
                               name=f"{name}[{place}]" if param.dim() else name)
             index -= param.numel()
         return what  # past the parameters: the padding

@@ -76,7 +76,7 @@ def grade_errors(rank: int, world_size: int, path: str) -> list[Failure]:
                                           "what": phrase("the ValueError's message",
                                                          "پیام ValueError"),
                                           "expected": phrase("a message naming {value}",
-                                                             "پیامی که {value} را نام ببرد",
+                                                             "پیامی که `{value}` را نام ببرد",
                                                              value=repr(value))})]
             continue
         return [Failure("not_raised", {**where, "got": repr(returned)[:60],
@@ -99,7 +99,7 @@ def _case(stages: int, run: PipeRun, world_size: int) -> Phrase:
         ranks = phrase("ranks {zero} to {last} of {n}", "رتبه‌های {zero} تا {last} از {n}", zero=0,
                        last=stages - 1, n=world_size)
     return phrase("{model} on {stages} stages ({ranks}), schedule {schedule}, {sizes}",
-                  "{model} روی {stages} مرحله ({ranks})، زمان‌بندی {schedule}، {sizes}",
+                  "{model} روی {stages} مرحله ({ranks})، زمان‌بندی `{schedule}`، `{sizes}`",
                   model=MODEL_NAMES[run.model], stages=stages, ranks=ranks,
                   schedule=repr(run.schedule),
                   sizes=f"micro_batches={run.micro_batches}, batch={run.batch_size}")
@@ -125,7 +125,7 @@ def grade_gradients(rank: int, world_size: int, path: str) -> list[Failure]:
         case = _case(p, run, world_size)
         if steps > 1:
             case = phrase("{case}, {steps} steps without zero_grad",
-                          "{case}، {steps} گام بی zero_grad", case=case, steps=steps)
+                          "{case}، {steps} گام بی `zero_grad`", case=case, steps=steps)
         module, (start, _) = stage_module(run, rank, p)
         with during(case):
             losses = [_learner_step(learner, module, run, groups[p], step) for step in range(steps)]

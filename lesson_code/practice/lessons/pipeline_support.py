@@ -107,13 +107,13 @@ def schedule_problem(got, schedule: str, stage: int, stages: int, m: int) -> tup
     """
     if not isinstance(got, (list, tuple)):
         return (phrase("the returned value", "مقدار برگشتی"), type(got).__name__,
-                phrase("a list of ('F', i) and ('B', i)", "فهرستی از ('F', i) و ('B', i)"))
+                phrase("a list of ('F', i) and ('B', i)", "فهرستی از `('F', i)` و `('B', i)`"))
     steps = []
     for step in got:
         if not (isinstance(step, (list, tuple)) and len(step) == 2 and step[0] in ("F", "B")
                 and isinstance(step[1], int)):
             return (phrase("a step", "یک گام"), repr(step),
-                    phrase("('F', i) or ('B', i), i an `int`", "('F', i) یا ('B', i) با i از نوع `int`"))
+                    phrase("('F', i) or ('B', i), i an `int`", "`('F', i)` یا `('B', i)` با `i` از نوع `int`"))
         steps.append(tuple(step))
     wanted = sorted((kind, i) for kind in "FB" for i in range(m))
     if sorted(steps) != wanted:
@@ -122,9 +122,9 @@ def schedule_problem(got, schedule: str, stage: int, stages: int, m: int) -> tup
                        "یک F و یک B برای هر میکرودسته از {first} تا {last}", first=0, last=m - 1))
     for i in range(m):
         if steps.index(("B", i)) < steps.index(("F", i)):
-            return (phrase("the place of {b}", "جای {b}", b=f"B{i}"),
-                    phrase("before {f}", "پیش از {f}", f=f"F{i}"),
-                    phrase("after {f}", "پس از {f}", f=f"F{i}"))
+            return (phrase("the place of {b}", "جای `{b}`", b=f"B{i}"),
+                    phrase("before {f}", "پیش از `{f}`", f=f"F{i}"),
+                    phrase("after {f}", "پس از `{f}`", f=f"F{i}"))
     in_flight = peak = 0
     for kind, _ in steps:
         in_flight += 1 if kind == "F" else -1
@@ -172,7 +172,7 @@ def gradient_failures(module: nn.Module, start: int, loss, run: PipeRun, steps: 
         expected = reference[full_name]
         if param.grad is None:
             failures.append(Failure("value", {**where, "got": None,
-                                              "what": phrase("the gradient of {name}", "گرادیان {name}",
+                                              "what": phrase("the gradient of {name}", "گرادیان `{name}`",
                                                              name=full_name),
                                               "expected": phrase("a tensor", "یک تنسور")}))
             continue
@@ -181,6 +181,6 @@ def gradient_failures(module: nn.Module, start: int, loss, run: PipeRun, steps: 
                         reference=phrase("the unsplit model on the whole batch",
                                          "مدل تقسیم‌نشده روی کل دسته"),
                         element_of=phrase("the gradient of {name}, flattened",
-                                          "گرادیان تخت‌شدهٔ {name}", name=full_name))
+                                          "گرادیان تخت‌شدهٔ `{name}`", name=full_name))
         failures += [found] if found else []
     return failures

@@ -75,7 +75,7 @@ def _round_trip(path: str, timeout_s: float) -> None:
 
 
 def _saved_by(folder: Path, world_size: int):
-    return phrase("{folder}, saved by {n} ranks", "{folder}، ذخیره‌شده به دست {n} رتبه",
+    return phrase("{folder}, saved by {n} ranks", "`{folder}`، ذخیره‌شده به دست {n} رتبه",
                   folder=folder.name, n=world_size)
 
 
@@ -84,7 +84,7 @@ def _saved(path: str, root: Path, timeout_s: float, world_size: int = FAULT_WORL
     """Save `steps` with the learner's code on `world_size` ranks; the last step's folder."""
     run_ranks(save_only, path, str(root), list(steps), world_size=world_size,
               timeout_s=timeout_s, case=phrase("save_sharded on all {n} ranks",
-                                               "save_sharded روی همهٔ {n} رتبه", n=world_size))
+                                               "`save_sharded` روی همهٔ {n} رتبه", n=world_size))
     return step_folder(root, steps[-1])  # where the template says it is published
 
 
@@ -167,7 +167,7 @@ def _damage_check(path: str, timeout_s: float) -> None:
         outcomes = run_ranks(attempt_loads, path, [str(copy) for copy in copies.values()],
                              world_size=FAULT_WORLD_SIZE, timeout_s=timeout_s,
                              case=phrase("load_sharded of the damaged copies on all {n} ranks",
-                                         "load_sharded روی رونوشت‌های آسیب‌دیده، همهٔ {n} رتبه",
+                                         "`load_sharded` روی رونوشت‌های آسیب‌دیده، همهٔ {n} رتبه",
                                          n=FAULT_WORLD_SIZE))
         for index, damage in enumerate(copies):
             if outcomes[DAMAGED_RANK][index] is None:
@@ -206,7 +206,7 @@ def _crash(path: str, root: Path, step: int, timeout_s: float) -> None:
 
 def _killed(step: int):
     return phrase("{call} on all {n} ranks, each killed (SIGKILL) inside torch.save",
-                  "{call} روی همهٔ {n} رتبه، که هر کدام درون torch.save کشته می‌شود (SIGKILL)",
+                  "`{call}` روی همهٔ {n} رتبه، که هر کدام درون `torch.save` کشته می‌شود (`SIGKILL`)",
                   call=f"save_sharded(step={step})", n=FAULT_WORLD_SIZE)
 
 
@@ -221,7 +221,7 @@ def _crash_check(path: str, timeout_s: float) -> None:
         fail_on_first(run_ranks(load_after_crash, path, str(root), [2, 4],
                                 world_size=FAULT_WORLD_SIZE, timeout_s=timeout_s,
                                 case=phrase("load_sharded on all {n} ranks after the killed saves",
-                                            "load_sharded روی همهٔ {n} رتبه پس از ذخیره‌های "
+                                            "`load_sharded` روی همهٔ {n} رتبه پس از ذخیره‌های "
                                             "کشته‌شده", n=FAULT_WORLD_SIZE)))
 
 

@@ -65,7 +65,7 @@ def compare_loaded(loaded, rank: int, world_size: int, step: int, salt: int, *, 
         return [Failure("value", {**where, "case_index": first_index, "what": "load_sharded(...)",
                                   "got": type(loaded).__name__,
                                   "expected": phrase("a tuple (shard, replicated, manifest)",
-                                                     "تاپل (shard, replicated, manifest)")})]
+                                                     "تاپل `(shard, replicated, manifest)`")})]
     failures = []
     for offset, (got, expected) in enumerate(((loaded[0], shard_tensors(rank, salt)),
                                               (loaded[1], replicated_tensors(salt)))):
@@ -81,7 +81,7 @@ def compare_loaded(loaded, rank: int, world_size: int, step: int, salt: int, *, 
         for name, tensor in expected.items():
             found = compare(got[name], tensor, None, case=case, case_index=index, rank=rank,
                             reference=phrase("the saved tensor", "تنسور ذخیره‌شده"),
-                            element_of=phrase("{what}[{name}], flattened", "{what}[{name}]، تخت‌شده",
+                            element_of=phrase("{what}[{name}], flattened", "{what}[`{name}`]، تخت‌شده",
                                               what=what, name=repr(name)))
             if found:
                 failures.append(found)
@@ -139,7 +139,7 @@ def load_after_crash(rank: int, world_size: int, path: str, root: str,
     failures = []
     for index, step in enumerate(steps):
         folder = step_folder(root, step)
-        case = phrase("{folder}, loaded on all {n} ranks", "{folder}، بارگذاری‌شده روی همهٔ {n} رتبه",
+        case = phrase("{folder}, loaded on all {n} ranks", "`{folder}`، بارگذاری‌شده روی همهٔ {n} رتبه",
                       folder=folder.name, n=world_size)
         try:
             loaded = learner.load_sharded(folder, rank=rank, world_size=world_size)

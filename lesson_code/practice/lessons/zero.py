@@ -57,7 +57,7 @@ def grade_flatten(rank: int, world_size: int, path: str) -> list[Failure]:
         model = MLP().to(dtype)
         params = list(model.parameters())
         dtype_name = str(dtype).replace("torch.", "")
-        case = phrase("flatten_params of an MLP in {dtype}", "flatten_params روی یک MLP با {dtype}",
+        case = phrase("flatten_params of an MLP in {dtype}", "`flatten_params` روی یک MLP با {dtype}",
                       dtype=dtype_name)
         with during(case):
             flat = learner.flatten_params(model)
@@ -68,7 +68,7 @@ def grade_flatten(rank: int, world_size: int, path: str) -> list[Failure]:
         new = torch.randn(flat.numel(), dtype=torch.float32)
         written = new.clone()
         case = phrase("unflatten_into an MLP in {dtype} from a float32 vector, then the vector "
-                      "changed", "unflatten_into روی یک MLP با {dtype} از یک بردار float32، و "
+                      "changed", "`unflatten_into` روی یک MLP با {dtype} از یک بردار float32، و "
                       "سپس تغییر آن بردار", dtype=dtype_name)
         with during(case):
             learner.unflatten_into(model, new)
@@ -76,8 +76,8 @@ def grade_flatten(rank: int, world_size: int, path: str) -> list[Failure]:
         got = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
         same = all(a is b for a, b in zip(params, model.parameters()))
         found = found or (None if same else value_failure(
-            phrase("the parameters after unflatten_into", "پارامترها پس از unflatten_into"),
-            phrase("new torch.nn.Parameter objects", "شیءهای torch.nn.Parameter تازه"),
+            phrase("the parameters after unflatten_into", "پارامترها پس از `unflatten_into`"),
+            phrase("new torch.nn.Parameter objects", "شیءهای `torch.nn.Parameter` تازه"),
             phrase("the same ones, written in place", "همان شیءها، که درجا نوشته شوند"),
             case=case, case_index=2 * index + 1, rank=rank))
         found = found or within(
@@ -135,7 +135,7 @@ def grade_training(rank: int, world_size: int, path: str) -> list[Failure]:
         gathered = [torch.empty_like(result["params"]) for _ in range(size)]
         dist.all_gather(gathered, result["params"], group=group)
         references = [(phrase("torch.optim.Adam in one process on the full batch",
-                              "torch.optim.Adam در یک فرایند روی کل دسته"), single)]
+                              "`torch.optim.Adam` در یک فرایند روی کل دسته"), single)]
         if size == world_size:
             references.append((phrase("torch's ZeroRedundancyOptimizer",
                                       "ZeroRedundancyOptimizer خود torch"), torch_zero))
@@ -150,7 +150,7 @@ def grade_training(rank: int, world_size: int, path: str) -> list[Failure]:
 
 def _training_case(size: int, world_size: int):
     return phrase("{group}, ZeroOptimizer with Adam lr={lr}, {steps} steps",
-                  "{group}، ZeroOptimizer با Adam و lr={lr}، {steps} گام",
+                  "{group}، ZeroOptimizer با Adam و `lr={lr}`، {steps} گام",
                   group=prefix_group_phrase(size, world_size), lr=str(RUN.lr), steps=STEPS)
 
 
@@ -169,7 +169,7 @@ def grade_bfloat16(rank: int, world_size: int, path: str) -> list[Failure]:
     if not isinstance(master, torch.Tensor) or master.dtype != torch.float32:
         return [value_failure("optimizer.master", getattr(master, "dtype", master),
                               phrase("a torch.float32 tensor (the master shard)",
-                                     "تنسوری از نوع torch.float32 (شارد وزن‌های اصلی)"),
+                                     "تنسوری از نوع `torch.float32` (شارد وزن‌های اصلی)"),
                               case_index=0, **where)]
     model_dtype = {p.dtype for p in result["model"].parameters()}
     if model_dtype != {torch.bfloat16}:
@@ -177,7 +177,7 @@ def grade_bfloat16(rank: int, world_size: int, path: str) -> list[Failure]:
                                      "نوع دادهٔ پارامترهای مدل"),
                               sorted(map(str, model_dtype)),
                               phrase("torch.bfloat16 (the model keeps its dtype)",
-                                     "torch.bfloat16 (مدل نوع داده‌اش را نگه می‌دارد)"),
+                                     "`torch.bfloat16` (مدل نوع داده‌اش را نگه می‌دارد)"),
                               case_index=1, **where)]
     shards = [torch.empty_like(master) for _ in range(world_size)]
     dist.all_gather(shards, master.contiguous())
@@ -192,7 +192,7 @@ def grade_bfloat16(rank: int, world_size: int, path: str) -> list[Failure]:
     if found is None and not distance < BFLOAT16_RELATIVE:
         found = value_failure(
             phrase("the distance ||params - reference|| / ||reference - start|| from MasterAdam "
-                   "on the full batch", "فاصلهٔ ||params - reference|| / ||reference - start|| "
+                   "on the full batch", "فاصلهٔ `||params - reference|| / ||reference - start||` "
                    "از MasterAdam روی کل دسته"),
             round(distance, 3), phrase("below {bound}", "کمتر از {bound}", bound=BFLOAT16_RELATIVE),
             case_index=3, **where)
@@ -220,9 +220,9 @@ def grade_memory(rank: int, world_size: int, path: str) -> list[Failure]:
     if held != 12 * shard:
         return [value_failure(
             phrase("the bytes of optimizer.master, .exp_avg and .exp_avg_sq, read from their "
-                   "storage", "بایت‌های optimizer.master و .exp_avg و .exp_avg_sq، خوانده از "
+                   "storage", "بایت‌های `optimizer.master` و `.exp_avg` و `.exp_avg_sq`، خوانده از "
                    "حافظهٔ خودشان"), held,
-            phrase("{bytes} = {k} x ceil({numel} / {n})", "{bytes} = {k} × ceil({numel} / {n})",
+            phrase("{bytes} = {k} x ceil({numel} / {n})", "`{bytes} = {k} × ceil({numel} / {n})`",
                    bytes=12 * shard, k=12, numel=numel, n=world_size),
             case=case, case_index=0, rank=rank)]
     return []
@@ -242,7 +242,7 @@ def grade_bytes(rank: int, world_size: int, path: str) -> list[Failure]:
     shard_bytes = 4 * math.ceil(numel / world_size)
     sent = sum(call.sent for call in calls)
     if sent != 2 * (world_size - 1) * shard_bytes:
-        listed = listing([phrase("{name} {bytes}", "{name} {bytes}", name=call.name,
+        listed = listing([phrase("{name} {bytes}", "`{name}` {bytes}", name=call.name,
                                  bytes=call.sent) for call in calls])
         return [Failure("bytes", {
             "case": phrase("{case} (bytes of each call: {listed})",

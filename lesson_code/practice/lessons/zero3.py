@@ -88,7 +88,7 @@ def grade_shard(rank: int, world_size: int, path: str) -> list[Failure]:
         padded = torch.cat([flat, flat.new_zeros(shard_numel * world_size - flat.numel())])
         expected = padded[rank * shard_numel: (rank + 1) * shard_numel]
         case = phrase("ShardedUnit of a Linear({inputs}, {outputs}) in {dtype}, all {n} ranks",
-                      "ShardedUnit روی یک Linear({inputs}, {outputs}) با {dtype}، همهٔ {n} رتبه",
+                      "ShardedUnit روی یک `Linear({inputs}, {outputs})` با `{dtype}`، همهٔ {n} رتبه",
                       inputs=LAYER[0], outputs=LAYER[1], dtype=str(dtype).replace("torch.", ""),
                       n=world_size)
         where = {"case": case, "case_index": index, "rank": rank}
@@ -100,16 +100,16 @@ def grade_shard(rank: int, world_size: int, path: str) -> list[Failure]:
         if isinstance(shard, torch.Tensor) and held_bytes(shard) != own_bytes:
             # checked first: the values of a view whose storage was freed cannot be read
             found = value_failure(
-                phrase("the bytes of self.shard's storage", "بایت‌های حافظهٔ self.shard"),
+                phrase("the bytes of self.shard's storage", "بایت‌های حافظهٔ `self.shard`"),
                 held_bytes(shard), phrase("{bytes}: a tensor of its own, not a view of self.full",
-                                          "{bytes}: تنسوری جداگانه، نه نمایی از self.full",
+                                          "{bytes}: تنسوری جداگانه، نه نمایی از `self.full`",
                                           bytes=own_bytes), **where)
         found = found or within(shard, expected, None, **where,
                                 reference=phrase("this rank's chunk of the padded flat parameters",
                                                  "تکهٔ این رتبه از پارامترهای تخت پدینگ‌شده"))
         if found is None and held_bytes(getattr(unit, "full", None)) != 0:
             found = value_failure(phrase("the bytes of self.full's storage after construction",
-                                         "بایت‌های حافظهٔ self.full پس از ساخت"),
+                                         "بایت‌های حافظهٔ `self.full` پس از ساخت"),
                                   held_bytes(getattr(unit, "full", None)), 0, **where)
         sizes = [p.numel() for p in layer.parameters()]
         if found is None and any(sizes):
@@ -127,7 +127,7 @@ def grade_gather(rank: int, world_size: int, path: str) -> list[Failure]:
     layer = torch.nn.Linear(*LAYER)
     originals = [p.detach().clone() for p in layer.parameters()]
     case = phrase("ShardedUnit of a Linear({inputs}, {outputs}), gather, free, gather, all {n} "
-                  "ranks", "ShardedUnit روی یک Linear({inputs}, {outputs})، گردآوری همگانی، "
+                  "ranks", "ShardedUnit روی یک `Linear({inputs}, {outputs})`، گردآوری همگانی، "
                   "آزادسازی، گردآوری همگانی، همهٔ {n} رتبه", inputs=LAYER[0], outputs=LAYER[1],
                   n=world_size)
     where = {"case": case, "rank": rank}
@@ -143,7 +143,7 @@ def grade_gather(rank: int, world_size: int, path: str) -> list[Failure]:
             **where, "case_index": 1, "got": sent, "expected": (world_size - 1) * shard_bytes,
             "case": phrase("{case} (bytes of each call: {listed})",
                            "{case} (بایت‌های هر فراخوانی: {listed})", case=case,
-                           listed=listing([phrase("{name} {bytes}", "{name} {bytes}",
+                           listed=listing([phrase("{name} {bytes}", "`{name}` {bytes}",
                                                   name=call.name, bytes=call.sent)
                                            for call in calls]) if calls else
                            phrase("none", "هیچ")),
@@ -155,7 +155,7 @@ def grade_gather(rank: int, world_size: int, path: str) -> list[Failure]:
         if held_bytes(unit.full) != 0 or any(p.numel() for p in layer.parameters()):
             found = value_failure(
                 phrase("the bytes of self.full and the parameters' sizes after free()",
-                       "بایت‌های self.full و اندازهٔ پارامترها پس از free()"),
+                       "بایت‌های `self.full` و اندازهٔ پارامترها پس از `free()`"),
                 [held_bytes(unit.full), *(p.numel() for p in layer.parameters())], [0, 0, 0],
                 case_index=2, **where)
     if found is None:
@@ -219,11 +219,12 @@ def grade_forward(rank: int, world_size: int, path: str) -> list[Failure]:
             entering = step % 2 == 0
             wrong = [i for i, nbytes in enumerate(held) if bool(nbytes) != (entering and i == position)]
             if wrong:
-                name = f"`{type(units[wrong[0]].module).__name__}`"  # code: Linear, Block
+                layer = type(units[wrong[0]].module).__name__  # code: Linear, Block
                 found = value_failure(
                     phrase("the bytes of self.full of layer {index} ({name}) {when} layer {at}",
-                           "بایت‌های self.full لایهٔ {index} ({name}) {when} لایهٔ {at}",
-                           index=wrong[0], name=name, at=position,
+                           "بایت‌های `self.full` لایهٔ {index} (`{name}`) {when} لایهٔ {at}",
+                           index=wrong[0], at=position,
+                           name=phrase("`{layer}`", "{layer}", layer=layer),  # fa: isolated
                            when=phrase("during the forward of", "در میانهٔ گذر رفت")
                            if entering else phrase("after the forward of", "پس از گذر رفت")),
                     held[wrong[0]], phrase("all of it while its own forward runs, else 0",
@@ -254,7 +255,7 @@ def grade_backward(rank: int, world_size: int, path: str) -> list[Failure]:
             got = param.grad if param.grad is not None else torch.zeros(0)
             found = within(got, theirs.grad, None, case=case, case_index=index, rank=rank,
                            reference=phrase("the gradient of {name} in the same model unsharded",
-                                            "گرادیان {name} در همان مدل بدون شاردبندی", name=name))
+                                            "گرادیان `{name}` در همان مدل بدون شاردبندی", name=name))
             if found:
                 failures.append(found)
                 break
