@@ -41,6 +41,7 @@ TABLE_LABELS = {
     "messages equal": "پیام‌ها برابر", "peak equal": "بیشینهٔ حافظه برابر",
     "peak difference, bytes": "اختلاف بیشینهٔ حافظه (بایت)",
     "profiler's peak, largest relative difference": "بیشترین اختلاف نسبیِ بیشینهٔ پروفایلر",
+    "profiler's peak gap, bytes": "فاصلهٔ بیشینهٔ پروفایلر از ردیاب (بایت)",
     "largest gradient difference": "بیشترین اختلاف گرادیان‌ها",
     "gradient distance": "فاصلهٔ نسبی گرادیان‌ها",
     "largest parameter difference": "بیشترین اختلاف پارامترها",
