@@ -221,10 +221,9 @@ def grade_forward(rank: int, world_size: int, path: str) -> list[Failure]:
             if wrong:
                 layer = type(units[wrong[0]].module).__name__  # code: Linear, Block
                 found = value_failure(
-                    phrase("the bytes of self.full of layer {index} ({name}) {when} layer {at}",
+                    phrase("the bytes of self.full of layer {index} (`{name}`) {when} layer {at}",
                            "بایت‌های `self.full` لایهٔ {index} (`{name}`) {when} لایهٔ {at}",
-                           index=wrong[0], at=position,
-                           name=phrase("`{layer}`", "{layer}", layer=layer),  # fa: isolated
+                           index=wrong[0], at=position, name=layer,
                            when=phrase("during the forward of", "در میانهٔ گذر رفت")
                            if entering else phrase("after the forward of", "پس از گذر رفت")),
                     held[wrong[0]], phrase("all of it while its own forward runs, else 0",
